@@ -1,0 +1,30 @@
+"""The feature store: Parquet shards of image features and captions, their manifest,
+real-data ingestion (Karpathy JSON + ResNet-152), SentEval loaders and the embedded
+grounded world. Free of Ray and MLflow, so every part runs on its own.
+
+Example::
+
+    >>> from storage import open_store                              # doctest: +SKIP
+    >>> train = open_store("stores/world").read_split("train")      # doctest: +SKIP
+    >>> train.features.shape, train.captions.shape                  # doctest: +SKIP
+    ((1600, 2048), (1600, 5))
+"""
+
+from storage._errors import StoreError
+from storage._reader import FeatureStore, SplitData, open_store, read_split
+from storage._schema import CAPTIONS_PER_IMAGE, SPLITS, Manifest, ShardInfo, SplitInfo
+from storage._writer import StoreWriter
+
+__all__ = [
+    "CAPTIONS_PER_IMAGE",
+    "SPLITS",
+    "FeatureStore",
+    "Manifest",
+    "ShardInfo",
+    "SplitData",
+    "SplitInfo",
+    "StoreError",
+    "StoreWriter",
+    "open_store",
+    "read_split",
+]

@@ -1,0 +1,209 @@
+"""Reading a feature store: one call per split, as few copies as possible."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from storage._errors import StoreError
+from storage._fs import Location
+from storage._schema import (
+    BUILD_STATE,
+    CAPTION_SCHEMA,
+    CAPTIONS_PER_IMAGE,
+    MANIFEST,
+    Manifest,
+    ShardInfo,
+    SplitInfo,
+    image_schema,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, eq=False)
+class SplitData:
+    """One split in memory: row ``i`` of every array is image ``i``."""
+
+    name: str
+    image_ids: np.ndarray  # (N,) object array of str
+    features: np.ndarray  # (N, D) C-contiguous, the store's dtype (float32 or float16)
+    captions: np.ndarray  # (N, 5) object array of str; caption k of image i at [i, k]
+
+    def __len__(self) -> int:
+        return len(self.image_ids)
+
+
+class FeatureStore:
+    """A complete store, opened from a local path or a pyarrow filesystem URI."""
+
+    def __init__(self, location: Location, manifest: Manifest) -> None:
+        self.location = location
+        self.manifest = manifest
+
+    @classmethod
+    def open(cls, where: str | os.PathLike[str]) -> FeatureStore:
+        location = Location.parse(where)
+        if not location.exists(MANIFEST):
+            if location.exists(BUILD_STATE):
+                raise StoreError(f"{location.display(MANIFEST)}: missing; the build of this store "
+                                 "did not finish; run the same `python -m storage.build` again to "
+                                 "resume it")
+            raise StoreError(f"{location.display(MANIFEST)}: missing; {location.uri} is not a "
+                             "feature store (build one with `python -m storage.build`)")
+        text = location.read_bytes(MANIFEST).decode("utf-8")
+        return cls(location, Manifest.from_json(text, location.display(MANIFEST)))
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        return tuple(self.manifest.splits)
+
+    def read_split(self, split: str) -> SplitData:
+        """Image ids, the feature matrix and the aligned captions of ``split``."""
+        image_ids, features = self.read_features(split)
+        caption_ids, captions = self.read_captions(split)
+        expected = np.repeat(image_ids, CAPTIONS_PER_IMAGE)
+        if len(caption_ids) != len(expected) or not np.array_equal(caption_ids, expected):
+            raise StoreError(f"{self.location.uri}: captions of split {split!r} are not aligned "
+                             f"{CAPTIONS_PER_IMAGE} per image with its image shards")
+        return SplitData(split, image_ids, features, captions)
+
+    def read_features(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(image_ids, features)`` of ``split``; shards are decoded in parallel straight
+        into one preallocated matrix (a single copy after decompression)."""
+        info = self._split(split)
+        m = self.manifest
+        features = np.empty((info.images, m.feature_dim), dtype=m.feature_dtype)
+        image_ids = np.empty(info.images, dtype=object)
+        offsets = np.cumsum([0] + [s.rows for s in info.image_shards])
+        schema = image_schema(m.feature_dim, m.feature_dtype)
+
+        def load(k: int) -> None:
+            shard = info.image_shards[k]
+            table = self._read_table(shard, schema)
+            start, stop = offsets[k], offsets[k + 1]
+            image_ids[start:stop] = table.column("image_id").to_numpy(zero_copy_only=False)
+            view = features[start:stop].reshape(-1)
+            row_start = 0
+            for chunk in table.column("feature").chunks:
+                raw = np.frombuffer(chunk.buffers()[1], dtype=m.feature_dtype,
+                                    count=len(chunk) * m.feature_dim,
+                                    offset=chunk.offset * schema.field("feature").type.byte_width)
+                view[row_start:row_start + raw.size] = raw
+                row_start += raw.size
+
+        self._parallel(load, len(info.image_shards))
+        return image_ids, features
+
+    def read_captions(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(image_id per caption, captions as an (N, 5) array)`` of ``split``."""
+        info = self._split(split)
+        tables: list[pa.Table | None] = [None] * len(info.caption_shards)
+
+        def load(k: int) -> None:
+            tables[k] = self._read_table(info.caption_shards[k], CAPTION_SCHEMA)
+
+        self._parallel(load, len(tables))
+        table = pa.concat_tables([t for t in tables if t is not None] or [CAPTION_SCHEMA.empty_table()])
+        index = table.column("caption_index").to_numpy()
+        if not np.array_equal(index, np.tile(np.arange(CAPTIONS_PER_IMAGE), info.images)):
+            raise StoreError(f"{self.location.uri}: caption_index of split {split!r} is not "
+                             f"0..{CAPTIONS_PER_IMAGE - 1} for every image")
+        captions = table.column("caption").to_numpy(zero_copy_only=False)
+        return (table.column("image_id").to_numpy(zero_copy_only=False),
+                captions.reshape(info.images, CAPTIONS_PER_IMAGE))
+
+    def verify(self) -> int:
+        """Check every shard (present, checksum, schema, rows) and the caption alignment;
+        raise :class:`StoreError` naming the first bad shard. Returns the shard count."""
+        count = 0
+        m = self.manifest
+        for split, info in m.splits.items():
+            schema = image_schema(m.feature_dim, m.feature_dtype)
+            for shards, expected_schema in ((info.image_shards, schema),
+                                            (info.caption_shards, CAPTION_SCHEMA)):
+                for shard in shards:
+                    data = self._shard_bytes(shard)
+                    digest = hashlib.sha256(data).hexdigest()
+                    if digest != shard.sha256:
+                        raise StoreError(f"{self.location.display(shard.path)}: checksum mismatch "
+                                         f"(manifest sha256 {shard.sha256[:16]}..., file "
+                                         f"{digest[:16]}...); the shard is corrupt or was replaced")
+                    self._check_table(shard, pq.read_table(pa.BufferReader(data)), expected_schema)
+                    count += 1
+            if sum(s.rows for s in info.image_shards) != info.images:
+                raise StoreError(f"{self.location.display(MANIFEST)}: split {split!r} lists "
+                                 f"{info.images} images but its shards hold a different number")
+            self.read_split(split)
+        return count
+
+    # -- internals -----------------------------------------------------------------
+
+    def _split(self, split: str) -> SplitInfo:
+        try:
+            return self.manifest.splits[split]
+        except KeyError:
+            raise StoreError(f"{self.location.uri}: no split {split!r}; the store has "
+                             f"{', '.join(self.splits)}") from None
+
+    def _shard_bytes(self, shard: ShardInfo) -> bytes:
+        if not self.location.exists(shard.path):
+            raise StoreError(f"{self.location.display(shard.path)}: shard listed in the manifest "
+                             "is missing")
+        return self.location.read_bytes(shard.path)
+
+    def _read_table(self, shard: ShardInfo, schema: pa.Schema) -> pa.Table:
+        path = self.location.path(shard.path)
+        try:
+            if self.location.is_local:
+                table = pq.read_table(path, memory_map=True, use_threads=False)
+            else:
+                table = pq.read_table(path, filesystem=self.location.fs, use_threads=False)
+        except FileNotFoundError:
+            raise StoreError(f"{self.location.display(shard.path)}: shard listed in the manifest "
+                             "is missing") from None
+        except (pa.ArrowInvalid, OSError) as err:
+            raise StoreError(f"{self.location.display(shard.path)}: not a readable Parquet "
+                             f"file ({err})") from None
+        self._check_table(shard, table, schema)
+        return table
+
+    def _check_table(self, shard: ShardInfo, table: pa.Table, schema: pa.Schema) -> None:
+        where = self.location.display(shard.path)
+        for expected in schema:
+            if expected.name not in table.schema.names:
+                raise StoreError(f"{where}: column {expected.name!r} missing (expected "
+                                 f"{expected.type})")
+            actual = table.schema.field(expected.name).type
+            if actual != expected.type:
+                hint = " (a feature dimension or dtype other than the manifest's)" \
+                    if expected.name == "feature" else ""
+                raise StoreError(f"{where}: column {expected.name!r} has type {actual}, "
+                                 f"expected {expected.type}{hint}")
+        if table.num_rows != shard.rows:
+            raise StoreError(f"{where}: {table.num_rows} rows, the manifest says {shard.rows}")
+
+    @staticmethod
+    def _parallel(fn: Callable[[int], None], count: int) -> None:
+        workers = max(1, min(count, os.cpu_count() or 1))
+        with ThreadPoolExecutor(workers) as pool:
+            list(pool.map(fn, range(count)))
+
+
+
+def open_store(where: str | os.PathLike[str]) -> FeatureStore:
+    """Open the store at ``where`` (a local path or a pyarrow filesystem URI)."""
+    return FeatureStore.open(where)
+
+
+def read_split(where: str | os.PathLike[str], split: str) -> SplitData:
+    """Read one split of the store at ``where``: see :meth:`FeatureStore.read_split`."""
+    return FeatureStore.open(where).read_split(split)

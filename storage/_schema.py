@@ -1,0 +1,160 @@
+"""The feature store's on-disk format, defined once.
+
+A store is a directory (local or a pyarrow filesystem URI)::
+
+    manifest.json                  written last; its presence means "complete"
+    images/<split>-<k:05d>.parquet image_id: string, feature: fixed_size_binary(dim * itemsize)
+    captions/<split>-<k:05d>.parquet image_id: string, caption_index: int8, caption: string
+
+Shard ``k`` of a split holds images ``k * shard_size ...`` of that split in the order of
+the source JSON, and its caption shard holds their captions, five per image, in the
+same order. The feature column stores each row's vector as raw little-endian bytes
+(``float32`` or ``float16``): Parquet has no fixed-size list type, and its list
+encoding costs repetition levels on every value, which made reads 6x slower in
+``bench/bench_store_read.py``. The dtype and dimension live in the manifest and in the
+shard's schema metadata, and readers check both.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from storage._errors import StoreError, describe
+
+SCHEMA_VERSION = 1
+SPLITS = ("train", "val", "test")
+CAPTIONS_PER_IMAGE = 5
+FEATURE_DTYPES = ("float32", "float16")
+FEATURE_COMPRESSIONS = ("lz4", "zstd", "none")
+MANIFEST = "manifest.json"
+BUILD_STATE = "build.json"
+
+
+def image_schema(dim: int, dtype: str) -> pa.Schema:
+    """Schema of an image-feature shard holding ``dim``-dimensional ``dtype`` vectors."""
+    width = dim * np.dtype(dtype).itemsize
+    return pa.schema(
+        [pa.field("image_id", pa.string(), nullable=False),
+         pa.field("feature", pa.binary(width), nullable=False)],
+        metadata={"feature_dim": str(dim), "feature_dtype": dtype},
+    )
+
+
+CAPTION_SCHEMA = pa.schema(
+    [pa.field("image_id", pa.string(), nullable=False),
+     pa.field("caption_index", pa.int8(), nullable=False),
+     pa.field("caption", pa.string(), nullable=False)]
+)
+
+
+def shard_name(kind: str, split: str, index: int) -> str:
+    """Store-relative path of shard ``index`` of ``split`` (``kind``: images or captions)."""
+    return f"{kind}/{split}-{index:05d}.parquet"
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    path: str  # store-relative
+    rows: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class SplitInfo:
+    images: int
+    captions: int
+    image_shards: tuple[ShardInfo, ...]
+    caption_shards: tuple[ShardInfo, ...]
+    skipped_images: tuple[str, ...] = ()  # listed in the JSON but missing/unreadable (--skip-unreadable)
+    truncated_images: int = 0  # images that had more than five captions (first five kept)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    dataset: str  # flickr8k, flickr30k, coco, synthetic...
+    feature_extractor: dict[str, Any]  # model, weights, weights_sha256, crops
+    feature_dim: int
+    feature_dtype: str
+    splits: dict[str, SplitInfo]
+    build: dict[str, Any] = field(default_factory=dict)  # what was built from (fingerprint)
+    extras: dict[str, Any] = field(default_factory=dict)  # e.g. the embedded world's senteval dir
+    schema_version: int = SCHEMA_VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, ensure_ascii=False) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> Manifest:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise StoreError(f"{where}: not valid JSON ({err})") from None
+        return cls.from_dict(raw, where)
+
+    @classmethod
+    def from_dict(cls, raw: Any, where: str) -> Manifest:
+        _expect(raw, dict, where, None, "a JSON object")
+        version = _get(raw, "schema_version", int, where)
+        if version != SCHEMA_VERSION:
+            raise StoreError(
+                f"{describe(where, 'schema_version')}: this code reads version {SCHEMA_VERSION}, "
+                f"the store has {version}; rebuild it with `python -m storage.build`"
+            )
+        dtype = _get(raw, "feature_dtype", str, where)
+        if dtype not in FEATURE_DTYPES:
+            raise StoreError(f"{describe(where, 'feature_dtype')}: expected one of "
+                             f"{FEATURE_DTYPES}, got {dtype!r}")
+        splits_raw = _get(raw, "splits", dict, where)
+        splits = {name: _split_from_dict(value, where, name) for name, value in splits_raw.items()}
+        return cls(
+            dataset=_get(raw, "dataset", str, where),
+            feature_extractor=_get(raw, "feature_extractor", dict, where),
+            feature_dim=_get(raw, "feature_dim", int, where),
+            feature_dtype=dtype,
+            splits=splits,
+            build=raw.get("build", {}),
+            extras=raw.get("extras", {}),
+            schema_version=version,
+        )
+
+
+def _split_from_dict(raw: Any, where: str, name: str) -> SplitInfo:
+    prefix = f"splits.{name}"
+    _expect(raw, dict, where, prefix, "a JSON object")
+
+    def shards(key: str) -> tuple[ShardInfo, ...]:
+        items = _get(raw, key, list, where, prefix)
+        out = []
+        for i, item in enumerate(items):
+            sub = f"{prefix}.{key}[{i}]"
+            _expect(item, dict, where, sub, "a JSON object")
+            out.append(ShardInfo(_get(item, "path", str, where, sub), _get(item, "rows", int, where, sub),
+                                 _get(item, "sha256", str, where, sub)))
+        return tuple(out)
+
+    return SplitInfo(
+        images=_get(raw, "images", int, where, prefix),
+        captions=_get(raw, "captions", int, where, prefix),
+        image_shards=shards("image_shards"),
+        caption_shards=shards("caption_shards"),
+        skipped_images=tuple(raw.get("skipped_images", ())),
+        truncated_images=int(raw.get("truncated_images", 0)),
+    )
+
+
+def _expect(value: Any, kind: type, where: str, field_name: str | None, what: str) -> None:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise StoreError(f"{describe(where, field_name)}: expected {what}, got {type(value).__name__}")
+
+
+def _get(raw: dict[str, Any], key: str, kind: type, where: str, prefix: str | None = None) -> Any:
+    name = f"{prefix}.{key}" if prefix else key
+    if key not in raw:
+        raise StoreError(f"{describe(where, name)}: missing (expected {kind.__name__})")
+    _expect(raw[key], kind, where, name, kind.__name__)
+    return raw[key]

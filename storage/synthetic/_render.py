@@ -1,0 +1,179 @@
+"""Drawing scenes as small RGB PNG images.
+
+The images are real files that PIL (and the ResNet extractor) can open, so the embedded
+world exercises the same directory layout and file checks as Flickr8k or MSCOCO. The
+scene-projection extractor does not look at the pixels, so the drawing only has to be
+faithful, not photo-realistic.
+
+Rendering the COCO-sized world means 123,287 files: they are drawn by a small process
+pool, each written under a temporary name and renamed into place (a reader never sees
+half a PNG), and files that already exist are skipped, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+import multiprocessing
+import os
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from storage.synthetic._scenes import (
+    COLOURS,
+    SHAPES,
+    SIZE_RADIUS,
+    SIZES,
+    TEXTURES,
+    Scene,
+)
+
+logger = logging.getLogger(__name__)
+
+IMAGE_SIZE = 64  # pixels per side
+_TEXTURE_AMPLITUDE = 24.0  # how far a texture moves the background colour (0-255 scale)
+_CHUNK = 512  # scenes per pool task: large enough to amortise pickling
+
+
+def _unit_polygon(shape: str) -> list[tuple[float, float]]:
+    """Vertices of ``shape`` inside the unit disc, centred on the origin (y downwards)."""
+    if shape == "square":
+        return [(-0.8, -0.8), (0.8, -0.8), (0.8, 0.8), (-0.8, 0.8)]
+    if shape == "triangle":
+        return [(0.0, -1.0), (0.87, 0.5), (-0.87, 0.5)]
+    if shape == "diamond":
+        return [(0.0, -1.0), (0.7, 0.0), (0.0, 1.0), (-0.7, 0.0)]
+    if shape == "hexagon":
+        return [(math.cos(a), math.sin(a)) for a in np.linspace(0, 2 * math.pi, 7)[:-1]]
+    if shape == "star":
+        angles = np.linspace(-math.pi / 2, 1.5 * math.pi, 11)[:-1]
+        radii = [1.0 if k % 2 == 0 else 0.42 for k in range(10)]
+        return [(r * math.cos(a), r * math.sin(a)) for r, a in zip(radii, angles, strict=True)]
+    if shape == "cross":
+        w = 0.33
+        return [
+            (-w, -1), (w, -1), (w, -w), (1, -w), (1, w), (w, w),
+            (w, 1), (-w, 1), (-w, w), (-1, w), (-1, -w), (-w, -w),
+        ]  # fmt: skip
+    if shape == "heart":
+        t = np.linspace(0, 2 * math.pi, 24, endpoint=False)
+        hx = 16 * np.sin(t) ** 3
+        hy = -(13 * np.cos(t) - 5 * np.cos(2 * t) - 2 * np.cos(3 * t) - np.cos(4 * t))
+        return [(float(a) / 17, float(b) / 17 + 0.1) for a, b in zip(hx, hy, strict=True)]
+    raise ValueError(f"shape: no polygon for {shape!r}")
+
+
+_POLYGONS: dict[str, list[tuple[float, float]]] = {
+    s: _unit_polygon(s) for s in SHAPES if s != "circle"  # circles are drawn as ellipses
+}
+
+
+@cache
+def _texture(texture: str, variant: int) -> np.ndarray:
+    """A fixed (IMAGE_SIZE, IMAGE_SIZE, 1) pattern in [-1, 1] for ``texture``/``variant``."""
+    rows, cols = np.mgrid[0:IMAGE_SIZE, 0:IMAGE_SIZE].astype(np.float64)
+    period = 6 + 2 * variant
+    if texture == "plain":
+        pattern = np.zeros_like(rows)
+    elif texture == "stripes":  # variants alternate vertical/horizontal, with their period
+        axis = cols if variant % 2 == 0 else rows
+        pattern = np.sign(np.sin(2 * math.pi * axis / period))
+    elif texture == "checks":
+        pattern = np.sign(np.sin(math.pi * rows / period) * np.sin(math.pi * cols / period))
+    elif texture == "dots":
+        dist = np.hypot(rows % period - period / 2, cols % period - period / 2)
+        pattern = np.where(dist < period / 4, 1.0, -0.2)
+    elif texture == "grain":
+        pattern = np.random.default_rng(1000 + variant).uniform(-1, 1, rows.shape)
+    else:
+        raise ValueError(f"texture: expected one of {list(TEXTURES)}, got {texture!r}")
+    return pattern[:, :, None]
+
+
+def draw_scene(scene: Scene) -> Image.Image:
+    """The scene as an ``IMAGE_SIZE`` x ``IMAGE_SIZE`` RGB image."""
+    bg = scene.background
+    textured = np.asarray(bg.colour, dtype=np.float64) + _TEXTURE_AMPLITUDE * _texture(
+        bg.texture, bg.variant
+    )
+    image = Image.fromarray(np.clip(textured, 0, 255).astype(np.uint8), mode="RGB")
+    draw = ImageDraw.Draw(image)
+    # Larger objects first, so a small shape is never hidden behind a large one.
+    for obj in sorted(scene.objects, key=lambda o: -SIZES.index(o.size)):
+        radius = SIZE_RADIUS[SIZES.index(obj.size)] * IMAGE_SIZE
+        cx, cy = obj.x * IMAGE_SIZE, obj.y * IMAGE_SIZE
+        fill = COLOURS[obj.colour]
+        if obj.shape == "circle":
+            draw.ellipse((cx - radius, cy - radius, cx + radius, cy + radius), fill=fill)
+        else:
+            points = [(cx + radius * px, cy + radius * py) for px, py in _POLYGONS[obj.shape]]
+            draw.polygon(points, fill=fill)
+    return image
+
+
+def png_bytes(scene: Scene) -> bytes:
+    """The PNG encoding of :func:`draw_scene` (fast compression: the files are tiny)."""
+    buffer = io.BytesIO()
+    draw_scene(scene).save(buffer, format="PNG", compress_level=1)
+    return buffer.getvalue()
+
+
+def _write_if_absent(path: str, scene: Scene) -> bool:
+    """Write ``path`` unless it exists; True when written. Temp name + rename: atomic."""
+    if os.path.exists(path):
+        return False
+    # The pid keeps two concurrent writers of one world from sharing a temporary file.
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(png_bytes(scene))
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True
+
+
+def _render_chunk(task: tuple[str, Sequence[tuple[str, Scene]]]) -> int:
+    directory, jobs = task
+    return sum(_write_if_absent(os.path.join(directory, name), scene) for name, scene in jobs)
+
+
+def render_images(
+    scenes: Sequence[Scene],
+    filenames: Sequence[str],
+    directory: str | os.PathLike[str],
+    *,
+    processes: int = 2,
+) -> int:
+    """Draw ``scenes[i]`` into ``directory/filenames[i]``; returns how many were written.
+
+    Existing files are kept (a re-run after an interruption only draws what is missing).
+    ``processes <= 1`` draws in this process.
+    """
+    if len(scenes) != len(filenames):
+        raise ValueError(
+            f"filenames: expected one per scene ({len(scenes)}), got {len(filenames)}"
+        )
+    if processes < 1:
+        raise ValueError(f"processes: expected at least 1, got {processes}")
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    folder = os.fspath(directory)
+    jobs = list(zip(filenames, scenes, strict=True))
+    tasks = [(folder, jobs[start : start + _CHUNK]) for start in range(0, len(jobs), _CHUNK)]
+    if processes == 1 or len(tasks) <= 1:
+        written = sum(_render_chunk(task) for task in tasks)
+    else:
+        # fork (where available) skips re-importing numpy and PIL in every worker.
+        methods = multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("fork" if "fork" in methods else None)
+        with context.Pool(processes) as pool:
+            written = sum(pool.imap_unordered(_render_chunk, tasks))
+    logger.info("rendered %d of %d images into %s", written, len(jobs), folder)
+    return written
+

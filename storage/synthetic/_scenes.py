@@ -1,0 +1,298 @@
+"""Scenes of the embedded grounded world: a few coloured shapes on a textured background.
+
+A scene holds 1-3 objects, each with a shape, a colour, a size and a position in the
+unit square (``x`` to the right, ``y`` downwards, as in image coordinates), plus a
+background colour and texture. Captions describe the objects and their spatial
+relations but never the background: it is nuisance content that the image features
+carry and no caption explains, as a photograph's CNN features carry far more than its
+captions mention.
+
+Scenes are generated in bulk with numpy (:func:`generate_scene_arrays`) because the
+COCO-sized world has 123,287 of them; :class:`Scene` is the per-scene view used by the
+caption writer and stored (as :meth:`Scene.to_dict`) beside each image in the JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+SHAPES: tuple[str, ...] = (
+    "circle", "square", "triangle", "star", "cross", "diamond", "heart", "hexagon",
+)  # fmt: skip
+COLOURS: dict[str, tuple[int, int, int]] = {  # saturated, so they stand out from backgrounds
+    "red": (220, 30, 35),
+    "orange": (245, 135, 20),
+    "yellow": (240, 215, 30),
+    "green": (35, 165, 60),
+    "blue": (40, 80, 225),
+    "purple": (135, 45, 180),
+    "pink": (245, 115, 185),
+    "brown": (125, 75, 30),
+}
+COLOUR_NAMES: tuple[str, ...] = tuple(COLOURS)
+SIZES: tuple[str, ...] = ("small", "medium", "large")
+SIZE_RADIUS: tuple[float, ...] = (0.075, 0.11, 0.15)  # half-width as a fraction of the image
+TEXTURES: tuple[str, ...] = ("plain", "stripes", "checks", "dots", "grain")
+TEXTURE_VARIANTS = 4  # orientation/phase variants of each texture
+RELATIONS: tuple[str, ...] = ("left of", "right of", "above", "below", "next to")
+INVERSE_RELATION: dict[str, str] = {
+    "left of": "right of",
+    "right of": "left of",
+    "above": "below",
+    "below": "above",
+    "next to": "next to",
+}
+MAX_OBJECTS = 3
+_OBJECT_COUNT_P = (0.2, 0.4, 0.4)  # probability of 1, 2, 3 objects
+_GRID = 3  # objects sit in distinct cells of a 3x3 grid, so they rarely overlap
+_JITTER = 0.05  # how far an object may stray from its cell centre
+_NEAR = 0.45  # same-row objects closer than this are "next to" each other
+_SAME_ROW = 0.12
+
+
+@dataclass(frozen=True)
+class SceneObject:
+    """One shape in a scene."""
+
+    shape: str  # one of SHAPES
+    colour: str  # one of COLOURS
+    size: str  # one of SIZES
+    x: float  # centre, 0 = left edge, 1 = right edge (3 decimals)
+    y: float  # centre, 0 = top edge, 1 = bottom edge (3 decimals)
+
+
+@dataclass(frozen=True)
+class Background:
+    """The nuisance part of a scene: drawn and featurised, never captioned."""
+
+    colour: tuple[int, int, int]  # RGB, muted so objects stand out
+    texture: str  # one of TEXTURES
+    variant: int  # 0 .. TEXTURE_VARIANTS - 1: orientation/phase of the texture
+
+
+@dataclass(frozen=True)
+class Relation:
+    """``objects[first]`` is ``relation`` ``objects[second]`` (e.g. left of)."""
+
+    first: int
+    second: int
+    relation: str  # one of RELATIONS
+
+
+def relation_codes(dx: np.ndarray, dy: np.ndarray) -> np.ndarray:
+    """Index into RELATIONS of "A <relation> B" where ``(dx, dy)`` = B's centre - A's.
+
+    Works elementwise on arrays of any shape, so the feature projection and
+    :meth:`Scene.relations` share one definition.
+    """
+    horizontal = np.abs(dx) >= np.abs(dy)
+    near = (np.abs(dy) < _SAME_ROW) & (np.abs(dx) < _NEAR)
+    codes = np.where(horizontal, np.where(dx > 0, 0, 1), np.where(dy > 0, 2, 3))
+    return np.where(near, 4, codes)
+
+
+@dataclass(frozen=True)
+class Scene:
+    """A scene: its objects (1-3, distinct shapes) and its background."""
+
+    objects: tuple[SceneObject, ...]
+    background: Background
+
+    def relations(self) -> list[Relation]:
+        """The relation of every pair ``first < second``, derived from the positions."""
+        found: list[Relation] = []
+        for i, a in enumerate(self.objects):
+            for j in range(i + 1, len(self.objects)):
+                b = self.objects[j]
+                code = int(relation_codes(np.asarray(b.x - a.x), np.asarray(b.y - a.y)))
+                found.append(Relation(i, j, RELATIONS[code]))
+        return found
+
+    def relation(self, first: int, second: int) -> str:
+        """How ``objects[first]`` lies relative to ``objects[second]``."""
+        a, b = self.objects[first], self.objects[second]
+        return RELATIONS[int(relation_codes(np.asarray(b.x - a.x), np.asarray(b.y - a.y)))]
+
+    def to_dict(self) -> dict[str, Any]:
+        """A small JSON-able form; :meth:`from_dict` inverts it exactly."""
+        return {
+            "objects": [
+                {"shape": o.shape, "colour": o.colour, "size": o.size, "x": o.x, "y": o.y}
+                for o in self.objects
+            ],
+            "background": {
+                "colour": list(self.background.colour),
+                "texture": self.background.texture,
+                "variant": self.background.variant,
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Scene:
+        """Parse :meth:`to_dict`'s form; a ``ValueError`` names the offending field."""
+        if not isinstance(raw, Mapping):
+            raise ValueError(f"scene: expected an object, got {type(raw).__name__}")
+        objects = raw.get("objects")
+        if not isinstance(objects, list) or not 1 <= len(objects) <= MAX_OBJECTS:
+            raise ValueError(f"scene.objects: expected a list of 1-{MAX_OBJECTS} objects")
+        parsed = tuple(_parse_object(o, f"scene.objects[{k}]") for k, o in enumerate(objects))
+        return cls(parsed, _parse_background(raw.get("background")))
+
+
+def _choice(raw: Mapping[str, Any], key: str, allowed: tuple[str, ...], where: str) -> str:
+    value = raw.get(key)
+    if value not in allowed:
+        raise ValueError(f"{where}.{key}: expected one of {list(allowed)}, got {value!r}")
+    return str(value)
+
+
+def _unit(raw: Mapping[str, Any], key: str, where: str) -> float:
+    value = raw.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ValueError(f"{where}.{key}: expected a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _parse_object(raw: Any, where: str) -> SceneObject:
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}: expected an object, got {type(raw).__name__}")
+    return SceneObject(
+        shape=_choice(raw, "shape", SHAPES, where),
+        colour=_choice(raw, "colour", COLOUR_NAMES, where),
+        size=_choice(raw, "size", SIZES, where),
+        x=_unit(raw, "x", where),
+        y=_unit(raw, "y", where),
+    )
+
+
+def _parse_background(raw: Any) -> Background:
+    where = "scene.background"
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{where}: expected an object, got {type(raw).__name__}")
+    colour = raw.get("colour")
+    ok = isinstance(colour, list) and len(colour) == 3
+    if not ok or not all(isinstance(c, int) and 0 <= c <= 255 for c in colour):
+        raise ValueError(f"{where}.colour: expected three integers 0-255, got {colour!r}")
+    variant = raw.get("variant")
+    if not isinstance(variant, int) or not 0 <= variant < TEXTURE_VARIANTS:
+        raise ValueError(
+            f"{where}.variant: expected an integer 0-{TEXTURE_VARIANTS - 1}, got {variant!r}"
+        )
+    r, g, b = colour
+    return Background((r, g, b), _choice(raw, "texture", TEXTURES, where), variant)
+
+
+@dataclass(frozen=True)
+class SceneArrays:
+    """Many scenes as padded arrays (``MAX_OBJECTS`` slots; absent objects have shape -1)."""
+
+    shape: np.ndarray  # (n, MAX_OBJECTS) int64 index into SHAPES, -1 = no object
+    colour: np.ndarray  # (n, MAX_OBJECTS) int64 index into COLOUR_NAMES (0 when absent)
+    size: np.ndarray  # (n, MAX_OBJECTS) int64 index into SIZES (0 when absent)
+    x: np.ndarray  # (n, MAX_OBJECTS) float64 (0 when absent)
+    y: np.ndarray  # (n, MAX_OBJECTS) float64 (0 when absent)
+    background: np.ndarray  # (n, 3) int64 RGB
+    texture: np.ndarray  # (n,) int64 index into TEXTURES
+    variant: np.ndarray  # (n,) int64
+
+    def __len__(self) -> int:
+        return int(self.shape.shape[0])
+
+    @property
+    def present(self) -> np.ndarray:
+        """(n, MAX_OBJECTS) bool: which slots hold an object."""
+        return self.shape >= 0
+
+    def scene(self, index: int) -> Scene:
+        """The :class:`Scene` in row ``index``."""
+        return self._slice(index, index + 1)[0]
+
+    def scenes(self) -> list[Scene]:
+        """Every row as a :class:`Scene`."""
+        return self._slice(0, len(self))
+
+    def _slice(self, start: int, stop: int) -> list[Scene]:
+        # Python lists first: indexing numpy scalars one by one is ~10x slower.
+        rows = zip(
+            self.shape[start:stop].tolist(),
+            self.colour[start:stop].tolist(),
+            self.size[start:stop].tolist(),
+            self.x[start:stop].tolist(),
+            self.y[start:stop].tolist(),
+            self.background[start:stop].tolist(),
+            self.texture[start:stop].tolist(),
+            self.variant[start:stop].tolist(),
+            strict=True,
+        )
+        scenes: list[Scene] = []
+        for shape, colour, size, x, y, (r, g, b), texture, variant in rows:
+            objects = tuple(
+                SceneObject(SHAPES[s], COLOUR_NAMES[c], SIZES[z], px, py)
+                for s, c, z, px, py in zip(shape, colour, size, x, y, strict=True)
+                if s >= 0
+            )
+            scenes.append(Scene(objects, Background((r, g, b), TEXTURES[texture], variant)))
+        return scenes
+
+
+def generate_scene_arrays(n: int, seed: int | np.random.SeedSequence) -> SceneArrays:
+    """``n`` random scenes, fully determined by ``seed``."""
+    if n < 0:
+        raise ValueError(f"n: expected a non-negative number of scenes, got {n}")
+    rng = np.random.default_rng(seed)
+    count = rng.choice(np.arange(1, MAX_OBJECTS + 1), size=n, p=_OBJECT_COUNT_P)
+    present = np.arange(MAX_OBJECTS)[None, :] < count[:, None]
+    # Distinct shapes per scene keep "the circle" unambiguous in captions.
+    shape = np.argsort(rng.random((n, len(SHAPES))), axis=1)[:, :MAX_OBJECTS]
+    colour = rng.integers(0, len(COLOURS), size=(n, MAX_OBJECTS))
+    size = rng.integers(0, len(SIZES), size=(n, MAX_OBJECTS))
+    cell = np.argsort(rng.random((n, _GRID * _GRID)), axis=1)[:, :MAX_OBJECTS]
+    jitter = rng.uniform(-_JITTER, _JITTER, size=(2, n, MAX_OBJECTS))
+    # Rounded now, so that a scene read back from the JSON is the generated scene.
+    x = np.round((cell % _GRID + 0.5) / _GRID + jitter[0], 3)
+    y = np.round((cell // _GRID + 0.5) / _GRID + jitter[1], 3)
+    grey = rng.uniform(70, 190, size=(n, 1))
+    background = np.clip(np.round(grey + rng.uniform(-28, 28, size=(n, 3))), 0, 255)
+    return SceneArrays(
+        shape=np.where(present, shape, -1).astype(np.int64),
+        colour=np.where(present, colour, 0).astype(np.int64),
+        size=np.where(present, size, 0).astype(np.int64),
+        x=np.where(present, x, 0.0),
+        y=np.where(present, y, 0.0),
+        background=background.astype(np.int64),
+        texture=rng.integers(0, len(TEXTURES), size=n).astype(np.int64),
+        variant=rng.integers(0, TEXTURE_VARIANTS, size=n).astype(np.int64),
+    )
+
+
+def generate_scenes(n: int, seed: int | np.random.SeedSequence) -> list[Scene]:
+    """``n`` random scenes, fully determined by ``seed`` (see :func:`generate_scene_arrays`)."""
+    return generate_scene_arrays(n, seed).scenes()
+
+
+def scenes_to_arrays(scenes: list[Scene]) -> SceneArrays:
+    """Pack :class:`Scene` objects into :class:`SceneArrays` (the inverse of ``scenes()``)."""
+    n = len(scenes)
+    shape = np.full((n, MAX_OBJECTS), -1, dtype=np.int64)
+    colour = np.zeros((n, MAX_OBJECTS), dtype=np.int64)
+    size = np.zeros((n, MAX_OBJECTS), dtype=np.int64)
+    x = np.zeros((n, MAX_OBJECTS))
+    y = np.zeros((n, MAX_OBJECTS))
+    shape_index = {s: k for k, s in enumerate(SHAPES)}
+    colour_index = {c: k for k, c in enumerate(COLOUR_NAMES)}
+    size_index = {s: k for k, s in enumerate(SIZES)}
+    texture_index = {t: k for k, t in enumerate(TEXTURES)}
+    for i, scene in enumerate(scenes):
+        for k, obj in enumerate(scene.objects):
+            shape[i, k] = shape_index[obj.shape]
+            colour[i, k] = colour_index[obj.colour]
+            size[i, k] = size_index[obj.size]
+            x[i, k], y[i, k] = obj.x, obj.y
+    background = np.array([s.background.colour for s in scenes], dtype=np.int64).reshape(n, 3)
+    texture = np.array([texture_index[s.background.texture] for s in scenes], dtype=np.int64)
+    variant = np.array([s.background.variant for s in scenes], dtype=np.int64)
+    return SceneArrays(shape, colour, size, x, y, background, texture, variant)
