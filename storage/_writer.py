@@ -140,7 +140,13 @@ class StoreWriter:
         schema = schema.with_metadata({**schema.metadata,
                                        b"skipped_images": json.dumps(list(skipped_images)),
                                        b"truncated_images": str(truncated_images)})
-        raw = np.ascontiguousarray(features, dtype=self.feature_dtype)
+        with np.errstate(over="ignore"):
+            raw = np.ascontiguousarray(features, dtype=self.feature_dtype)
+        if not np.isfinite(raw).all():
+            bad = image_ids[int(np.flatnonzero(~np.isfinite(raw).all(axis=1))[0])]
+            raise StoreError(f"shard {split}-{index}: the features of image {bad!r} are not finite "
+                             f"as {self.feature_dtype}" + (" (beyond float16's range: build with "
+                             "--dtype float32)" if self.feature_dtype == "float16" else ""))
         feature_column = pa.FixedSizeBinaryArray.from_buffers(
             schema.field("feature").type, n, [None, pa.py_buffer(raw)])
         image_table = pa.table({"image_id": pa.array(list(image_ids), pa.string()),

@@ -179,3 +179,14 @@ def test_inspect_of_a_copy_on_another_path(store: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copy"
     shutil.copytree(store, copy)
     assert open_store(copy.as_uri()).verify() == 6
+
+
+def test_features_that_do_not_fit_the_dtype_are_refused(tmp_path: Path) -> None:
+    writer = StoreWriter(tmp_path / "s", fingerprint=FINGERPRINT, feature_dim=DIM,
+                         feature_dtype="float16")
+    ids, feats, caps = _split_rows(np.random.default_rng(0), "train", 3)
+    feats[1, 2] = 1e6
+    with pytest.raises(StoreError, match=r"image 'train/0001.jpg' are not finite as float16 "
+                                         r"\(beyond float16's range"):
+        writer.write_shard("train", 0, ids, feats, caps)
+    assert writer.existing_shard("train", 0) is None

@@ -1,0 +1,106 @@
+"""Feature-store read speed against ``np.load`` of the same matrix from the same disk.
+
+Goal (issue 2): reading COCO-sized features (123,287 x 2,048 float32) from the store
+runs at >= 50% of ``np.load``'s speed. Both are timed in this run, side by side:
+warm (files in the page cache, best of ``--repeats``) and, when this process may drop
+the page cache (root on Linux), cold.
+
+    python bench/bench_store_read.py [--images 123287] [--dir /tmp/bench-store]
+    python bench/bench_store_read.py --store stores/world-coco   # an existing store's train split
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from storage import StoreWriter, open_store
+
+DIM = 2048
+
+
+def write_random_store(root: Path, n: int, compression: str, shard_size: int) -> None:
+    """A store whose features look like ResNet's: non-negative, dense, skewed."""
+    rng = np.random.default_rng(0)
+    writer = StoreWriter(root, fingerprint={"bench": n, "compression": compression}, feature_dim=DIM,
+                         feature_compression=compression)
+    records = []
+    for k, start in enumerate(range(0, n, shard_size)):
+        rows = min(shard_size, n - start)
+        feats = rng.gamma(1.5, 0.3, size=(rows, DIM)).astype(np.float32)
+        ids = [f"{start + i:07d}.jpg" for i in range(rows)]
+        records.append(writer.write_shard("train", k, ids, feats, [["a caption"] * 5] * rows))
+    writer.finish(dataset="bench", feature_extractor={"model": "gamma-noise"},
+                  splits={"train": records})
+
+
+def drop_page_cache() -> bool:
+    try:
+        subprocess.run(["sync"], check=True)
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        return True
+    except OSError:
+        return False
+
+
+def timed(fn, repeats: int, cold: bool) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        if cold:
+            drop_page_cache()
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--images", type=int, default=123_287)
+    parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temp dir)")
+    parser.add_argument("--store", default=None, help="benchmark this existing store instead")
+    parser.add_argument("--compression", nargs="+", default=["lz4", "none", "zstd"])
+    parser.add_argument("--shard-size", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    scratch = args.dir or Path(tempfile.mkdtemp(prefix="bench-store-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    stores = {"given": args.store} if args.store else {}
+    for codec in [] if args.store else args.compression:
+        root = scratch / f"store-{codec}"
+        shutil.rmtree(root, ignore_errors=True)
+        started = time.perf_counter()
+        write_random_store(root, args.images, codec, args.shard_size)
+        size = sum(f.stat().st_size for f in root.rglob("*.parquet")) / 2**20
+        print(f"wrote {codec:>5} store: {time.perf_counter() - started:6.1f} s, {size:,.0f} MiB")
+        stores[codec] = str(root)
+    reference = open_store(next(iter(stores.values()))).read_features("train")[1]
+    npy = scratch / "features.npy"
+    np.save(npy, reference)
+    print(f"matrix {reference.shape[0]:,} x {reference.shape[1]:,} {reference.dtype} "
+          f"({reference.nbytes / 2**20:,.0f} MiB), {os.cpu_count()} cores")
+    can_drop = drop_page_cache()
+    for cold in (False, True) if can_drop else (False,):
+        label = "cold" if cold else "warm"
+        base = timed(lambda: np.load(npy), args.repeats, cold)
+        print(f"[{label}] np.load {base:.3f} s ({reference.nbytes / base / 2**30:.2f} GiB/s)")
+        for codec, where in stores.items():
+            store = open_store(where)
+            took = timed(lambda s=store: s.read_features("train"), args.repeats, cold)
+            print(f"[{label}] store {codec:>5} {took:.3f} s  ratio vs np.load {base / took:.2f} "
+                  f"(goal >= 0.50)")
+    if not can_drop:
+        print("(cold runs skipped: this process may not drop the page cache)")
+    if args.dir is None:
+        shutil.rmtree(scratch)
+
+
+if __name__ == "__main__":
+    main()
