@@ -29,16 +29,21 @@ DIM = 2048
 def write_random_store(root: Path, n: int, compression: str, shard_size: int) -> None:
     """A store whose features look like ResNet's: non-negative, dense, skewed."""
     rng = np.random.default_rng(0)
-    writer = StoreWriter(root, fingerprint={"bench": n, "compression": compression}, feature_dim=DIM,
-                         feature_compression=compression)
+    writer = StoreWriter(
+        root,
+        fingerprint={"bench": n, "compression": compression},
+        feature_dim=DIM,
+        feature_compression=compression,
+    )
     records = []
     for k, start in enumerate(range(0, n, shard_size)):
         rows = min(shard_size, n - start)
         feats = rng.gamma(1.5, 0.3, size=(rows, DIM)).astype(np.float32)
         ids = [f"{start + i:07d}.jpg" for i in range(rows)]
         records.append(writer.write_shard("train", k, ids, feats, [["a caption"] * 5] * rows))
-    writer.finish(dataset="bench", feature_extractor={"model": "gamma-noise"},
-                  splits={"train": records})
+    writer.finish(
+        dataset="bench", feature_extractor={"model": "gamma-noise"}, splits={"train": records}
+    )
 
 
 def drop_page_cache() -> bool:
@@ -64,7 +69,9 @@ def timed(fn, repeats: int, cold: bool) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", type=int, default=123_287)
-    parser.add_argument("--dir", type=Path, default=None, help="scratch directory (default: a temp dir)")
+    parser.add_argument(
+        "--dir", type=Path, default=None, help="scratch directory (default: a temp dir)"
+    )
     parser.add_argument("--store", default=None, help="benchmark this existing store instead")
     parser.add_argument("--compression", nargs="+", default=["lz4", "none", "zstd"])
     parser.add_argument("--shard-size", type=int, default=1024)
@@ -84,8 +91,10 @@ def main() -> None:
     reference = open_store(next(iter(stores.values()))).read_features("train")[1]
     npy = scratch / "features.npy"
     np.save(npy, reference)
-    print(f"matrix {reference.shape[0]:,} x {reference.shape[1]:,} {reference.dtype} "
-          f"({reference.nbytes / 2**20:,.0f} MiB), {os.cpu_count()} cores")
+    print(
+        f"matrix {reference.shape[0]:,} x {reference.shape[1]:,} {reference.dtype} "
+        f"({reference.nbytes / 2**20:,.0f} MiB), {os.cpu_count()} cores"
+    )
     can_drop = drop_page_cache()
     for cold in (False, True) if can_drop else (False,):
         label = "cold" if cold else "warm"
@@ -94,8 +103,10 @@ def main() -> None:
         for codec, where in stores.items():
             store = open_store(where)
             took = timed(lambda s=store: s.read_features("train"), args.repeats, cold)
-            print(f"[{label}] store {codec:>5} {took:.3f} s  ratio vs np.load {base / took:.2f} "
-                  f"(goal >= 0.50)")
+            print(
+                f"[{label}] store {codec:>5} {took:.3f} s  ratio vs np.load {base / took:.2f} "
+                f"(goal >= 0.50)"
+            )
     if not can_drop:
         print("(cold runs skipped: this process may not drop the page cache)")
     if args.dir is None:

@@ -75,7 +75,7 @@ class Location:
         selector = pafs.FileSelector(self.path(relative), allow_not_found=True)
         base = self.root.rstrip("/") + "/"
         return sorted(
-            info.path[len(base):]
+            info.path[len(base) :]
             for info in self.fs.get_file_info(selector)
             if info.type == pafs.FileType.File
         )

@@ -54,11 +54,15 @@ class FeatureStore:
         location = Location.parse(where)
         if not location.exists(MANIFEST):
             if location.exists(BUILD_STATE):
-                raise StoreError(f"{location.display(MANIFEST)}: missing; the build of this store "
-                                 "did not finish; run the same `python -m storage.build` again to "
-                                 "resume it")
-            raise StoreError(f"{location.display(MANIFEST)}: missing; {location.uri} is not a "
-                             "feature store (build one with `python -m storage.build`)")
+                raise StoreError(
+                    f"{location.display(MANIFEST)}: missing; the build of this store "
+                    "did not finish; run the same `python -m storage.build` again to "
+                    "resume it"
+                )
+            raise StoreError(
+                f"{location.display(MANIFEST)}: missing; {location.uri} is not a "
+                "feature store (build one with `python -m storage.build`)"
+            )
         text = location.read_bytes(MANIFEST).decode("utf-8")
         return cls(location, Manifest.from_json(text, location.display(MANIFEST)))
 
@@ -72,8 +76,10 @@ class FeatureStore:
         caption_ids, captions = self.read_captions(split)
         expected = np.repeat(image_ids, CAPTIONS_PER_IMAGE)
         if len(caption_ids) != len(expected) or not np.array_equal(caption_ids, expected):
-            raise StoreError(f"{self.location.uri}: captions of split {split!r} are not aligned "
-                             f"{CAPTIONS_PER_IMAGE} per image with its image shards")
+            raise StoreError(
+                f"{self.location.uri}: captions of split {split!r} are not aligned "
+                f"{CAPTIONS_PER_IMAGE} per image with its image shards"
+            )
         return SplitData(split, image_ids, features, captions)
 
     def read_features(self, split: str) -> tuple[np.ndarray, np.ndarray]:
@@ -94,10 +100,13 @@ class FeatureStore:
             view = features[start:stop].reshape(-1)
             row_start = 0
             for chunk in table.column("feature").chunks:
-                raw = np.frombuffer(chunk.buffers()[1], dtype=m.feature_dtype,
-                                    count=len(chunk) * m.feature_dim,
-                                    offset=chunk.offset * schema.field("feature").type.byte_width)
-                view[row_start:row_start + raw.size] = raw
+                raw = np.frombuffer(
+                    chunk.buffers()[1],
+                    dtype=m.feature_dtype,
+                    count=len(chunk) * m.feature_dim,
+                    offset=chunk.offset * schema.field("feature").type.byte_width,
+                )
+                view[row_start : row_start + raw.size] = raw
                 row_start += raw.size
 
         self._parallel(load, len(info.image_shards))
@@ -112,14 +121,20 @@ class FeatureStore:
             tables[k] = self._read_table(info.caption_shards[k], CAPTION_SCHEMA)
 
         self._parallel(load, len(tables))
-        table = pa.concat_tables([t for t in tables if t is not None] or [CAPTION_SCHEMA.empty_table()])
+        table = pa.concat_tables(
+            [t for t in tables if t is not None] or [CAPTION_SCHEMA.empty_table()]
+        )
         index = table.column("caption_index").to_numpy()
         if not np.array_equal(index, np.tile(np.arange(CAPTIONS_PER_IMAGE), info.images)):
-            raise StoreError(f"{self.location.uri}: caption_index of split {split!r} is not "
-                             f"0..{CAPTIONS_PER_IMAGE - 1} for every image")
+            raise StoreError(
+                f"{self.location.uri}: caption_index of split {split!r} is not "
+                f"0..{CAPTIONS_PER_IMAGE - 1} for every image"
+            )
         captions = table.column("caption").to_numpy(zero_copy_only=False)
-        return (table.column("image_id").to_numpy(zero_copy_only=False),
-                captions.reshape(info.images, CAPTIONS_PER_IMAGE))
+        return (
+            table.column("image_id").to_numpy(zero_copy_only=False),
+            captions.reshape(info.images, CAPTIONS_PER_IMAGE),
+        )
 
     def verify(self) -> int:
         """Check every shard (present, checksum, schema, rows) and the caption alignment;
@@ -128,20 +143,26 @@ class FeatureStore:
         m = self.manifest
         for split, info in m.splits.items():
             schema = image_schema(m.feature_dim, m.feature_dtype)
-            for shards, expected_schema in ((info.image_shards, schema),
-                                            (info.caption_shards, CAPTION_SCHEMA)):
+            for shards, expected_schema in (
+                (info.image_shards, schema),
+                (info.caption_shards, CAPTION_SCHEMA),
+            ):
                 for shard in shards:
                     data = self._shard_bytes(shard)
                     digest = hashlib.sha256(data).hexdigest()
                     if digest != shard.sha256:
-                        raise StoreError(f"{self.location.display(shard.path)}: checksum mismatch "
-                                         f"(manifest sha256 {shard.sha256[:16]}..., file "
-                                         f"{digest[:16]}...); the shard is corrupt or was replaced")
+                        raise StoreError(
+                            f"{self.location.display(shard.path)}: checksum mismatch "
+                            f"(manifest sha256 {shard.sha256[:16]}..., file "
+                            f"{digest[:16]}...); the shard is corrupt or was replaced"
+                        )
                     self._check_table(shard, pq.read_table(pa.BufferReader(data)), expected_schema)
                     count += 1
             if sum(s.rows for s in info.image_shards) != info.images:
-                raise StoreError(f"{self.location.display(MANIFEST)}: split {split!r} lists "
-                                 f"{info.images} images but its shards hold a different number")
+                raise StoreError(
+                    f"{self.location.display(MANIFEST)}: split {split!r} lists "
+                    f"{info.images} images but its shards hold a different number"
+                )
             self.read_split(split)
         return count
 
@@ -151,13 +172,15 @@ class FeatureStore:
         try:
             return self.manifest.splits[split]
         except KeyError:
-            raise StoreError(f"{self.location.uri}: no split {split!r}; the store has "
-                             f"{', '.join(self.splits)}") from None
+            raise StoreError(
+                f"{self.location.uri}: no split {split!r}; the store has {', '.join(self.splits)}"
+            ) from None
 
     def _shard_bytes(self, shard: ShardInfo) -> bytes:
         if not self.location.exists(shard.path):
-            raise StoreError(f"{self.location.display(shard.path)}: shard listed in the manifest "
-                             "is missing")
+            raise StoreError(
+                f"{self.location.display(shard.path)}: shard listed in the manifest is missing"
+            )
         return self.location.read_bytes(shard.path)
 
     def _read_table(self, shard: ShardInfo, schema: pa.Schema) -> pa.Table:
@@ -168,11 +191,13 @@ class FeatureStore:
             else:
                 table = pq.read_table(path, filesystem=self.location.fs, use_threads=False)
         except FileNotFoundError:
-            raise StoreError(f"{self.location.display(shard.path)}: shard listed in the manifest "
-                             "is missing") from None
+            raise StoreError(
+                f"{self.location.display(shard.path)}: shard listed in the manifest is missing"
+            ) from None
         except (pa.ArrowInvalid, OSError) as err:
-            raise StoreError(f"{self.location.display(shard.path)}: not a readable Parquet "
-                             f"file ({err})") from None
+            raise StoreError(
+                f"{self.location.display(shard.path)}: not a readable Parquet file ({err})"
+            ) from None
         self._check_table(shard, table, schema)
         return table
 
@@ -180,14 +205,20 @@ class FeatureStore:
         where = self.location.display(shard.path)
         for expected in schema:
             if expected.name not in table.schema.names:
-                raise StoreError(f"{where}: column {expected.name!r} missing (expected "
-                                 f"{expected.type})")
+                raise StoreError(
+                    f"{where}: column {expected.name!r} missing (expected {expected.type})"
+                )
             actual = table.schema.field(expected.name).type
             if actual != expected.type:
-                hint = " (a feature dimension or dtype other than the manifest's)" \
-                    if expected.name == "feature" else ""
-                raise StoreError(f"{where}: column {expected.name!r} has type {actual}, "
-                                 f"expected {expected.type}{hint}")
+                hint = (
+                    " (a feature dimension or dtype other than the manifest's)"
+                    if expected.name == "feature"
+                    else ""
+                )
+                raise StoreError(
+                    f"{where}: column {expected.name!r} has type {actual}, "
+                    f"expected {expected.type}{hint}"
+                )
         if table.num_rows != shard.rows:
             raise StoreError(f"{where}: {table.num_rows} rows, the manifest says {shard.rows}")
 
@@ -196,7 +227,6 @@ class FeatureStore:
         workers = max(1, min(count, os.cpu_count() or 1))
         with ThreadPoolExecutor(workers) as pool:
             list(pool.map(fn, range(count)))
-
 
 
 def open_store(where: str | os.PathLike[str]) -> FeatureStore:

@@ -39,16 +39,20 @@ def image_schema(dim: int, dtype: str) -> pa.Schema:
     """Schema of an image-feature shard holding ``dim``-dimensional ``dtype`` vectors."""
     width = dim * np.dtype(dtype).itemsize
     return pa.schema(
-        [pa.field("image_id", pa.string(), nullable=False),
-         pa.field("feature", pa.binary(width), nullable=False)],
+        [
+            pa.field("image_id", pa.string(), nullable=False),
+            pa.field("feature", pa.binary(width), nullable=False),
+        ],
         metadata={"feature_dim": str(dim), "feature_dtype": dtype},
     )
 
 
 CAPTION_SCHEMA = pa.schema(
-    [pa.field("image_id", pa.string(), nullable=False),
-     pa.field("caption_index", pa.int8(), nullable=False),
-     pa.field("caption", pa.string(), nullable=False)]
+    [
+        pa.field("image_id", pa.string(), nullable=False),
+        pa.field("caption_index", pa.int8(), nullable=False),
+        pa.field("caption", pa.string(), nullable=False),
+    ]
 )
 
 
@@ -70,7 +74,9 @@ class SplitInfo:
     captions: int
     image_shards: tuple[ShardInfo, ...]
     caption_shards: tuple[ShardInfo, ...]
-    skipped_images: tuple[str, ...] = ()  # listed in the JSON but missing/unreadable (--skip-unreadable)
+    skipped_images: tuple[
+        str, ...
+    ] = ()  # listed in the JSON but missing/unreadable (--skip-unreadable)
     truncated_images: int = 0  # images that had more than five captions (first five kept)
 
 
@@ -107,8 +113,10 @@ class Manifest:
             )
         dtype = _get(raw, "feature_dtype", str, where)
         if dtype not in FEATURE_DTYPES:
-            raise StoreError(f"{describe(where, 'feature_dtype')}: expected one of "
-                             f"{FEATURE_DTYPES}, got {dtype!r}")
+            raise StoreError(
+                f"{describe(where, 'feature_dtype')}: expected one of "
+                f"{FEATURE_DTYPES}, got {dtype!r}"
+            )
         splits_raw = _get(raw, "splits", dict, where)
         splits = {name: _split_from_dict(value, where, name) for name, value in splits_raw.items()}
         return cls(
@@ -133,8 +141,13 @@ def _split_from_dict(raw: Any, where: str, name: str) -> SplitInfo:
         for i, item in enumerate(items):
             sub = f"{prefix}.{key}[{i}]"
             _expect(item, dict, where, sub, "a JSON object")
-            out.append(ShardInfo(_get(item, "path", str, where, sub), _get(item, "rows", int, where, sub),
-                                 _get(item, "sha256", str, where, sub)))
+            out.append(
+                ShardInfo(
+                    _get(item, "path", str, where, sub),
+                    _get(item, "rows", int, where, sub),
+                    _get(item, "sha256", str, where, sub),
+                )
+            )
         return tuple(out)
 
     return SplitInfo(
@@ -149,7 +162,9 @@ def _split_from_dict(raw: Any, where: str, name: str) -> SplitInfo:
 
 def _expect(value: Any, kind: type, where: str, field_name: str | None, what: str) -> None:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise StoreError(f"{describe(where, field_name)}: expected {what}, got {type(value).__name__}")
+        raise StoreError(
+            f"{describe(where, field_name)}: expected {what}, got {type(value).__name__}"
+        )
 
 
 def _get(raw: dict[str, Any], key: str, kind: type, where: str, prefix: str | None = None) -> Any:

@@ -53,14 +53,24 @@ class StoreWriter:
     which is refused so that no existing data is overwritten.
     """
 
-    def __init__(self, out: str | os.PathLike[str], *, fingerprint: dict[str, Any],
-                 feature_dim: int, feature_dtype: str = "float32",
-                 feature_compression: str = "lz4") -> None:
+    def __init__(
+        self,
+        out: str | os.PathLike[str],
+        *,
+        fingerprint: dict[str, Any],
+        feature_dim: int,
+        feature_dtype: str = "float32",
+        feature_compression: str = "lz4",
+    ) -> None:
         if feature_dtype not in FEATURE_DTYPES:
-            raise StoreError(f"feature dtype: expected one of {FEATURE_DTYPES}, got {feature_dtype!r}")
+            raise StoreError(
+                f"feature dtype: expected one of {FEATURE_DTYPES}, got {feature_dtype!r}"
+            )
         if feature_compression not in FEATURE_COMPRESSIONS:
-            raise StoreError(f"feature compression: expected one of {FEATURE_COMPRESSIONS}, "
-                             f"got {feature_compression!r}")
+            raise StoreError(
+                f"feature compression: expected one of {FEATURE_COMPRESSIONS}, "
+                f"got {feature_compression!r}"
+            )
         self.location = Location.parse(out)
         self.fingerprint = json.loads(json.dumps(fingerprint))  # normalised as stored
         self.feature_dim = feature_dim
@@ -89,13 +99,16 @@ class StoreWriter:
             return
         info = loc.fs.get_file_info(loc.root)
         if info.type != pa.fs.FileType.NotFound and loc.list_files("") + _subdirs(loc):
-            raise StoreError(f"{loc.uri}: the directory is not empty and holds no store; "
-                             "choose an empty or new --out directory")
+            raise StoreError(
+                f"{loc.uri}: the directory is not empty and holds no store; "
+                "choose an empty or new --out directory"
+            )
         loc.write_bytes(BUILD_STATE, (json.dumps(self.fingerprint, indent=2) + "\n").encode())
 
     def _different_store(self, other: dict[str, Any]) -> StoreError:
-        changed = sorted(k for k in set(other) | set(self.fingerprint)
-                         if other.get(k) != self.fingerprint.get(k))
+        changed = sorted(
+            k for k in set(other) | set(self.fingerprint) if other.get(k) != self.fingerprint.get(k)
+        )
         return StoreError(
             f"{self.location.uri}: already holds a different store (it differs in "
             f"{', '.join(changed)}); choose another --out or delete that directory first"
@@ -118,62 +131,108 @@ class StoreWriter:
             int(extra.get("truncated_images", "0")),
         )
 
-    def write_shard(self, split: str, index: int, image_ids: Sequence[str], features: np.ndarray,
-                    captions: Sequence[Sequence[str]], *, skipped_images: Sequence[str] = (),
-                    truncated_images: int = 0) -> ShardRecord:
+    def write_shard(
+        self,
+        split: str,
+        index: int,
+        image_ids: Sequence[str],
+        features: np.ndarray,
+        captions: Sequence[Sequence[str]],
+        *,
+        skipped_images: Sequence[str] = (),
+        truncated_images: int = 0,
+    ) -> ShardRecord:
         """Write the caption shard, then the image shard, each atomically."""
         n = len(image_ids)
         if features.shape != (n, self.feature_dim):
-            raise StoreError(f"shard {split}-{index}: features of shape {features.shape}, "
-                             f"expected ({n}, {self.feature_dim})")
+            raise StoreError(
+                f"shard {split}-{index}: features of shape {features.shape}, "
+                f"expected ({n}, {self.feature_dim})"
+            )
         if any(len(c) != CAPTIONS_PER_IMAGE for c in captions) or len(captions) != n:
-            raise StoreError(f"shard {split}-{index}: expected {CAPTIONS_PER_IMAGE} captions "
-                             f"for each of {n} images")
+            raise StoreError(
+                f"shard {split}-{index}: expected {CAPTIONS_PER_IMAGE} captions "
+                f"for each of {n} images"
+            )
         caption_table = pa.table(
-            {"image_id": pa.array(np.repeat(np.asarray(image_ids, dtype=object), CAPTIONS_PER_IMAGE),
-                                  pa.string()),
-             "caption_index": pa.array(np.tile(np.arange(CAPTIONS_PER_IMAGE, dtype=np.int8), n)),
-             "caption": pa.array([c for five in captions for c in five], pa.string())},
+            {
+                "image_id": pa.array(
+                    np.repeat(np.asarray(image_ids, dtype=object), CAPTIONS_PER_IMAGE), pa.string()
+                ),
+                "caption_index": pa.array(np.tile(np.arange(CAPTIONS_PER_IMAGE, dtype=np.int8), n)),
+                "caption": pa.array([c for five in captions for c in five], pa.string()),
+            },
             schema=CAPTION_SCHEMA,
         )
         schema = image_schema(self.feature_dim, self.feature_dtype)
-        schema = schema.with_metadata({**schema.metadata,
-                                       b"skipped_images": json.dumps(list(skipped_images)),
-                                       b"truncated_images": str(truncated_images)})
+        schema = schema.with_metadata(
+            {
+                **schema.metadata,
+                b"skipped_images": json.dumps(list(skipped_images)),
+                b"truncated_images": str(truncated_images),
+            }
+        )
         with np.errstate(over="ignore"):
             raw = np.ascontiguousarray(features, dtype=self.feature_dtype)
         if not np.isfinite(raw).all():
             bad = image_ids[int(np.flatnonzero(~np.isfinite(raw).all(axis=1))[0])]
-            raise StoreError(f"shard {split}-{index}: the features of image {bad!r} are not finite "
-                             f"as {self.feature_dtype}" + (" (beyond float16's range: build with "
-                             "--dtype float32)" if self.feature_dtype == "float16" else ""))
+            raise StoreError(
+                f"shard {split}-{index}: the features of image {bad!r} are not finite "
+                f"as {self.feature_dtype}"
+                + (
+                    " (beyond float16's range: build with --dtype float32)"
+                    if self.feature_dtype == "float16"
+                    else ""
+                )
+            )
         feature_column = pa.FixedSizeBinaryArray.from_buffers(
-            schema.field("feature").type, n, [None, pa.py_buffer(raw)])
-        image_table = pa.table({"image_id": pa.array(list(image_ids), pa.string()),
-                                "feature": feature_column}, schema=schema)
-        captions_info = self._write_table(shard_name("captions", split, index), caption_table,
-                                          compression="zstd")
+            schema.field("feature").type, n, [None, pa.py_buffer(raw)]
+        )
+        image_table = pa.table(
+            {"image_id": pa.array(list(image_ids), pa.string()), "feature": feature_column},
+            schema=schema,
+        )
+        captions_info = self._write_table(
+            shard_name("captions", split, index), caption_table, compression="zstd"
+        )
         images_info = self._write_table(
-            shard_name("images", split, index), image_table,
-            compression={"image_id": "zstd", "feature": self.feature_compression})
+            shard_name("images", split, index),
+            image_table,
+            compression={"image_id": "zstd", "feature": self.feature_compression},
+        )
         return ShardRecord(images_info, captions_info, tuple(skipped_images), truncated_images)
 
     def _write_table(self, name: str, table: pa.Table, compression: Any) -> ShardInfo:
         sink = pa.BufferOutputStream()
-        pq.write_table(table, sink, compression=compression, use_dictionary=False,
-                       row_group_size=max(len(table), 1), write_statistics=False)
+        pq.write_table(
+            table,
+            sink,
+            compression=compression,
+            use_dictionary=False,
+            row_group_size=max(len(table), 1),
+            write_statistics=False,
+        )
         data = sink.getvalue().to_pybytes()
         self.location.write_bytes(name, data)
         return ShardInfo(name, len(table), _sha256(data))
 
-    def finish(self, *, dataset: str, feature_extractor: dict[str, Any],
-               splits: dict[str, list[ShardRecord]], extras: dict[str, Any] | None = None) -> Manifest:
+    def finish(
+        self,
+        *,
+        dataset: str,
+        feature_extractor: dict[str, Any],
+        splits: dict[str, list[ShardRecord]],
+        extras: dict[str, Any] | None = None,
+    ) -> Manifest:
         """Write the manifest (last), which marks the store complete."""
         manifest = Manifest(
-            dataset=dataset, feature_extractor=feature_extractor, feature_dim=self.feature_dim,
+            dataset=dataset,
+            feature_extractor=feature_extractor,
+            feature_dim=self.feature_dim,
             feature_dtype=self.feature_dtype,
             splits={name: _split_info(records) for name, records in splits.items()},
-            build=self.fingerprint, extras=extras or {},
+            build=self.fingerprint,
+            extras=extras or {},
         )
         self.location.write_bytes(MANIFEST, manifest.to_json().encode())
         self.location.delete(BUILD_STATE)

@@ -34,11 +34,21 @@ from storage.karpathy import KNOWN_DATASETS, ingest, read_karpathy_json
 WORLD_DIR = "world"  # where the embedded world's source files live inside its store
 
 
-def build_karpathy(json_path: str | os.PathLike[str], images: str | os.PathLike[str],
-                   out: str | os.PathLike[str], *, dataset: str | None = None,
-                   weights: str | None = None, device: str | None = None, batch_size: int = 32,
-                   workers: int = 2, shard_size: int = 1024, dtype: str = "float32",
-                   feature_compression: str = "lz4", skip_unreadable: bool = False) -> Manifest:
+def build_karpathy(
+    json_path: str | os.PathLike[str],
+    images: str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    dataset: str | None = None,
+    weights: str | None = None,
+    device: str | None = None,
+    batch_size: int = 32,
+    workers: int = 2,
+    shard_size: int = 1024,
+    dtype: str = "float32",
+    feature_compression: str = "lz4",
+    skip_unreadable: bool = False,
+) -> Manifest:
     """Build a store from a Karpathy JSON with ResNet-152 ten-crop features."""
     from storage.features import ResNetExtractor  # torch is only needed for this path
 
@@ -47,100 +57,174 @@ def build_karpathy(json_path: str | os.PathLike[str], images: str | os.PathLike[
     if not images_dir.is_dir():
         raise StoreError(f"--images {images}: not a directory")
     extractor = ResNetExtractor(weights, device=device, batch_size=batch_size, num_workers=workers)
-    fingerprint = {"source": "karpathy", "dataset": source.name, "json_sha256": source.sha256,
-                   "images": str(images_dir.resolve()), "extractor": extractor.describe(),
-                   "shard_size": shard_size, "dtype": dtype, "feature_compression": feature_compression,
-                   "skip_unreadable": skip_unreadable}
-    writer = StoreWriter(out, fingerprint=fingerprint, feature_dim=extractor.dim,
-                         feature_dtype=dtype, feature_compression=feature_compression)
-    return ingest(source, images_dir, extractor, writer, shard_size=shard_size,
-                  skip_unreadable=skip_unreadable)
+    fingerprint = {
+        "source": "karpathy",
+        "dataset": source.name,
+        "json_sha256": source.sha256,
+        "images": str(images_dir.resolve()),
+        "extractor": extractor.describe(),
+        "shard_size": shard_size,
+        "dtype": dtype,
+        "feature_compression": feature_compression,
+        "skip_unreadable": skip_unreadable,
+    }
+    writer = StoreWriter(
+        out,
+        fingerprint=fingerprint,
+        feature_dim=extractor.dim,
+        feature_dtype=dtype,
+        feature_compression=feature_compression,
+    )
+    return ingest(
+        source,
+        images_dir,
+        extractor,
+        writer,
+        shard_size=shard_size,
+        skip_unreadable=skip_unreadable,
+    )
 
 
-def build_synthetic(out: str | os.PathLike[str], *, images: int = 2000, seed: int = 0,
-                    features: str = "scene", weights: str | None = None, device: str | None = None,
-                    batch_size: int = 32, workers: int = 2, shard_size: int = 1024,
-                    dtype: str = "float32", feature_compression: str = "lz4") -> Manifest:
+def build_synthetic(
+    out: str | os.PathLike[str],
+    *,
+    images: int = 2000,
+    seed: int = 0,
+    features: str = "scene",
+    weights: str | None = None,
+    device: str | None = None,
+    batch_size: int = 32,
+    workers: int = 2,
+    shard_size: int = 1024,
+    dtype: str = "float32",
+    feature_compression: str = "lz4",
+) -> Manifest:
     """Generate the embedded world inside ``out/world`` and ingest it through the same
     Karpathy path as real data."""
     from storage.synthetic import SceneProjectionExtractor, generate_world
 
     location = Location.parse(out)
     if not location.is_local:
-        raise StoreError(f"--out {out}: the embedded world is generated on local disk; give a "
-                         "local directory (copy the finished store to shared storage afterwards)")
+        raise StoreError(
+            f"--out {out}: the embedded world is generated on local disk; give a "
+            "local directory (copy the finished store to shared storage afterwards)"
+        )
     extractor: FeatureExtractor
     if features == "scene":
         extractor = SceneProjectionExtractor(seed=seed)
     elif features == "resnet":
         from storage.features import ResNetExtractor
 
-        extractor = ResNetExtractor(weights, device=device, batch_size=batch_size, num_workers=workers)
+        extractor = ResNetExtractor(
+            weights, device=device, batch_size=batch_size, num_workers=workers
+        )
     else:
         raise StoreError(f"--features: expected 'scene' or 'resnet', got {features!r}")
-    fingerprint: dict[str, Any] = {"source": "synthetic", "images": images, "seed": seed,
-                                   "extractor": extractor.describe(), "shard_size": shard_size,
-                                   "dtype": dtype, "feature_compression": feature_compression}
-    writer = StoreWriter(out, fingerprint=fingerprint, feature_dim=extractor.dim,
-                         feature_dtype=dtype, feature_compression=feature_compression)
+    fingerprint: dict[str, Any] = {
+        "source": "synthetic",
+        "images": images,
+        "seed": seed,
+        "extractor": extractor.describe(),
+        "shard_size": shard_size,
+        "dtype": dtype,
+        "feature_compression": feature_compression,
+    }
+    writer = StoreWriter(
+        out,
+        fingerprint=fingerprint,
+        feature_dim=extractor.dim,
+        feature_dtype=dtype,
+        feature_compression=feature_compression,
+    )
     if writer.manifest is not None:
         return writer.manifest
     world = generate_world(Path(location.root) / WORLD_DIR, n_images=images, seed=seed)
-    source = read_karpathy_json(world.json_path)
+    source = read_karpathy_json(world.dataset_json)
     extras = {"world": WORLD_DIR, "senteval": f"{WORLD_DIR}/senteval"}
-    return ingest(source, world.images_dir, extractor, writer, shard_size=shard_size,
-                  extras=extras)
+    return ingest(source, world.images, extractor, writer, shard_size=shard_size, extras=extras)
 
 
 def _common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", required=True, help="the store directory (or URI) to write")
-    parser.add_argument("--weights", default=None,
-                        help="ResNet-152 weights file (default: torchvision's cache), or 'random'")
+    parser.add_argument(
+        "--weights",
+        default=None,
+        help="ResNet-152 weights file (default: torchvision's cache), or 'random'",
+    )
     parser.add_argument("--device", default=None, help="torch device (default: cuda if available)")
     parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass")
     parser.add_argument("--workers", type=int, default=2, help="image decoding processes")
     parser.add_argument("--shard-size", type=int, default=1024, help="images per Parquet shard")
-    parser.add_argument("--dtype", choices=FEATURE_DTYPES, default="float32",
-                        help="stored feature precision")
-    parser.add_argument("--feature-compression", choices=FEATURE_COMPRESSIONS, default="lz4",
-                        help="Parquet codec of the feature column (see BENCHMARKS.md)")
+    parser.add_argument(
+        "--dtype", choices=FEATURE_DTYPES, default="float32", help="stored feature precision"
+    )
+    parser.add_argument(
+        "--feature-compression",
+        choices=FEATURE_COMPRESSIONS,
+        default="lz4",
+        help="Parquet codec of the feature column (see BENCHMARKS.md)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m storage.build",
-                                     description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m storage.build", description=__doc__.split("\n")[0]
+    )
     sub = parser.add_subparsers(dest="source", required=True)
     real = sub.add_parser("karpathy", help="Flickr8k/Flickr30k/COCO from Karpathy's JSON")
     real.add_argument("--json", required=True, help="dataset_{flickr8k,flickr30k,coco}.json")
     real.add_argument("--images", required=True, help="directory holding the images")
-    real.add_argument("--dataset", choices=KNOWN_DATASETS, default=None,
-                      help="data set name (default: from the JSON or its file name)")
-    real.add_argument("--skip-unreadable", action="store_true",
-                      help="leave out missing/unreadable images (counted in the manifest) "
-                           "instead of stopping")
+    real.add_argument(
+        "--dataset",
+        choices=KNOWN_DATASETS,
+        default=None,
+        help="data set name (default: from the JSON or its file name)",
+    )
+    real.add_argument(
+        "--skip-unreadable",
+        action="store_true",
+        help="leave out missing/unreadable images (counted in the manifest) instead of stopping",
+    )
     _common_options(real)
     world = sub.add_parser("synthetic", help="the embedded grounded world")
     world.add_argument("--images", type=int, default=2000, help="number of scenes (images)")
     world.add_argument("--seed", type=int, default=0, help="world seed")
-    world.add_argument("--features", choices=("scene", "resnet"), default="scene",
-                       help="scene projection (default) or ResNet-152 on the rendered images")
+    world.add_argument(
+        "--features",
+        choices=("scene", "resnet"),
+        default="scene",
+        help="scene projection (default) or ResNet-152 on the rendered images",
+    )
     _common_options(world)
     args = parser.parse_args(argv)
     if args.shard_size < 1:
         parser.error(f"--shard-size must be positive, got {args.shard_size}")
-    common = dict(weights=args.weights, device=args.device, batch_size=args.batch_size,
-                  workers=args.workers, shard_size=args.shard_size, dtype=args.dtype,
-                  feature_compression=args.feature_compression)
+    common = dict(
+        weights=args.weights,
+        device=args.device,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        shard_size=args.shard_size,
+        dtype=args.dtype,
+        feature_compression=args.feature_compression,
+    )
 
     def body() -> int:
         if args.source == "karpathy":
-            manifest = build_karpathy(args.json, args.images, args.out, dataset=args.dataset,
-                                      skip_unreadable=args.skip_unreadable, **common)
+            manifest = build_karpathy(
+                args.json,
+                args.images,
+                args.out,
+                dataset=args.dataset,
+                skip_unreadable=args.skip_unreadable,
+                **common,
+            )
         else:
             if args.images < 10:
                 raise StoreError(f"--images: expected at least 10 scenes, got {args.images}")
-            manifest = build_synthetic(args.out, images=args.images, seed=args.seed,
-                                       features=args.features, **common)
+            manifest = build_synthetic(
+                args.out, images=args.images, seed=args.seed, features=args.features, **common
+            )
         print(summary(manifest, args.out))
         return 0
 

@@ -30,13 +30,17 @@ def summary(manifest: Manifest, where: str) -> str:
             notes.append(f"{len(split.skipped_images)} unreadable images skipped")
         if split.truncated_images:
             notes.append(f"{split.truncated_images} images had > 5 captions, first 5 kept")
-        lines.append(f"{name:<10} {split.images:>8,} images {split.captions:>9,} captions "
-                     f"in {len(split.image_shards)} shards" + (f" ({'; '.join(notes)})" if notes else ""))
+        lines.append(
+            f"{name:<10} {split.images:>8,} images {split.captions:>9,} captions "
+            f"in {len(split.image_shards)} shards" + (f" ({'; '.join(notes)})" if notes else "")
+        )
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m storage.inspect", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m storage.inspect", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("store", help="store directory or URI (file://, s3://, gs://, hdfs://)")
     parser.add_argument("--no-verify", action="store_true", help="print the summary only")
     args = parser.parse_args(argv)
@@ -46,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         print(summary(store.manifest, args.store))
         if not args.no_verify:
             count = store.verify()
-            print(f"verified   {count} shards: checksums, schemas, row counts and caption alignment")
+            print(
+                f"verified   {count} shards: checksums, schemas, row counts and caption alignment"
+            )
         return 0
 
     return run_cli(body)

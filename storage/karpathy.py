@@ -71,19 +71,25 @@ def read_karpathy_json(path: str | os.PathLike[str], dataset: str | None = None)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise StoreError(f"{path}: not valid JSON ({err})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("images"), list):
-        raise StoreError(f"{describe(path, 'images')}: expected a top-level object with an "
-                         "'images' list (Karpathy's dataset_*.json format)")
+        raise StoreError(
+            f"{describe(path, 'images')}: expected a top-level object with an "
+            "'images' list (Karpathy's dataset_*.json format)"
+        )
     name = dataset or raw.get("dataset") or _name_from_filename(path)
     if name not in KNOWN_DATASETS:
-        raise StoreError(f"{describe(path, 'dataset')}: unknown data set {name!r}; expected one of "
-                         f"{KNOWN_DATASETS} (or pass --dataset)")
+        raise StoreError(
+            f"{describe(path, 'dataset')}: unknown data set {name!r}; expected one of "
+            f"{KNOWN_DATASETS} (or pass --dataset)"
+        )
     images: dict[str, list[KarpathyImage]] = {split: [] for split in SPLITS}
     seen: set[str] = set()
     for index, entry in enumerate(raw["images"]):
         image = _parse_image(entry, name, path, index)
         if image.image_id in seen:
-            raise StoreError(f"{describe(path, f'images[{index}].filename')}: image "
-                             f"{image.image_id!r} is listed twice")
+            raise StoreError(
+                f"{describe(path, f'images[{index}].filename')}: image "
+                f"{image.image_id!r} is listed twice"
+            )
         seen.add(image.image_id)
         images[_SPLIT_OF[entry["split"]]].append(image)
     return KarpathyDataset(name, path, hashlib.sha256(data).hexdigest(), images)
@@ -91,7 +97,7 @@ def read_karpathy_json(path: str | os.PathLike[str], dataset: str | None = None)
 
 def _name_from_filename(path: Path) -> str | None:
     stem = path.stem
-    return stem[len("dataset_"):] if stem.startswith("dataset_") else None
+    return stem[len("dataset_") :] if stem.startswith("dataset_") else None
 
 
 def _parse_image(entry: Any, dataset: str, path: Path, index: int) -> KarpathyImage:
@@ -101,18 +107,28 @@ def _parse_image(entry: Any, dataset: str, path: Path, index: int) -> KarpathyIm
     filename = _field(entry, "filename", str, path, at)
     split = _field(entry, "split", str, path, at)
     if split not in _SPLIT_OF:
-        raise StoreError(f"{describe(path, f'{at}.split')}: expected one of "
-                         f"{tuple(_SPLIT_OF)}, got {split!r}")
+        raise StoreError(
+            f"{describe(path, f'{at}.split')}: expected one of {tuple(_SPLIT_OF)}, got {split!r}"
+        )
     relpath = filename
     if dataset == "coco":
         relpath = f"{_field(entry, 'filepath', str, path, at)}/{filename}"
     sentences = _field(entry, "sentences", list, path, at)
     captions = [_caption(s, dataset, path, f"{at}.sentences[{k}]") for k, s in enumerate(sentences)]
-    if len(captions) < CAPTIONS_PER_IMAGE or (len(captions) > CAPTIONS_PER_IMAGE and dataset != "coco"):
-        raise StoreError(f"{describe(path, f'{at}.sentences')}: image {relpath!r} has "
-                         f"{len(captions)} captions, expected {CAPTIONS_PER_IMAGE}")
-    return KarpathyImage(relpath, relpath, tuple(captions[:CAPTIONS_PER_IMAGE]), entry,
-                         truncated=len(captions) > CAPTIONS_PER_IMAGE)
+    if len(captions) < CAPTIONS_PER_IMAGE or (
+        len(captions) > CAPTIONS_PER_IMAGE and dataset != "coco"
+    ):
+        raise StoreError(
+            f"{describe(path, f'{at}.sentences')}: image {relpath!r} has "
+            f"{len(captions)} captions, expected {CAPTIONS_PER_IMAGE}"
+        )
+    return KarpathyImage(
+        relpath,
+        relpath,
+        tuple(captions[:CAPTIONS_PER_IMAGE]),
+        entry,
+        truncated=len(captions) > CAPTIONS_PER_IMAGE,
+    )
 
 
 def _caption(sentence: Any, dataset: str, path: Path, at: str) -> str:
@@ -130,8 +146,10 @@ def _field(obj: dict[str, Any], key: str, kind: type, path: Path, at: str) -> An
     if key not in obj:
         raise StoreError(f"{describe(path, f'{at}.{key}')}: missing (expected {kind.__name__})")
     if not isinstance(obj[key], kind):
-        raise StoreError(f"{describe(path, f'{at}.{key}')}: expected {kind.__name__}, got "
-                         f"{type(obj[key]).__name__}")
+        raise StoreError(
+            f"{describe(path, f'{at}.{key}')}: expected {kind.__name__}, got "
+            f"{type(obj[key]).__name__}"
+        )
     return obj[key]
 
 
@@ -144,9 +162,16 @@ def resolve_image_path(images_dir: Path, relpath: str) -> Path:
     return candidate
 
 
-def ingest(dataset: KarpathyDataset, images_dir: str | os.PathLike[str], extractor: FeatureExtractor,
-           writer: StoreWriter, *, shard_size: int = 1024, skip_unreadable: bool = False,
-           extras: dict[str, Any] | None = None) -> Manifest:
+def ingest(
+    dataset: KarpathyDataset,
+    images_dir: str | os.PathLike[str],
+    extractor: FeatureExtractor,
+    writer: StoreWriter,
+    *,
+    shard_size: int = 1024,
+    skip_unreadable: bool = False,
+    extras: dict[str, Any] | None = None,
+) -> Manifest:
     """Extract features shard by shard into ``writer``, skipping shards an earlier,
     interrupted run finished, then write the manifest."""
     if writer.manifest is not None:
@@ -161,35 +186,59 @@ def ingest(dataset: KarpathyDataset, images_dir: str | os.PathLike[str], extract
         for index, start in enumerate(shards):
             record = writer.existing_shard(split, index)
             if record is None:
-                chunk = split_images[start:start + shard_size]
-                record = _write_shard(writer, split, index, chunk, images_root, extractor,
-                                      skip_unreadable)
+                chunk = split_images[start : start + shard_size]
+                record = _write_shard(
+                    writer, split, index, chunk, images_root, extractor, skip_unreadable
+                )
             else:
                 logger.info("%s shard %d/%d: already written", split, index + 1, len(shards))
             records[split].append(record)
-    return writer.finish(dataset=dataset.name, feature_extractor=extractor.describe(),
-                         splits=records, extras=extras)
+    return writer.finish(
+        dataset=dataset.name, feature_extractor=extractor.describe(), splits=records, extras=extras
+    )
 
 
-def _write_shard(writer: StoreWriter, split: str, index: int, chunk: Sequence[KarpathyImage],
-                 images_root: Path, extractor: FeatureExtractor, skip_unreadable: bool) -> ShardRecord:
+def _write_shard(
+    writer: StoreWriter,
+    split: str,
+    index: int,
+    chunk: Sequence[KarpathyImage],
+    images_root: Path,
+    extractor: FeatureExtractor,
+    skip_unreadable: bool,
+) -> ShardRecord:
     started = time.perf_counter()
-    items = [ImageItem(img.image_id, resolve_image_path(images_root, img.relpath), img.entry)
-             for img in chunk]
+    items = [
+        ImageItem(img.image_id, resolve_image_path(images_root, img.relpath), img.entry)
+        for img in chunk
+    ]
     features, errors = extractor.extract(items)
     failed = [(img, err) for img, err in zip(chunk, errors, strict=True) if err is not None]
     if failed and not skip_unreadable:
         img, err = failed[0]
-        raise StoreError(f"{images_root / img.relpath}: image listed in the JSON is {err}; fix it "
-                         f"or pass --skip-unreadable to leave it out ({len(failed)} such images "
-                         f"in this shard)")
+        raise StoreError(
+            f"{images_root / img.relpath}: image listed in the JSON is {err}; fix it "
+            f"or pass --skip-unreadable to leave it out ({len(failed)} such images "
+            f"in this shard)"
+        )
     keep = np.array([err is None for err in errors], dtype=bool)
     kept = [img for img, ok in zip(chunk, keep, strict=True) if ok]
     record = writer.write_shard(
-        split, index, [img.image_id for img in kept], features[keep],
-        [img.captions for img in kept], skipped_images=[img.image_id for img, _ in failed],
-        truncated_images=sum(img.truncated for img in kept))
+        split,
+        index,
+        [img.image_id for img in kept],
+        features[keep],
+        [img.captions for img in kept],
+        skipped_images=[img.image_id for img, _ in failed],
+        truncated_images=sum(img.truncated for img in kept),
+    )
     rate = len(chunk) / max(time.perf_counter() - started, 1e-9)
-    logger.info("%s shard %d: %d images (%d skipped), %.0f images/s", split, index + 1, len(kept),
-                len(failed), rate)
+    logger.info(
+        "%s shard %d: %d images (%d skipped), %.0f images/s",
+        split,
+        index + 1,
+        len(kept),
+        len(failed),
+        rate,
+    )
     return record

@@ -35,7 +35,7 @@ MAX_CHARS = 120
 TYPO_RATE = 0.07  # fraction of training captions with one character-level typo
 _SIZE_DROP = 0.3  # chance that a caption leaves an object's size out
 _COLOUR_DROP = 0.05  # ... or its colour
-_PARTIAL = 0.3  # chance that a caption of a 2-3 object scene skips the least salient one
+_PARTIAL = {2: 0.15, 3: 0.3}  # chance that a caption skips the least salient object
 _ATTEMPTS = 200  # drafts per scene before giving up (never reached in practice)
 
 # Templates by number of mentioned objects. Slots: {a}/{b}/{c} = object phrase with
@@ -126,17 +126,15 @@ def salience_order(scene: Scene, rng: random.Random) -> list[int]:
     return [k for _, _, k in sorted(keyed)]
 
 
-def _draft(scene: Scene, rng: random.Random) -> str:
-    order = salience_order(scene, rng)
-    if len(order) > 1 and rng.random() < _PARTIAL:
-        order = order[:-1]
+def _draft(scene: Scene, order: list[int], rng: random.Random) -> str:
+    """One caption mentioning the objects ``order`` (largest first) or all but the last."""
+    partial = len(order) > 1 and rng.random() < _PARTIAL[len(order)]
+    order = order[:-1] if partial else list(order)
     rng.shuffle(order)  # mention order is free; the relations follow it
     objects = [scene.objects[k] for k in order]
-    phrases = [
-        object_phrase(o, rng, size_drop=_SIZE_DROP, colour_drop=_COLOUR_DROP) for o in objects
-    ]
-    slots = {"loc": location_phrase(objects[0], rng)}
-    for key, (phrase, noun) in zip("abc", phrases, strict=False):
+    slots = {"loc": location_phrase(objects[0], rng)} if len(order) == 1 else {}
+    for key, obj in zip("abc", objects, strict=False):
+        phrase, noun = object_phrase(obj, rng, size_drop=_SIZE_DROP, colour_drop=_COLOUR_DROP)
         slots |= noun_slots(key, phrase, noun)
     templates = _TEMPLATES_BY_COUNT[len(order)]
     if len(order) >= 2:
@@ -177,8 +175,9 @@ def add_typo(text: str, rng: random.Random) -> str:
 def training_captions(scene: Scene, rng: random.Random) -> list[str]:
     """``CAPTIONS_PER_IMAGE`` different captions of ``scene``, each 20-120 characters."""
     captions: list[str] = []
+    order = salience_order(scene, rng)
     for _ in range(_ATTEMPTS):
-        caption = _draft(scene, rng)
+        caption = _draft(scene, order, rng)
         if rng.random() < TYPO_RATE:
             caption = add_typo(caption, rng)
         if MIN_CHARS <= len(caption) <= MAX_CHARS and caption not in captions:

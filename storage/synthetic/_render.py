@@ -19,6 +19,7 @@ import multiprocessing
 import os
 from collections.abc import Sequence
 from functools import cache
+from multiprocessing.pool import AsyncResult, Pool
 from pathlib import Path
 
 import numpy as np
@@ -68,8 +69,9 @@ def _unit_polygon(shape: str) -> list[tuple[float, float]]:
     raise ValueError(f"shape: no polygon for {shape!r}")
 
 
+# Circles are drawn as ellipses; every other shape as a polygon.
 _POLYGONS: dict[str, list[tuple[float, float]]] = {
-    s: _unit_polygon(s) for s in SHAPES if s != "circle"  # circles are drawn as ellipses
+    s: _unit_polygon(s) for s in SHAPES if s != "circle"
 }
 
 
@@ -101,7 +103,7 @@ def draw_scene(scene: Scene) -> Image.Image:
     textured = np.asarray(bg.colour, dtype=np.float64) + _TEXTURE_AMPLITUDE * _texture(
         bg.texture, bg.variant
     )
-    image = Image.fromarray(np.clip(textured, 0, 255).astype(np.uint8), mode="RGB")
+    image = Image.fromarray(np.clip(textured, 0, 255).astype(np.uint8))  # (H, W, 3): RGB
     draw = ImageDraw.Draw(image)
     # Larger objects first, so a small shape is never hidden behind a large one.
     for obj in sorted(scene.objects, key=lambda o: -SIZES.index(o.size)):
@@ -127,7 +129,7 @@ def _write_if_absent(path: str, scene: Scene) -> bool:
     """Write ``path`` unless it exists; True when written. Temp name + rename: atomic."""
     if os.path.exists(path):
         return False
-    # The pid keeps two concurrent writers of one world from sharing a temporary file.
+    # The pid keeps the pool's workers from ever sharing a temporary name.
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(tmp, "wb") as handle:
@@ -144,6 +146,77 @@ def _render_chunk(task: tuple[str, Sequence[tuple[str, Scene]]]) -> int:
     return sum(_write_if_absent(os.path.join(directory, name), scene) for name, scene in jobs)
 
 
+def _remove_leftovers(directory: Path) -> None:
+    """Delete temporary files an interrupted run left behind (one writer per directory)."""
+    for entry in os.scandir(directory):
+        if entry.name.endswith(".tmp") and ".png." in entry.name:
+            Path(entry.path).unlink(missing_ok=True)
+
+
+class RenderJob:
+    """Images being drawn in the background while the caller does other work.
+
+    With ``processes >= 2`` a process pool starts drawing at once; :meth:`wait` blocks
+    until every image is written and returns how many were (existing files are kept);
+    :meth:`close` stops the pool if the caller gives up early. With ``processes == 1``
+    the drawing happens inside :meth:`wait`. Usage::
+
+        job = RenderJob(scenes, filenames, "world/images", processes=2)
+        try:
+            ...  # captions, JSON
+            written = job.wait()
+        finally:
+            job.close()
+    """
+
+    def __init__(
+        self,
+        scenes: Sequence[Scene],
+        filenames: Sequence[str],
+        directory: str | os.PathLike[str],
+        *,
+        processes: int = 2,
+    ) -> None:
+        if len(scenes) != len(filenames):
+            raise ValueError(
+                f"filenames: expected one per scene ({len(scenes)}), got {len(filenames)}"
+            )
+        if processes < 1:
+            raise ValueError(f"processes: expected at least 1, got {processes}")
+        self._directory = Path(directory)
+        self._directory.mkdir(parents=True, exist_ok=True)
+        _remove_leftovers(self._directory)
+        folder = os.fspath(directory)
+        jobs = list(zip(filenames, scenes, strict=True))
+        self._count = len(jobs)
+        self._tasks = [(folder, jobs[i : i + _CHUNK]) for i in range(0, len(jobs), _CHUNK)]
+        self._pool: Pool | None = None
+        self._result: AsyncResult[list[int]] | None = None
+        if processes > 1 and len(self._tasks) > 1:
+            # fork (where available) skips re-importing numpy and PIL in every worker.
+            methods = multiprocessing.get_all_start_methods()
+            context = multiprocessing.get_context("fork" if "fork" in methods else None)
+            self._pool = context.Pool(processes)
+            self._result = self._pool.map_async(_render_chunk, self._tasks, chunksize=1)
+
+    def wait(self) -> int:
+        """Block until every image is on disk; the number of files written."""
+        if self._result is None:
+            written = sum(_render_chunk(task) for task in self._tasks)
+        else:
+            written = sum(self._result.get())
+        self.close()
+        logger.info("rendered %d of %d images into %s", written, self._count, self._directory)
+        return written
+
+    def close(self) -> None:
+        """Stop the pool (at once if images are still being drawn)."""
+        if self._pool is not None:
+            self._pool.terminate()
+            self._pool.join()
+            self._pool = None
+
+
 def render_images(
     scenes: Sequence[Scene],
     filenames: Sequence[str],
@@ -154,26 +227,10 @@ def render_images(
     """Draw ``scenes[i]`` into ``directory/filenames[i]``; returns how many were written.
 
     Existing files are kept (a re-run after an interruption only draws what is missing).
-    ``processes <= 1`` draws in this process.
+    ``processes == 1`` draws in this process.
     """
-    if len(scenes) != len(filenames):
-        raise ValueError(
-            f"filenames: expected one per scene ({len(scenes)}), got {len(filenames)}"
-        )
-    if processes < 1:
-        raise ValueError(f"processes: expected at least 1, got {processes}")
-    Path(directory).mkdir(parents=True, exist_ok=True)
-    folder = os.fspath(directory)
-    jobs = list(zip(filenames, scenes, strict=True))
-    tasks = [(folder, jobs[start : start + _CHUNK]) for start in range(0, len(jobs), _CHUNK)]
-    if processes == 1 or len(tasks) <= 1:
-        written = sum(_render_chunk(task) for task in tasks)
-    else:
-        # fork (where available) skips re-importing numpy and PIL in every worker.
-        methods = multiprocessing.get_all_start_methods()
-        context = multiprocessing.get_context("fork" if "fork" in methods else None)
-        with context.Pool(processes) as pool:
-            written = sum(pool.imap_unordered(_render_chunk, tasks))
-    logger.info("rendered %d of %d images into %s", written, len(jobs), folder)
-    return written
-
+    job = RenderJob(scenes, filenames, directory, processes=processes)
+    try:
+        return job.wait()
+    finally:
+        job.close()

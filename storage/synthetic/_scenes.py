@@ -86,13 +86,22 @@ class Relation:
 def relation_codes(dx: np.ndarray, dy: np.ndarray) -> np.ndarray:
     """Index into RELATIONS of "A <relation> B" where ``(dx, dy)`` = B's centre - A's.
 
-    Works elementwise on arrays of any shape, so the feature projection and
-    :meth:`Scene.relations` share one definition.
+    Works elementwise on arrays of any shape (the feature projection uses it);
+    :func:`relation_code` is the same rule for one pair, without numpy's overhead.
     """
     horizontal = np.abs(dx) >= np.abs(dy)
     near = (np.abs(dy) < _SAME_ROW) & (np.abs(dx) < _NEAR)
     codes = np.where(horizontal, np.where(dx > 0, 0, 1), np.where(dy > 0, 2, 3))
     return np.where(near, 4, codes)
+
+
+def relation_code(dx: float, dy: float) -> int:
+    """:func:`relation_codes` for one pair of plain floats."""
+    if abs(dy) < _SAME_ROW and abs(dx) < _NEAR:
+        return 4
+    if abs(dx) >= abs(dy):
+        return 0 if dx > 0 else 1
+    return 2 if dy > 0 else 3
 
 
 @dataclass(frozen=True)
@@ -108,14 +117,13 @@ class Scene:
         for i, a in enumerate(self.objects):
             for j in range(i + 1, len(self.objects)):
                 b = self.objects[j]
-                code = int(relation_codes(np.asarray(b.x - a.x), np.asarray(b.y - a.y)))
-                found.append(Relation(i, j, RELATIONS[code]))
+                found.append(Relation(i, j, RELATIONS[relation_code(b.x - a.x, b.y - a.y)]))
         return found
 
     def relation(self, first: int, second: int) -> str:
         """How ``objects[first]`` lies relative to ``objects[second]``."""
         a, b = self.objects[first], self.objects[second]
-        return RELATIONS[int(relation_codes(np.asarray(b.x - a.x), np.asarray(b.y - a.y)))]
+        return RELATIONS[relation_code(b.x - a.x, b.y - a.y)]
 
     def to_dict(self) -> dict[str, Any]:
         """A small JSON-able form; :meth:`from_dict` inverts it exactly."""
@@ -169,16 +177,27 @@ def _parse_object(raw: Any, where: str) -> SceneObject:
     )
 
 
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def _parse_background(raw: Any) -> Background:
     where = "scene.background"
     if not isinstance(raw, Mapping):
         raise ValueError(f"{where}: expected an object, got {type(raw).__name__}")
     colour = raw.get("colour")
-    ok = isinstance(colour, list) and len(colour) == 3
-    if not ok or not all(isinstance(c, int) and 0 <= c <= 255 for c in colour):
+    if not (
+        isinstance(colour, list)
+        and len(colour) == 3
+        and all(_is_int(c) and 0 <= c <= 255 for c in colour)
+    ):
         raise ValueError(f"{where}.colour: expected three integers 0-255, got {colour!r}")
     variant = raw.get("variant")
-    if not isinstance(variant, int) or not 0 <= variant < TEXTURE_VARIANTS:
+    if (
+        not isinstance(variant, int)
+        or isinstance(variant, bool)
+        or not 0 <= variant < TEXTURE_VARIANTS
+    ):
         raise ValueError(
             f"{where}.variant: expected an integer 0-{TEXTURE_VARIANTS - 1}, got {variant!r}"
         )

@@ -21,19 +21,34 @@ def random_resnet() -> ResNetExtractor:
 
 
 @pytest.mark.slow
-def test_flickr_build_with_odd_images_and_a_skipped_one(tmp_path: Path,
-                                                        random_resnet: ResNetExtractor,
-                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    entries = [flickr_entry(0, "train"), flickr_entry(1, "val"), flickr_entry(2, "test"),
-               flickr_entry(3, "train")]
+def test_flickr_build_with_odd_images_and_a_skipped_one(
+    tmp_path: Path, random_resnet: ResNetExtractor, capsys: pytest.CaptureFixture[str]
+) -> None:
+    entries = [
+        flickr_entry(0, "train"),
+        flickr_entry(1, "val"),
+        flickr_entry(2, "test"),
+        flickr_entry(3, "train"),
+    ]
     json_path = write_json(tmp_path / "dataset_flickr8k.json", "flickr8k", entries)
     images = tmp_path / "Flicker8k_Dataset"
     write_images(images, entries[:1])
     Image.new("CMYK", (300, 17), (0, 80, 160, 10)).save(images / entries[1]["filename"], "JPEG")
     Image.new("L", (13, 301), 200).save(images / entries[2]["filename"], "JPEG")
     # entries[3]'s image is missing.
-    args = ["karpathy", "--json", str(json_path), "--images", str(images), "--weights", "random",
-            "--device", "cpu", "--workers", "0"]
+    args = [
+        "karpathy",
+        "--json",
+        str(json_path),
+        "--images",
+        str(images),
+        "--weights",
+        "random",
+        "--device",
+        "cpu",
+        "--workers",
+        "0",
+    ]
     assert build.main([*args, "--out", str(tmp_path / "refused")]) == 2
     err = capsys.readouterr().err
     assert "1003_dog.jpg: image listed in the JSON is missing" in err
@@ -41,8 +56,10 @@ def test_flickr_build_with_odd_images_and_a_skipped_one(tmp_path: Path,
 
     out = tmp_path / "store"
     assert build.main([*args, "--out", str(out), "--skip-unreadable"]) == 0
-    assert "train             1 images         5 captions in 1 shards (1 unreadable images skipped)" \
+    assert (
+        "train             1 images         5 captions in 1 shards (1 unreadable images skipped)"
         in capsys.readouterr().out
+    )
     store = open_store(out)
     manifest = store.manifest
     assert manifest.dataset == "flickr8k"
@@ -65,15 +82,33 @@ def _item(images: Path, entry: dict):
 
 
 @pytest.mark.slow
-def test_coco_build_reports_truncated_captions(tmp_path: Path,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_coco_build_reports_truncated_captions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     entries = [coco_entry(0, "restval", n_captions=6), coco_entry(1, "val"), coco_entry(2, "test")]
     json_path = write_json(tmp_path / "dataset_coco.json", "coco", entries)
     write_images(tmp_path / "coco", entries, size=(64, 48))
     out = tmp_path / "store"
-    assert build.main(["karpathy", "--json", str(json_path), "--images", str(tmp_path / "coco"),
-                       "--out", str(out), "--weights", "random", "--device", "cpu",
-                       "--workers", "0"]) == 0
+    assert (
+        build.main(
+            [
+                "karpathy",
+                "--json",
+                str(json_path),
+                "--images",
+                str(tmp_path / "coco"),
+                "--out",
+                str(out),
+                "--weights",
+                "random",
+                "--device",
+                "cpu",
+                "--workers",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert "1 images had > 5 captions, first 5 kept" in capsys.readouterr().out
     train = open_store(out).read_split("train")
     assert train.image_ids.tolist() == ["val2014/COCO_val2014_000000000000.jpg"]
@@ -81,22 +116,36 @@ def test_coco_build_reports_truncated_captions(tmp_path: Path,
     assert train.features.dtype == np.float32
 
 
-def test_missing_weights_fail_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_missing_weights_fail_before_any_work(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
     entries = [flickr_entry(0, "train")]
     json_path = write_json(tmp_path / "dataset_flickr8k.json", "flickr8k", entries)
     write_images(tmp_path / "img", entries)
     out = tmp_path / "store"
-    assert build.main(["karpathy", "--json", str(json_path), "--images", str(tmp_path / "img"),
-                       "--out", str(out)]) == 2
+    assert (
+        build.main(
+            [
+                "karpathy",
+                "--json",
+                str(json_path),
+                "--images",
+                str(tmp_path / "img"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "resnet152-394f9c45.pth" in err and str(tmp_path / "torch") in err
     assert not out.exists()
 
 
-def test_bad_json_and_images_dir_fail_cleanly(tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_json_and_images_dir_fail_cleanly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad = tmp_path / "dataset_flickr8k.json"
     bad.write_text(json.dumps({"images": [{"filename": "x.jpg"}]}))
     out = tmp_path / "store"

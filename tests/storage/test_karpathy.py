@@ -13,8 +13,12 @@ from tests.storage.karpathy_files import coco_entry, flickr_entry, write_json
 
 
 def test_flickr_uses_raw_captions_and_keeps_json_order(tmp_path: Path) -> None:
-    entries = [flickr_entry(0, "train"), flickr_entry(1, "val"), flickr_entry(2, "train"),
-               flickr_entry(3, "test")]
+    entries = [
+        flickr_entry(0, "train"),
+        flickr_entry(1, "val"),
+        flickr_entry(2, "train"),
+        flickr_entry(3, "test"),
+    ]
     data = read_karpathy_json(write_json(tmp_path / "dataset_flickr8k.json", "flickr8k", entries))
     assert data.name == "flickr8k" and len(data.sha256) == 64
     assert [i.image_id for i in data.images["train"]] == ["1000_dog.jpg", "1002_dog.jpg"]
@@ -23,12 +27,18 @@ def test_flickr_uses_raw_captions_and_keeps_json_order(tmp_path: Path) -> None:
 
 
 def test_coco_joins_tokens_with_a_full_stop_keeps_five_and_counts(tmp_path: Path) -> None:
-    entries = [coco_entry(0, "train"), coco_entry(1, "restval", n_captions=7),
-               coco_entry(2, "val", n_captions=6), coco_entry(3, "test")]
+    entries = [
+        coco_entry(0, "train"),
+        coco_entry(1, "restval", n_captions=7),
+        coco_entry(2, "val", n_captions=6),
+        coco_entry(3, "test"),
+    ]
     data = read_karpathy_json(write_json(tmp_path / "dataset_coco.json", "coco", entries))
     train = data.images["train"]
-    assert [i.image_id for i in train] == ["train2014/COCO_train2014_000000000000.jpg",
-                                           "val2014/COCO_val2014_000000000001.jpg"]  # restval joins
+    assert [i.image_id for i in train] == [
+        "train2014/COCO_train2014_000000000000.jpg",
+        "val2014/COCO_val2014_000000000001.jpg",
+    ]  # restval joins
     assert train[0].captions[0] == "a cat number 0 sits on a mat, take 0 ."
     assert len(train[1].captions) == 5 and train[1].captions[-1].endswith("take 4 .")
     assert data.truncated_images == 2
@@ -84,7 +94,7 @@ def test_unreadable_json(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="cannot read the Karpathy JSON"):
         read_karpathy_json(tmp_path / "absent.json")
     (tmp_path / "bad.json").write_text("{")
-    with pytest.raises(StoreError, match="bad.json: not valid JSON"):
+    with pytest.raises(StoreError, match=r"bad\.json: not valid JSON"):
         read_karpathy_json(tmp_path / "bad.json")
     (tmp_path / "list.json").write_text("[]")
     with pytest.raises(StoreError, match="expected a top-level object with an 'images' list"):

@@ -26,18 +26,35 @@ def _split_rows(rng: np.random.Generator, split: str, n: int):
     return ids, features, captions
 
 
-def write_store(out: Path | str, sizes: dict[str, int], shard_size: int = 4, dtype: str = "float32",
-                compression: str = "lz4") -> dict[str, tuple]:
+def write_store(
+    out: Path | str,
+    sizes: dict[str, int],
+    shard_size: int = 4,
+    dtype: str = "float32",
+    compression: str = "lz4",
+) -> dict[str, tuple]:
     rng = np.random.default_rng(0)
-    writer = StoreWriter(out, fingerprint=FINGERPRINT, feature_dim=DIM, feature_dtype=dtype,
-                         feature_compression=compression)
+    writer = StoreWriter(
+        out,
+        fingerprint=FINGERPRINT,
+        feature_dim=DIM,
+        feature_dtype=dtype,
+        feature_compression=compression,
+    )
     data, records = {}, {}
     for split, n in sizes.items():
         ids, feats, caps = _split_rows(rng, split, n)
         data[split] = ids, feats, caps
-        records[split] = [writer.write_shard(split, k, ids[s:s + shard_size], feats[s:s + shard_size],
-                                             caps[s:s + shard_size])
-                          for k, s in enumerate(range(0, n, shard_size))]
+        records[split] = [
+            writer.write_shard(
+                split,
+                k,
+                ids[s : s + shard_size],
+                feats[s : s + shard_size],
+                caps[s : s + shard_size],
+            )
+            for k, s in enumerate(range(0, n, shard_size))
+        ]
     writer.finish(dataset="test", feature_extractor={"model": "none"}, splits=records)
     return data
 
@@ -141,8 +158,11 @@ def test_wrong_dimension_is_rejected_by_name(store: Path) -> None:
     table = pq.read_table(shard)
     narrow = pa.array([b"\0" * 8] * table.num_rows, pa.binary(8))
     _rewrite_shard(shard, table.set_column(1, "feature", narrow))
-    with pytest.raises(StoreError, match=r"val-00000.parquet: column 'feature' has type "
-                                         r"fixed_size_binary\[8\], expected fixed_size_binary\[64\]"):
+    with pytest.raises(
+        StoreError,
+        match=r"val-00000.parquet: column 'feature' has type "
+        r"fixed_size_binary\[8\], expected fixed_size_binary\[64\]",
+    ):
         open_store(store).read_split("val")
 
 
@@ -152,7 +172,9 @@ def test_missing_column_and_missing_shard(store: Path) -> None:
     with pytest.raises(StoreError, match=r"train-00000.parquet: column 'caption' missing"):
         open_store(store).read_split("train")
     (store / "images" / "val-00000.parquet").unlink()
-    with pytest.raises(StoreError, match=r"val-00000.parquet: shard listed in the manifest is missing"):
+    with pytest.raises(
+        StoreError, match=r"val-00000.parquet: shard listed in the manifest is missing"
+    ):
         open_store(store).read_split("val")
 
 
@@ -161,8 +183,9 @@ def test_misaligned_captions_are_detected(store: Path) -> None:
     table = pq.read_table(shard)
     ids = table.column("image_id").to_pylist()
     ids[0], ids[5] = ids[5], ids[0]
-    _rewrite_shard(shard, table.set_column(0, pa.field("image_id", pa.string(), nullable=False),
-                                           pa.array(ids)))
+    _rewrite_shard(
+        shard, table.set_column(0, pa.field("image_id", pa.string(), nullable=False), pa.array(ids))
+    )
     with pytest.raises(StoreError, match="not aligned"):
         FeatureStore.open(store).read_split("val")
 
@@ -182,11 +205,15 @@ def test_inspect_of_a_copy_on_another_path(store: Path, tmp_path: Path) -> None:
 
 
 def test_features_that_do_not_fit_the_dtype_are_refused(tmp_path: Path) -> None:
-    writer = StoreWriter(tmp_path / "s", fingerprint=FINGERPRINT, feature_dim=DIM,
-                         feature_dtype="float16")
+    writer = StoreWriter(
+        tmp_path / "s", fingerprint=FINGERPRINT, feature_dim=DIM, feature_dtype="float16"
+    )
     ids, feats, caps = _split_rows(np.random.default_rng(0), "train", 3)
     feats[1, 2] = 1e6
-    with pytest.raises(StoreError, match=r"image 'train/0001.jpg' are not finite as float16 "
-                                         r"\(beyond float16's range"):
+    with pytest.raises(
+        StoreError,
+        match=r"image 'train/0001.jpg' are not finite as float16 "
+        r"\(beyond float16's range",
+    ):
         writer.write_shard("train", 0, ids, feats, caps)
     assert writer.existing_shard("train", 0) is None

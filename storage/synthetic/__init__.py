@@ -1,0 +1,76 @@
+"""The embedded grounded world: a visually grounded data set generated on the spot.
+
+Real data (Flickr8k, MSCOCO, SentEval) cannot be downloaded on every machine, so the
+project generates its own: scenes of coloured shapes, drawn as PNG images, captioned
+five times each in a Karpathy-format JSON, with image features from a fixed random
+projection of each scene, and semantic similarity sets in SentEval's file layout whose
+sentences use forms the training captions never do. It goes through the same ingestion
+and evaluation code as the real data sets.
+
+Example::
+
+    from storage.synthetic import SceneProjectionExtractor, generate_world
+
+    files = generate_world("/tmp/world", n_images=2000, seed=0)
+    # files.dataset_json, files.images -> the ingestion (with SceneProjectionExtractor)
+    # files.senteval -> storage.senteval.load_senteval
+"""
+
+from __future__ import annotations
+
+from storage.synthetic._captions import CAPTIONS_PER_IMAGE, MAX_CHARS, MIN_CHARS, tokenize
+from storage.synthetic._features import DEFAULT_NOISE, SceneProjectionExtractor
+from storage.synthetic._lexicon import HELD_OUT_FORMS, held_out_phrases
+from storage.synthetic._phrasing import STYLES, describe_scene
+from storage.synthetic._render import IMAGE_SIZE, RenderJob, draw_scene, render_images
+from storage.synthetic._scenes import (
+    Background,
+    Relation,
+    Scene,
+    SceneArrays,
+    SceneObject,
+    generate_scene_arrays,
+    generate_scenes,
+)
+from storage.synthetic._semantic import (
+    STS_SUBTASKS,
+    SUITE_NAME,
+    SemanticSizes,
+    semantic_sizes,
+    write_semantic_sets,
+)
+from storage.synthetic._similarity import content_overlap
+from storage.synthetic._world import GENERATOR_VERSION, WorldFiles, generate_world
+
+__all__ = [
+    "CAPTIONS_PER_IMAGE",
+    "DEFAULT_NOISE",
+    "GENERATOR_VERSION",
+    "HELD_OUT_FORMS",
+    "IMAGE_SIZE",
+    "MAX_CHARS",
+    "MIN_CHARS",
+    "STS_SUBTASKS",
+    "STYLES",
+    "SUITE_NAME",
+    "Background",
+    "Relation",
+    "RenderJob",
+    "Scene",
+    "SceneArrays",
+    "SceneObject",
+    "SceneProjectionExtractor",
+    "SemanticSizes",
+    "WorldFiles",
+    "content_overlap",
+    "describe_scene",
+    "draw_scene",
+    "generate_scene_arrays",
+    "generate_scenes",
+    "generate_world",
+    "held_out_phrases",
+    "render_images",
+    "semantic_sizes",
+    "tokenize",
+    "write_semantic_sets",
+]

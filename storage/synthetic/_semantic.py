@@ -1,0 +1,163 @@
+"""The embedded world's semantic sets, written in SentEval's ``data/downstream`` layout.
+
+``STS/STS1{2..6}-en-test/`` hold graded-similarity pairs whose subtask names say what
+they test (training-like captions, typos, SentEval-style tokenisation, questions,
+passives, unseen templates and synonyms, long descriptions, a mix); ``SICK/`` and
+``STS/STSBenchmark/`` hold the supervised relatedness tasks; ``suite.json`` lists them
+for :func:`storage.senteval.load_suite`. Every sentence describes its whole scene, and
+the gold score is the content overlap of the two scenes (0-5 for STS, 1-5 for SICK).
+
+The scenes come from their own seed streams (one per set), never from the training
+images, and each set is a function of the world seed and its own size only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from storage._atomic import write_json_atomic, write_text_atomic
+from storage.synthetic._phrasing import describe_scene
+from storage.synthetic._scenes import Scene, generate_scene_arrays
+from storage.synthetic._similarity import content_overlap, edited, entailment_label
+
+logger = logging.getLogger(__name__)
+
+SUITE_NAME = "grounded-world"
+STS_SUBTASKS: dict[str, tuple[str, ...]] = {
+    "STS12": ("captions", "typos"),
+    "STS13": ("senteval-style", "relative-clauses"),
+    "STS14": ("questions", "passive"),
+    "STS15": ("unseen-templates", "unseen-synonyms"),
+    "STS16": ("long", "mixed"),
+}
+SUPERVISED = ("SICK-R", "STS-B")
+_SEMANTIC_STREAM = 2  # seed-sequence branch of the semantic sets (0, 1: training world)
+# Edits per pair: None = an unrelated scene. Same-scene pairs (0 edits) are paraphrases.
+_PAIR_KINDS: tuple[int | None, ...] = (0, 0, 1, 1, 1, 1, 2, 2, 2, 3, 3, 4, None, None, None, None)
+_DEFAULT_IMAGES = 2000  # the world size the default set sizes below are meant for
+
+
+@dataclass(frozen=True)
+class SemanticSizes:
+    """How many pairs each semantic set has."""
+
+    sts_pairs: int  # per STS12-16 subtask
+    sick: tuple[int, int, int]  # SICK train, trial (dev), test
+    stsb: tuple[int, int, int]  # STS-B train, dev, test
+
+
+def _scaled(base: int, factor: float, low: int, high: int) -> int:
+    return int(min(high, max(low, round(base * factor))))
+
+
+def semantic_sizes(n_images: int) -> SemanticSizes:
+    """Set sizes that grow with the world, between a floor that keeps correlations
+    meaningful and the sizes of the real sets (SPEC section 4)."""
+    f = n_images / _DEFAULT_IMAGES
+    return SemanticSizes(
+        sts_pairs=_scaled(250, f, 60, 750),
+        sick=(_scaled(1000, f, 100, 4500), _scaled(200, f, 40, 500), _scaled(500, f, 100, 4927)),
+        stsb=(_scaled(1000, f, 100, 5749), _scaled(200, f, 40, 1500), _scaled(500, f, 100, 1379)),
+    )
+
+
+@dataclass(frozen=True)
+class ScenePair:
+    """Two scenes, their sentences and their content overlap in [0, 1]."""
+
+    first: Scene
+    second: Scene
+    sentence1: str
+    sentence2: str
+    overlap: float
+
+
+def _stream_key(seed: int, name: str) -> int:
+    """A stable integer for ``name`` (Python's ``hash`` of a str changes per process)."""
+    digest = hashlib.sha256(f"{seed}/{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def make_pairs(seed: int, name: str, count: int, style: str) -> list[ScenePair]:
+    """``count`` graded pairs for the set ``name``, phrased in ``style``."""
+    key = _stream_key(seed, name)
+    pool = generate_scene_arrays(2 * count, np.random.SeedSequence([seed, _SEMANTIC_STREAM, key]))
+    scenes = pool.scenes()
+    rng = random.Random(key)
+    pairs = []
+    for k in range(count):
+        first = scenes[2 * k]
+        kind = rng.choice(_PAIR_KINDS)
+        second = scenes[2 * k + 1] if kind is None else edited(first, kind, rng)
+        sentences = [describe_scene(first, style, rng), describe_scene(second, style, rng)]
+        rng.shuffle(sentences)  # the edited scene is not always second
+        overlap = content_overlap(first, second)
+        pairs.append(ScenePair(first, second, sentences[0], sentences[1], overlap))
+    return pairs
+
+
+def _sts_files(pairs: list[ScenePair]) -> tuple[str, str]:
+    inputs = "".join(f"{p.sentence1}\t{p.sentence2}\n" for p in pairs)
+    gold = "".join(f"{5 * p.overlap:.3f}\n" for p in pairs)
+    return inputs, gold
+
+
+def _sick_file(pairs: list[ScenePair], first_id: int) -> str:
+    lines = ["pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment\n"]
+    for k, p in enumerate(pairs):
+        label = entailment_label(p.first, p.second)
+        score = 1 + 4 * p.overlap
+        lines.append(f"{first_id + k}\t{p.sentence1}\t{p.sentence2}\t{score:.3f}\t{label}\n")
+    return "".join(lines)
+
+
+def _stsb_file(pairs: list[ScenePair], split: str) -> str:
+    return "".join(
+        f"main-captions\tgrounded-world\t{split}\t{k:04d}\t{5 * p.overlap:.3f}\t"
+        f"{p.sentence1}\t{p.sentence2}\n"
+        for k, p in enumerate(pairs)
+    )
+
+
+def write_semantic_sets(
+    out_dir: str | os.PathLike[str], seed: int, sizes: SemanticSizes
+) -> dict[str, int]:
+    """Write every set and ``suite.json`` under ``out_dir``; returns pairs per set."""
+    root = Path(out_dir)
+    counts: dict[str, int] = {}
+    for year, subtasks in STS_SUBTASKS.items():
+        for subtask in subtasks:
+            pairs = make_pairs(seed, f"{year}/{subtask}", sizes.sts_pairs, subtask)
+            inputs, gold = _sts_files(pairs)
+            folder = root / "STS" / f"{year}-en-test"
+            write_text_atomic(folder / f"STS.input.{subtask}.txt", inputs)
+            write_text_atomic(folder / f"STS.gs.{subtask}.txt", gold)
+            counts[f"{year}/{subtask}"] = len(pairs)
+    first_id = 1
+    sick_names = ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt")
+    for filename, count in zip(sick_names, sizes.sick, strict=True):
+        pairs = make_pairs(seed, f"SICK/{filename}", count, "mixed")
+        write_text_atomic(root / "SICK" / filename, _sick_file(pairs, first_id))
+        first_id += count
+        counts[f"SICK-R/{filename}"] = count
+    for split, count in zip(("train", "dev", "test"), sizes.stsb, strict=True):
+        pairs = make_pairs(seed, f"STS-B/{split}", count, "mixed")
+        write_text_atomic(
+            root / "STS" / "STSBenchmark" / f"sts-{split}.csv", _stsb_file(pairs, split)
+        )
+        counts[f"STS-B/{split}"] = count
+    suite = {
+        "name": SUITE_NAME,
+        "sts": {year: list(subtasks) for year, subtasks in STS_SUBTASKS.items()},
+        "supervised": list(SUPERVISED),
+    }
+    write_json_atomic(root / "suite.json", suite)
+    logger.info("wrote semantic sets under %s: %s", root, asdict(sizes))
+    return counts
