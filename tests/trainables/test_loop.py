@@ -1,0 +1,138 @@
+"""The training loop without Ray: it learns, resumes exactly, and fails loudly."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from trainables import names
+from trainables.config import TrainConfig
+from trainables.data import TrainingData
+from trainables.loop import NonFiniteLossError, Trainer
+from trainables.train import default_senteval, main, make_semantic
+
+SMALL = dict(
+    hidden_size=8,
+    batch_size=8,
+    epochs=3,
+    snapshot_interval=1,
+    ensemble_size=2,
+    lr_max=3e-3,
+    device="cpu",
+    semantic_every=0,
+)
+
+
+@pytest.fixture(scope="module")
+def data(tiny_world: Path) -> TrainingData:
+    return TrainingData.from_store(str(tiny_world))
+
+
+def test_run_reports_epoch_zero_every_epoch_and_the_ensemble(data: TrainingData) -> None:
+    reports = list(Trainer(TrainConfig(**SMALL), data).run())
+    assert [r.get("epoch") for r in reports] == [0.0, 1.0, 2.0, 3.0, None]
+    assert names.LOSS not in reports[0] and names.LOSS in reports[1]
+    for report in reports[:-1]:
+        assert set(names.key(names.DEV, k) for k in names.RETRIEVAL) <= set(report)
+    final = reports[-1]
+    assert set(names.key(names.TEST, k) for k in names.RETRIEVAL) <= set(final)
+    assert final["ensemble/size"] == 2.0
+    best = sorted(reports[1:4], key=lambda r: -r[names.PRIMARY_RETRIEVAL])[:2]
+    assert {final["ensemble/epoch_1"], final["ensemble/epoch_2"]} == {r["epoch"] for r in best}
+
+
+def test_resume_from_a_checkpoint_gives_the_same_metrics(data: TrainingData) -> None:
+    config = TrainConfig(**SMALL)
+    straight = list(Trainer(config, data).run())
+    first = Trainer(config, data)
+    run = first.run()
+    for _ in range(3):  # epoch 0, 1, 2
+        next(run)
+    saved = first.save_checkpoint()
+    resumed = Trainer(config, data)
+    resumed.load_checkpoint(saved)
+    assert resumed.epoch == 2
+    rest = list(resumed.run())
+    timing = ("time/", "train/captions_per_s")
+    for expected, got in zip(straight[3:], rest, strict=True):
+        assert {k: v for k, v in got.items() if not k.startswith(timing)} == {
+            k: v for k, v in expected.items() if not k.startswith(timing)
+        }
+
+
+def test_checkpoint_loads_with_weights_only(data: TrainingData, tmp_path: Path) -> None:
+    trainer = Trainer(TrainConfig(**SMALL), data)
+    next(trainer.run())
+    path = tmp_path / "state.pt"
+    path.write_bytes(trainer.save_checkpoint())
+    state = torch.load(path, weights_only=True)
+    assert state["config"]["hidden_size"] == 8 and state["epoch"] == 0
+
+
+def test_resume_with_another_config_is_refused(data: TrainingData) -> None:
+    saved = Trainer(TrainConfig(**SMALL), data).save_checkpoint()
+    other = Trainer(TrainConfig(**{**SMALL, "margin": 0.3}), data)
+    with pytest.raises(ValueError, match="different config"):
+        other.load_checkpoint(saved)
+
+
+def test_a_diverging_loss_names_epoch_and_step(data: TrainingData) -> None:
+    trainer = Trainer(TrainConfig(**SMALL), data)
+    with torch.no_grad():
+        trainer.model.image_encoder.linear.weight.fill_(float("nan"))
+    with pytest.raises(NonFiniteLossError, match=r"loss became nan at epoch 1, step 1 of 60"):
+        trainer.train_one_epoch()
+
+
+def test_learns_on_the_embedded_world(data: TrainingData) -> None:
+    config = TrainConfig(**{**SMALL, "hidden_size": 32, "epochs": 4})
+    reports = list(Trainer(config, data).run())
+    assert reports[4][names.PRIMARY_RETRIEVAL] > reports[0][names.PRIMARY_RETRIEVAL] + 15
+
+
+@pytest.mark.slow
+def test_cli_prints_json_per_epoch_with_semantic_metrics(
+    tiny_world: Path, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args = [
+        "--data",
+        str(tiny_world),
+        "--json",
+        "--hidden-size",
+        "8",
+        "--batch-size",
+        "8",
+        "--epochs",
+        "2",
+        "--device",
+        "cpu",
+        "--checkpoint",
+        str(tmp_path / "c.pt"),
+    ]
+    assert main(args) == 0
+    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [line.get("epoch") for line in lines] == [0, 1, 2, None]
+    assert all(names.PRIMARY_SEMANTIC in line for line in lines[:3])
+    assert names.key(names.TEST, "semantic") in lines[-1]
+    assert (tmp_path / "c.pt").exists()
+    # Resuming a finished run re-reports nothing but the ensemble.
+    assert main(args) == 0
+    assert [json.loads(x).get("epoch") for x in capsys.readouterr().out.splitlines()] == [None]
+
+
+def test_cli_rejects_bad_values_by_name(
+    tiny_world: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--data", str(tiny_world), "--rnn-type", "rnn"]) == 2
+    assert "rnn_type: got 'rnn', expected one of gru, lstm" in capsys.readouterr().err
+    assert main(["--data", str(tiny_world / "nope")]) == 2
+    assert "not a feature store" in capsys.readouterr().err
+
+
+def test_store_brings_its_semantic_sets(tiny_world: Path) -> None:
+    senteval = default_senteval(str(tiny_world))
+    assert senteval is not None and Path(senteval, "suite.json").exists()
+    assert make_semantic(senteval, TrainConfig(semantic_every=0)) is None

@@ -1,0 +1,147 @@
+"""The one typed configuration of a training run, with every default in one place.
+
+Each field's comment says what it is; the defaults are the paper's Flickr8k setting
+(SPEC sections 1-3). ``TrainConfig.from_dict`` is the single boundary where a flat dict
+(Tune's ``config``, a CLI, a JSON file) becomes a config: it rejects unknown keys and
+invalid values, naming the key, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+RNN_TYPES = ("gru", "lstm")
+POOLINGS = ("attention", "max")
+LOSSES = ("hinge", "pearson")
+REDUCTIONS = ("sum", "mean")
+NEGATIVES = ("all", "hardest")
+PRECISIONS = ("fp32", "bf16")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    # -- model (SPEC section 1) --
+    hidden_size: int = 1024  # n: RNN units per direction; both embeddings have 2n dimensions
+    rnn_type: str = "gru"  # "gru" or "lstm"
+    pooling: str = "attention"  # "attention" (vectorial, masked) or "max" (masked)
+    char_embedding_dim: int = 20  # size of the learned character embedding
+    attention_hidden: int = 128  # hidden units of the vectorial attention
+    # -- loss (SPEC section 2) --
+    loss: str = "hinge"  # "hinge" (bidirectional, in-batch negatives) or "pearson" (VETE)
+    margin: float = 0.2  # hinge margin alpha; the paper's best is 0.2 (stable 0.15-0.25)
+    reduction: str = "sum"  # "sum" (the paper's formula) or "mean" (/ B^2, the authors' code)
+    negatives: str = "all"  # "all" in-batch negatives, or "hardest" per query (VSE++)
+    # -- optimisation (SPEC section 3) --
+    lr_min: float = 1e-6  # lower bound of the cyclic cosine learning rate
+    lr_max: float = 1e-3  # upper bound (paper: 1e-3 Flickr8k, 1e-4 MSCOCO)
+    cycle_epochs: int = 4  # one learning-rate cycle; minima at epochs 0, 4, 8, ...
+    clip_image: float = 0.0025  # gradient-norm clip of the image encoder (0 = off)
+    clip_caption: float = 0.05  # gradient-norm clip of the caption encoder (0 = off)
+    batch_size: int = 32  # image-caption pairs per minibatch (no image twice in a batch)
+    epochs: int = 32  # training epochs (each is five passes over the training images)
+    # -- snapshots and ensemble (SPEC section 3) --
+    snapshot_interval: int = 4  # keep a snapshot at the end of every this-many epochs
+    ensemble_size: int = 2  # snapshots with the best dev R@10 mean summed into the ensemble
+    # -- evaluation --
+    semantic_every: int = 1  # evaluate the semantic sets every this-many epochs (0 = never)
+    eval_batch_size: int = 1024  # captions encoded at once during evaluation
+    # -- run --
+    seed: int = 0  # seeds the initialisation and the batch order
+    device: str = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
+    precision: str = "fp32"  # "fp32" or "bf16" (autocast on GPU, checked against fp32)
+    threads: int = 0  # torch CPU threads (0 = leave torch's default)
+
+    def __post_init__(self) -> None:
+        _check_choice("rnn_type", self.rnn_type, RNN_TYPES)
+        _check_choice("pooling", self.pooling, POOLINGS)
+        _check_choice("loss", self.loss, LOSSES)
+        _check_choice("reduction", self.reduction, REDUCTIONS)
+        _check_choice("negatives", self.negatives, NEGATIVES)
+        _check_choice("precision", self.precision, PRECISIONS)
+        for name in (
+            "hidden_size",
+            "char_embedding_dim",
+            "attention_hidden",
+            "cycle_epochs",
+            "batch_size",
+            "snapshot_interval",
+            "ensemble_size",
+            "eval_batch_size",
+        ):
+            _check_range(name, getattr(self, name), low=1)
+        for name in ("epochs", "semantic_every", "threads", "seed"):
+            _check_range(name, getattr(self, name), low=0)
+        for name in ("margin", "clip_image", "clip_caption"):
+            _check_range(name, getattr(self, name), low=0.0)
+        for name in ("lr_min", "lr_max"):
+            _check_range(name, getattr(self, name), low=0.0, open_low=True)
+        if self.lr_min > self.lr_max:
+            raise ValueError(f"lr_min ({self.lr_min}) must not exceed lr_max ({self.lr_max})")
+        if self.batch_size < 2:
+            raise ValueError(
+                f"batch_size: got {self.batch_size}, expected at least 2 "
+                "(in-batch negatives need a second pair)"
+            )
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise ValueError(
+                f"device: got {self.device!r}, expected 'auto', 'cpu', 'cuda' or 'cuda:N'"
+            )
+
+    @property
+    def embedding_dim(self) -> int:
+        """Both encoders' output size: 2n."""
+        return 2 * self.hidden_size
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
+        """Build a config from a flat dict, converting numbers given as strings or as the
+        other numeric type; unknown keys and invalid values raise ``ValueError``."""
+        unknown = sorted(set(values) - set(cls.field_names()))
+        if unknown:
+            raise ValueError(
+                f"unknown config key(s) {', '.join(map(repr, unknown))}; allowed: "
+                f"{', '.join(cls.field_names())}"
+            )
+        hints = typing.get_type_hints(cls)
+        return cls(**{name: _coerce(name, value, hints[name]) for name, value in values.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def replace(self, **changes: Any) -> TrainConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def _coerce(name: str, value: Any, kind: type) -> Any:
+    """``value`` as ``kind`` (int, float or str), accepting numbers written as strings."""
+    try:
+        if kind is int and not isinstance(value, bool) and float(value).is_integer():
+            return int(float(value))
+        if kind is float and not isinstance(value, bool):
+            return float(value)
+        if kind is str and isinstance(value, str):
+            return value
+    except (TypeError, ValueError):
+        pass
+    raise ValueError(f"{name}: got {value!r} ({type(value).__name__}), expected {kind.__name__}")
+
+
+def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name}: got {value!r}, expected one of {', '.join(allowed)}")
+
+
+def _check_range(name: str, value: float, *, low: float, open_low: bool = False) -> None:
+    bad = (value <= low) if open_low else (value < low)
+    if bad or (isinstance(value, float) and not math.isfinite(value)):
+        relation = ">" if open_low else ">="
+        raise ValueError(f"{name}: got {value!r}, expected a finite number {relation} {low}")

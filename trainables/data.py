@@ -1,0 +1,90 @@
+"""Training data in memory, and the paper's batching (SPEC section 3).
+
+``TrainingData`` holds every split as plain numpy arrays (features, captions encoded as
+padded uint8 character indices, lengths), so it is read from the store once, shared
+through Ray's object store without copies, and moved to the GPU once per trial.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from storage import CAPTIONS_PER_IMAGE, FeatureStore, SplitData
+from trainables.model import CharEncoding
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, eq=False)
+class EncodedSplit:
+    """One split; caption ``j`` belongs to image ``j // 5``."""
+
+    features: np.ndarray  # (N, D) float32
+    chars: np.ndarray  # (5N, T) uint8 character indices, 0 = padding
+    lengths: np.ndarray  # (5N,) int64
+    captions: np.ndarray  # (5N,) object: the caption strings, for inspection and reports
+    image_ids: np.ndarray  # (N,) object
+
+    @property
+    def num_images(self) -> int:
+        return len(self.features)
+
+    @classmethod
+    def from_split(cls, split: SplitData, encoding: CharEncoding) -> EncodedSplit:
+        captions = split.captions.reshape(-1)
+        chars, lengths = encoding.encode(list(captions))
+        return cls(
+            np.ascontiguousarray(split.features, dtype=np.float32),
+            chars,
+            lengths,
+            captions,
+            split.image_ids,
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class TrainingData:
+    train: EncodedSplit
+    val: EncodedSplit
+    test: EncodedSplit
+    unknown_chars: int  # characters outside the alphabet, mapped to the unknown index
+    source: str  # the store it was read from
+
+    @property
+    def feature_dim(self) -> int:
+        return int(self.train.features.shape[1])
+
+    @classmethod
+    def from_store(cls, where: str) -> TrainingData:
+        store = FeatureStore.open(where)
+        encoding = CharEncoding()
+        splits = {
+            name: EncodedSplit.from_split(store.read_split(name), encoding)
+            for name in ("train", "val", "test")
+        }
+        if encoding.unknown_count:
+            logger.warning(
+                "%d caption characters are outside the alphabet and were mapped to "
+                "the unknown index",
+                encoding.unknown_count,
+            )
+        return cls(**splits, unknown_chars=encoding.unknown_count, source=where)
+
+
+def epoch_batches(num_images: int, batch_size: int, seed: int, epoch: int) -> np.ndarray:
+    """The caption rows of every minibatch of one epoch: ``(steps, batch_size)``.
+
+    The training images are shuffled once per epoch (seeded by ``seed`` and ``epoch``, so
+    a resumed run sees the same order); then five passes, pass k pairing every image
+    with its k-th caption, cut into batches of ``batch_size`` images in the shuffled
+    order with the last short batch dropped. No image is twice in a batch, so there
+    are no false negatives. Image ``i`` of caption row ``r`` is ``r // 5``.
+    """
+    order = np.random.default_rng([seed, epoch]).permutation(num_images)
+    per_pass = num_images // batch_size
+    images = order[: per_pass * batch_size].reshape(per_pass, batch_size)
+    passes = [images * CAPTIONS_PER_IMAGE + k for k in range(CAPTIONS_PER_IMAGE)]
+    return np.concatenate(passes, axis=0)

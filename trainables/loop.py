@@ -1,0 +1,307 @@
+"""The training loop, without Ray or MLflow: a ``Trainer`` that trains one epoch,
+evaluates, keeps snapshots, ensembles them, and checkpoints its whole state.
+
+    trainer = Trainer(config, TrainingData.from_store("stores/world"), semantic)
+    for metrics in trainer.run():      # epoch 0 (untrained), 1, 2, ...; then the ensemble
+        print(metrics)
+
+On a GPU the data live on the device and a step never waits for the host: the batch
+plan of an epoch is uploaded once, losses stay on the device until the epoch ends,
+and the lengths that packing needs are read from a host copy.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainables import names
+from trainables.config import TrainConfig
+from trainables.data import EncodedSplit, TrainingData, epoch_batches
+from trainables.loss import make_loss
+from trainables.metrics import retrieval_metrics
+from trainables.model import CharEncoding, GroundedEncoder
+from trainables.schedule import cyclic_cosine_lr
+
+logger = logging.getLogger(__name__)
+
+EmbedFn = Callable[[Sequence[str]], torch.Tensor]
+SemanticFn = Callable[[EmbedFn], dict[str, float]]
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or infinite; the message names the epoch and step."""
+
+
+@dataclass
+class Snapshot:
+    epoch: int
+    score: float  # dev R@10 mean at that epoch
+    state: dict[str, torch.Tensor]  # the model's weights, on the CPU
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device: {name!r} requested but no CUDA GPU is available")
+    return device
+
+
+class _DeviceSplit:
+    """A split's tensors on the training device (captions as uint8 to save memory)."""
+
+    def __init__(self, split: EncodedSplit, device: torch.device) -> None:
+        self.features = torch.from_numpy(split.features).to(device)
+        self.chars = torch.from_numpy(split.chars).to(device)
+        self.lengths = torch.from_numpy(split.lengths)  # stays on the CPU for packing
+        self.num_images = split.num_images
+
+
+class Trainer:
+    def __init__(
+        self, config: TrainConfig, data: TrainingData, semantic: SemanticFn | None = None
+    ) -> None:
+        self.config = config
+        self.device = resolve_device(config.device)
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        if data.train.num_images < config.batch_size:
+            raise ValueError(
+                f"batch_size: got {config.batch_size}, but the training split has "
+                f"only {data.train.num_images} images"
+            )
+        torch.manual_seed(config.seed)
+        self.model = GroundedEncoder(config, data.feature_dim).to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr_min)
+        self.loss_fn = make_loss(config)
+        self.semantic = semantic
+        self.train_split = _DeviceSplit(data.train, self.device)
+        self.val_split = _DeviceSplit(data.val, self.device)
+        self.test_split = _DeviceSplit(data.test, self.device)
+        self.steps_per_epoch = 5 * (data.train.num_images // config.batch_size)
+        self.cycle = self.steps_per_epoch * config.cycle_epochs
+        self.epoch = 0  # epochs trained so far
+        self.step = 0  # minibatches trained so far
+        self.history: list[dict[str, float]] = []  # the metrics reported after each epoch
+        self.snapshots: list[Snapshot] = []  # the best `ensemble_size` snapshots so far
+        self._encoding = CharEncoding()
+
+    # -- the loop --------------------------------------------------------------
+
+    def run(self) -> Iterator[dict[str, float]]:
+        """Yield the metrics of epoch 0 (untrained; skipped when resuming), of every
+        trained epoch, and finally the ensemble's test metrics (``test/...``)."""
+        if not self.history:
+            self.history.append(self.evaluate_epoch(train_metrics={}))
+            yield self.history[-1]
+        while self.epoch < self.config.epochs:
+            train_metrics = self.train_one_epoch()
+            self.history.append(self.evaluate_epoch(train_metrics))
+            yield self.history[-1]
+        yield self.ensemble_metrics()
+
+    def train_one_epoch(self) -> dict[str, float]:
+        cfg, split = self.config, self.train_split
+        started = time.perf_counter()
+        plan = epoch_batches(split.num_images, cfg.batch_size, cfg.seed, self.epoch)
+        rows_on_device = torch.from_numpy(plan).to(self.device)
+        widths = split.lengths[torch.from_numpy(plan)].amax(dim=1).tolist()
+        losses = torch.empty(len(plan), device=self.device)
+        self.model.train()
+        for i in range(len(plan)):
+            for group in self.optimizer.param_groups:
+                group["lr"] = cyclic_cosine_lr(self.step, self.cycle, cfg.lr_min, cfg.lr_max)
+            rows = rows_on_device[i]
+            chars = split.chars[rows, : widths[i]].long()
+            lengths = split.lengths[torch.from_numpy(plan[i])]
+            with self._autocast():
+                images, captions = self.model(split.features[rows // 5], chars, lengths)
+            loss = self.loss_fn(images.float(), captions.float())
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self._clip_gradients()
+            self.optimizer.step()
+            losses[i] = loss.detach()
+            self.step += 1
+        self.epoch += 1
+        self._check_finite(losses.cpu().numpy())
+        seconds = time.perf_counter() - started
+        return {
+            names.LOSS: float(losses.mean()),
+            "train/lr": self.optimizer.param_groups[0]["lr"],
+            "time/train_s": seconds,
+            "train/captions_per_s": len(plan) * cfg.batch_size / max(seconds, 1e-9),
+        }
+
+    def _clip_gradients(self) -> None:
+        for module, limit in (
+            (self.model.image_encoder, self.config.clip_image),
+            (self.model.caption_encoder, self.config.clip_caption),
+        ):
+            if limit > 0:
+                torch.nn.utils.clip_grad_norm_(module.parameters(), limit, foreach=True)
+
+    def _check_finite(self, losses: np.ndarray) -> None:
+        bad = np.flatnonzero(~np.isfinite(losses))
+        if len(bad):
+            first = int(bad[0])
+            step_in_run = self.step - len(losses) + first
+            raise NonFiniteLossError(
+                f"the loss became {losses[first]} at epoch {self.epoch}, step {first + 1} of "
+                f"{len(losses)} (minibatch {step_in_run + 1} of the run); lower lr_max "
+                f"(now {self.config.lr_max}) or enable gradient clipping"
+            )
+
+    def _autocast(self) -> torch.autocast:
+        return torch.autocast(
+            self.device.type, dtype=torch.bfloat16, enabled=self.config.precision == "bf16"
+        )
+
+    # -- evaluation ------------------------------------------------------------
+
+    def evaluate_epoch(self, train_metrics: dict[str, float]) -> dict[str, float]:
+        """Dev retrieval (and the semantic sets when due) for the current epoch, and the
+        snapshot bookkeeping at the end of every ``snapshot_interval`` epochs."""
+        started = time.perf_counter()
+        metrics: dict[str, float] = {"epoch": float(self.epoch), **train_metrics}
+        with torch.inference_mode():
+            images, captions = self.embed_split(self.val_split, [self.model])
+            retrieval = retrieval_metrics(images, captions)
+        metrics.update({names.key(names.DEV, k): float(v) for k, v in retrieval.items()})
+        every = self.config.semantic_every
+        if self.semantic is not None and every and self.epoch % every == 0:
+            metrics.update(
+                {
+                    names.key(names.DEV, k): float(v)
+                    for k, v in self.semantic(self.embed_fn([self.model])).items()
+                }
+            )
+        metrics["time/eval_s"] = time.perf_counter() - started
+        if self.epoch and self.epoch % self.config.snapshot_interval == 0:
+            self._keep_snapshot(metrics[names.PRIMARY_RETRIEVAL])
+        return metrics
+
+    def _keep_snapshot(self, score: float) -> None:
+        state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        self.snapshots.append(Snapshot(self.epoch, score, state))
+        self.snapshots.sort(key=lambda s: (-s.score, s.epoch))
+        del self.snapshots[self.config.ensemble_size :]
+
+    def ensemble_metrics(self) -> dict[str, float]:
+        """Test metrics of the ensemble of the best snapshots (embeddings summed on both
+        sides, not renormalised); the current model when no snapshot was taken."""
+        models = [self._model_from(s.state) for s in self.snapshots] or [self.model]
+        metrics: dict[str, float] = {"ensemble/size": float(len(models))}
+        for k, snap in enumerate(self.snapshots):
+            metrics[f"ensemble/epoch_{k + 1}"] = float(snap.epoch)
+        with torch.inference_mode():
+            images, captions = self.embed_split(self.test_split, models)
+            retrieval = retrieval_metrics(images, captions)
+        metrics.update({names.key(names.TEST, k): float(v) for k, v in retrieval.items()})
+        if self.semantic is not None and self.config.semantic_every:
+            metrics.update(
+                {
+                    names.key(names.TEST, k): float(v)
+                    for k, v in self.semantic(self.embed_fn(models)).items()
+                }
+            )
+        return metrics
+
+    def _model_from(self, state: dict[str, torch.Tensor]) -> GroundedEncoder:
+        model = GroundedEncoder(self.config, self.train_split.features.shape[1]).to(self.device)
+        model.load_state_dict(state)
+        return model
+
+    def embed_split(
+        self, split: _DeviceSplit, models: Sequence[GroundedEncoder]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Image and caption embeddings of ``split``, summed over ``models``."""
+        images = sum(m.eval().image_encoder(split.features) for m in models)
+        captions = sum(self._encode_rows(m, split.chars, split.lengths) for m in models)
+        return images, captions  # type: ignore[return-value]
+
+    def _encode_rows(
+        self, model: GroundedEncoder, chars: torch.Tensor, lengths: torch.Tensor
+    ) -> torch.Tensor:
+        """Encode every caption row, in length-sorted chunks (little padding), in order."""
+        model.eval()
+        order = torch.argsort(lengths, descending=True)
+        out = torch.empty(len(lengths), self.config.embedding_dim, device=self.device)
+        size = self.config.eval_batch_size
+        for start in range(0, len(order), size):
+            rows = order[start : start + size]
+            width = int(lengths[rows[0]])
+            with self._autocast():
+                emb = model.caption_encoder(
+                    chars[rows.to(self.device), :width].long(), lengths[rows]
+                )
+            out[rows.to(self.device)] = emb.float()
+        return out
+
+    def embed_fn(self, models: Sequence[GroundedEncoder]) -> EmbedFn:
+        """Sentences -> caption embeddings summed over ``models`` (for the semantic sets)."""
+
+        def embed(sentences: Sequence[str]) -> torch.Tensor:
+            chars, lengths = self._encoding.encode(list(sentences))
+            with torch.inference_mode():
+                rows = torch.from_numpy(chars).to(self.device)
+                return sum(self._encode_rows(m, rows, torch.from_numpy(lengths)) for m in models)  # type: ignore[return-value]
+
+        return embed
+
+    # -- checkpoints -----------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue exactly: weights, optimiser, schedule position,
+        RNG states, history and snapshots. Loadable with ``weights_only=True``."""
+        return {
+            "config": self.config.to_dict(),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "epoch": self.epoch,
+            "step": self.step,
+            "history": self.history,
+            "snapshots": [
+                {"epoch": s.epoch, "score": s.score, "state": s.state} for s in self.snapshots
+            ],
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+            },
+            "alphabet": self.model.caption_encoder.alphabet,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        saved = TrainConfig.from_dict(state["config"])
+        if saved.replace(device=self.config.device, epochs=self.config.epochs) != self.config:
+            raise ValueError(
+                "the checkpoint was written with a different config; resume with "
+                "the same settings (only device and epochs may change)"
+            )
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        self.history = list(state["history"])
+        self.snapshots = [Snapshot(s["epoch"], s["score"], s["state"]) for s in state["snapshots"]]
+        torch.set_rng_state(state["rng"]["torch"])
+        if state["rng"]["cuda"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+
+    def save_checkpoint(self) -> bytes:
+        buffer = io.BytesIO()
+        torch.save(self.state_dict(), buffer)
+        return buffer.getvalue()
+
+    def load_checkpoint(self, data: bytes) -> None:
+        self.load_state_dict(
+            torch.load(io.BytesIO(data), map_location=self.device, weights_only=True)
+        )

@@ -1,0 +1,318 @@
+"""Evaluation metrics as pure functions: arrays in, numbers out.
+
+Retrieval (SPEC section 5): ``N`` images and ``captions_per_image * N`` captions, caption
+``j`` belonging to image ``j // captions_per_image``; the similarity is the dot product of
+the embeddings as given (normalised embeddings, or the snapshot ensemble's summed,
+un-renormalised ones: nothing is renormalised here).
+
+- caption->image (``c2i``): the rank of the caption's image among the ``N`` images;
+- image->caption (``i2c``): the best (lowest) rank of the image's captions among all
+  captions.
+
+Ranks are 1-based and **ties count in the query's favour**: rank = 1 + the number of
+candidates scoring *strictly* higher than the correct one. R@K is in percent.
+
+Example::
+
+    >>> import torch
+    >>> images = torch.eye(3)
+    >>> captions = images.repeat_interleave(5, dim=0)  # five exact captions per image
+    >>> retrieval_metrics(images, captions)["c2i_r1"]
+    100.0
+    >>> lo, hi = pearson_ci(0.722, 1379)  # STS-B in the paper's Table 5: +2.4 / -2.6
+    >>> round(100 * (hi - 0.722), 1), round(100 * (0.722 - lo), 1)
+    (2.4, 2.6)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from typing import TypeAlias
+
+import numpy as np
+import torch
+from scipy.stats import rankdata
+
+from trainables import names
+
+_log = logging.getLogger(__name__)
+
+Embeddings: TypeAlias = torch.Tensor | np.ndarray
+Z95 = 1.96  # two-sided 95% normal quantile, as the paper uses
+RECALL_KS = (1, 5, 10)
+
+
+def ci_key(name: str, bound: str) -> str:
+    """``ci_key("c2i_r1", "low") == "c2i_r1_ci_low"`` (``bound`` is "low" or "high")."""
+    return f"{name}_ci_{bound}"
+
+
+RECALL_NAMES = tuple(f"{d}_r{k}" for d in ("c2i", "i2c") for k in RECALL_KS)
+RETRIEVAL_CI = tuple(ci_key(name, bound) for name in RECALL_NAMES for bound in ("low", "high"))
+
+
+def _as_matrix(value: object, argument: str) -> torch.Tensor:
+    if isinstance(value, np.ndarray):
+        value = torch.from_numpy(value)
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(
+            f"{argument} must be a torch.Tensor or numpy.ndarray, got {type(value).__name__}"
+        )
+    if value.ndim != 2 or value.shape[0] == 0:
+        raise ValueError(
+            f"{argument} must be a 2-D array with at least one row (items, dim), "
+            f"got shape {tuple(value.shape)}"
+        )
+    return value.detach()
+
+
+def _prepare(
+    image_emb: Embeddings, caption_emb: Embeddings, captions_per_image: int, chunk_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validated (images, captions) on one device in one floating dtype."""
+    if captions_per_image < 1:
+        raise ValueError(f"captions_per_image must be >= 1, got {captions_per_image}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    images = _as_matrix(image_emb, "image_emb")
+    captions = _as_matrix(caption_emb, "caption_emb")
+    expected = (captions_per_image * images.shape[0], images.shape[1])
+    if tuple(captions.shape) != expected:
+        raise ValueError(
+            f"caption_emb must have shape {expected} ({captions_per_image} captions per image "
+            f"of image_emb's {tuple(images.shape)}), got shape {tuple(captions.shape)}"
+        )
+    # A numpy array joins the tensor's device; two tensors must already share one.
+    if isinstance(image_emb, np.ndarray):
+        images = images.to(captions.device)
+    elif isinstance(caption_emb, np.ndarray):
+        captions = captions.to(images.device)
+    if images.device != captions.device:
+        raise ValueError(f"image_emb is on {images.device} but caption_emb is on {captions.device}")
+    dtype = torch.promote_types(images.dtype, captions.dtype)
+    if dtype not in (torch.float32, torch.float64):  # half precision or integers
+        dtype = torch.float32
+    images, captions = images.to(dtype), captions.to(dtype)
+    for tensor, argument in ((images, "image_emb"), (captions, "caption_emb")):
+        if not bool(torch.isfinite(tensor).all()):
+            # NaN scores would compare as "never higher" and give every query rank 1.
+            raise ValueError(f"{argument} contains NaN or infinite values")
+    return images, captions
+
+
+def _caption_to_image_ranks(
+    images: torch.Tensor, captions: torch.Tensor, per_image: int, chunk_size: int
+) -> torch.Tensor:
+    """Rank of each caption's image among all images, chunked over caption queries."""
+    owner = torch.arange(captions.shape[0], device=captions.device) // per_image
+    ranks = torch.empty(captions.shape[0], dtype=torch.int64, device=captions.device)
+    for start in range(0, captions.shape[0], chunk_size):
+        stop = min(start + chunk_size, captions.shape[0])
+        scores = captions[start:stop] @ images.T  # (chunk, N)
+        # The correct score is read from the same matrix, so ties compare exactly.
+        correct = scores.gather(1, owner[start:stop, None])
+        ranks[start:stop] = 1 + (scores > correct).sum(dim=1)
+    return ranks
+
+
+def _image_to_caption_ranks(
+    images: torch.Tensor, captions: torch.Tensor, per_image: int, chunk_size: int
+) -> torch.Tensor:
+    """Best rank of each image's captions among all captions, chunked over image queries."""
+    offsets = torch.arange(per_image, device=images.device)
+    ranks = torch.empty(images.shape[0], dtype=torch.int64, device=images.device)
+    for start in range(0, images.shape[0], chunk_size):
+        stop = min(start + chunk_size, images.shape[0])
+        scores = images[start:stop] @ captions.T  # (chunk, per_image * N)
+        own = torch.arange(start, stop, device=images.device)[:, None] * per_image + offsets
+        # min over own captions of (1 + #higher) == 1 + #(higher than the best own caption)
+        best = scores.gather(1, own).max(dim=1, keepdim=True).values
+        ranks[start:stop] = 1 + (scores > best).sum(dim=1)
+    return ranks
+
+
+def retrieval_ranks(
+    image_emb: Embeddings,
+    caption_emb: Embeddings,
+    captions_per_image: int = 5,
+    *,
+    chunk_size: int = 1024,
+) -> tuple[np.ndarray, np.ndarray]:
+    """1-based ranks ``(c2i_ranks (5N,), i2c_ranks (N,))`` as int64 numpy arrays.
+
+    ``image_emb`` is ``(N, d)`` and ``caption_emb`` ``(captions_per_image * N, d)``,
+    torch tensors (CPU or CUDA) or numpy arrays. At most ``chunk_size`` queries are
+    scored at a time, so memory stays at ``chunk_size x 5N`` scores. A tie with the
+    correct item does not count against it (rank = 1 + #strictly higher scores).
+    """
+    images, captions = _prepare(image_emb, caption_emb, captions_per_image, chunk_size)
+    c2i = _caption_to_image_ranks(images, captions, captions_per_image, chunk_size)
+    i2c = _image_to_caption_ranks(images, captions, captions_per_image, chunk_size)
+    return c2i.cpu().numpy(), i2c.cpu().numpy()
+
+
+def summarise_ranks(c2i_ranks: np.ndarray, i2c_ranks: np.ndarray) -> dict[str, float]:
+    """The ``names.RETRIEVAL`` metrics from 1-based ranks: R@K in percent, the median
+    rank (``numpy.median``: the mean of the two middle ranks for an even count) and the
+    mean rank of each direction, and ``r10_mean``."""
+    metrics: dict[str, float] = {}
+    for direction, ranks in (("c2i", c2i_ranks), ("i2c", i2c_ranks)):
+        ranks = np.asarray(ranks)
+        for k in RECALL_KS:
+            metrics[f"{direction}_r{k}"] = 100.0 * float(np.mean(ranks <= k))
+        metrics[f"{direction}_medr"] = float(np.median(ranks))
+        metrics[f"{direction}_meanr"] = float(np.mean(ranks))
+    metrics["r10_mean"] = (metrics["c2i_r10"] + metrics["i2c_r10"]) / 2
+    assert tuple(metrics) == names.RETRIEVAL  # the names are defined once, in names.py
+    return metrics
+
+
+def retrieval_metrics(
+    image_emb: Embeddings,
+    caption_emb: Embeddings,
+    captions_per_image: int = 5,
+    *,
+    chunk_size: int = 1024,
+) -> dict[str, float]:
+    """Bidirectional retrieval metrics, keys ``names.RETRIEVAL`` (see the module docstring
+    for the protocol and ``retrieval_ranks`` for the arguments)."""
+    c2i, i2c = retrieval_ranks(image_emb, caption_emb, captions_per_image, chunk_size=chunk_size)
+    return summarise_ranks(c2i, i2c)
+
+
+def recall_ci(recall: float, n: int) -> tuple[float, float]:
+    """95% interval of a recall in percent: the normal approximation to the proportion,
+    ``p +- 1.96 sqrt(p (1 - p) / n)``, clipped to [0, 100].
+
+    ``n`` is the number of *images*, in both directions, as in the paper's Tables 2-3
+    (its +-intervals are reproduced exactly this way): the five captions of an image are
+    not independent queries, so counting images is the conservative choice for c2i.
+    The interval has zero width at 0% and 100%.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    p = recall / 100.0
+    half = Z95 * math.sqrt(max(p * (1.0 - p), 0.0) / n)
+    return max(0.0, 100.0 * (p - half)), min(100.0, 100.0 * (p + half))
+
+
+def _with_ci(metrics: dict[str, float], n_images: int) -> dict[str, float]:
+    out = dict(metrics)
+    for name in RECALL_NAMES:
+        out[ci_key(name, "low")], out[ci_key(name, "high")] = recall_ci(metrics[name], n_images)
+    return out
+
+
+def retrieval_metrics_with_ci(
+    image_emb: Embeddings,
+    caption_emb: Embeddings,
+    captions_per_image: int = 5,
+    *,
+    chunk_size: int = 1024,
+) -> dict[str, float]:
+    """``retrieval_metrics`` plus a 95% interval for each R@K (keys ``RETRIEVAL_CI``,
+    e.g. ``c2i_r1_ci_low``/``c2i_r1_ci_high``, in percent; see ``recall_ci``)."""
+    metrics = retrieval_metrics(image_emb, caption_emb, captions_per_image, chunk_size=chunk_size)
+    return _with_ci(metrics, len(image_emb))
+
+
+def coco_1k(
+    image_emb: Embeddings,
+    caption_emb: Embeddings,
+    *,
+    folds: int = 5,
+    captions_per_image: int = 5,
+    chunk_size: int = 1024,
+    with_ci: bool = False,
+) -> dict[str, float]:
+    """MSCOCO "1k": every metric averaged over ``folds`` contiguous folds of images (5
+    folds of 1,000 images and their 5,000 captions on the 5,000-image test split).
+
+    With ``with_ci``, intervals of the averaged R@K use n = all images (5,000), which
+    reproduces the paper's Table 3.
+    """
+    images, captions = _prepare(image_emb, caption_emb, captions_per_image, chunk_size)
+    if folds < 1 or images.shape[0] % folds:
+        raise ValueError(
+            f"image_emb must split into {folds} equal folds, got shape {tuple(images.shape)}"
+        )
+    size = images.shape[0] // folds
+    if size != 1000:
+        _log.warning("coco_1k: folds of %d images, not the standard 1,000", size)
+    per_fold = [
+        retrieval_metrics(
+            images[f * size : (f + 1) * size],
+            captions[f * size * captions_per_image : (f + 1) * size * captions_per_image],
+            captions_per_image,
+            chunk_size=chunk_size,
+        )
+        for f in range(folds)
+    ]
+    metrics = {name: float(np.mean([m[name] for m in per_fold])) for name in names.RETRIEVAL}
+    return _with_ci(metrics, images.shape[0]) if with_ci else metrics
+
+
+def coco_5k(
+    image_emb: Embeddings,
+    caption_emb: Embeddings,
+    *,
+    captions_per_image: int = 5,
+    chunk_size: int = 1024,
+    with_ci: bool = False,
+) -> dict[str, float]:
+    """MSCOCO "5k": the metrics on the whole (5,000-image) test split at once."""
+    if len(image_emb) != 5000:
+        _log.warning("coco_5k: %d images, not the standard 5,000", len(image_emb))
+    metric_fn = retrieval_metrics_with_ci if with_ci else retrieval_metrics
+    return metric_fn(image_emb, caption_emb, captions_per_image, chunk_size=chunk_size)
+
+
+def pearson_ci(r: float, n: int) -> tuple[float, float]:
+    """95% interval of a Pearson r from ``n`` pairs by the Fisher z transform:
+    ``tanh(atanh(r) +- 1.96 / sqrt(n - 3))`` (reproduces the paper's Table 5).
+
+    ``r`` of exactly +-1 gives the degenerate interval ``(r, r)``; NaN gives NaNs.
+    """
+    if n <= 3:
+        raise ValueError(f"n must be > 3 for a Fisher-z interval, got {n}")
+    if math.isnan(r):
+        return math.nan, math.nan
+    if not -1.0 <= r <= 1.0:
+        raise ValueError(f"r must lie in [-1, 1], got {r}")
+    if abs(r) == 1.0:
+        return r, r
+    z, half = math.atanh(r), Z95 / math.sqrt(n - 3)
+    return math.tanh(z - half), math.tanh(z + half)
+
+
+def _vector(values: Sequence[float] | np.ndarray | torch.Tensor, argument: str) -> np.ndarray:
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim != 1:
+        raise ValueError(f"{argument} must be 1-D, got shape {array.shape}")
+    return array
+
+
+def pearson(
+    x: Sequence[float] | np.ndarray | torch.Tensor, y: Sequence[float] | np.ndarray | torch.Tensor
+) -> float:
+    """Pearson's r in float64; NaN when either input is constant (r is undefined)."""
+    a, b = _vector(x, "x"), _vector(y, "y")
+    if a.shape != b.shape or a.size < 2:
+        raise ValueError(f"x and y must have one equal length >= 2, got {a.shape} and {b.shape}")
+    a, b = a - a.mean(), b - b.mean()
+    denominator = math.sqrt(float(a @ a) * float(b @ b))
+    if denominator == 0.0:
+        return math.nan
+    return max(-1.0, min(1.0, float(a @ b) / denominator))
+
+
+def spearman(
+    x: Sequence[float] | np.ndarray | torch.Tensor, y: Sequence[float] | np.ndarray | torch.Tensor
+) -> float:
+    """Spearman's rho: Pearson's r of the ranks, ties given their average rank."""
+    a, b = _vector(x, "x"), _vector(y, "y")
+    return pearson(rankdata(a), rankdata(b))

@@ -1,0 +1,145 @@
+"""``python -m trainables.train``: one training run, without Ray.
+
+    python -m trainables.train --data stores/world --hidden-size 64 --epochs 4
+    python -m trainables.train --data stores/flickr8k --senteval SentEval/data/downstream --json
+
+Every field of :class:`trainables.config.TrainConfig` is an option (``--hidden-size``,
+``--rnn-type``, ``--margin``, ...). It prints a line per epoch (epoch 0 is the untrained
+model), or with ``--json`` one JSON object per epoch with all its metrics, and finally
+the snapshot ensemble's test metrics. ``--checkpoint FILE`` saves the full training
+state after every epoch and resumes from it when it exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+from pathlib import Path
+
+import torch
+
+from storage import FeatureStore, StoreError
+from storage._atomic import write_bytes_atomic
+from storage.senteval import load_senteval
+from trainables import names
+from trainables.config import TrainConfig
+from trainables.data import TrainingData
+from trainables.loop import NonFiniteLossError, SemanticFn, Trainer, resolve_device
+from trainables.semantic import SemanticEvaluator
+
+logger = logging.getLogger(__name__)
+
+
+def default_senteval(store: str) -> str | None:
+    """The semantic sets that came with a store (the embedded world's), if any."""
+    extras = FeatureStore.open(store).manifest.extras
+    if "senteval" not in extras:
+        return None
+    return str(Path(store) / extras["senteval"])
+
+
+def make_semantic(senteval: str | None, config: TrainConfig) -> SemanticFn | None:
+    """The semantic evaluator for ``senteval`` (a SentEval ``data/downstream`` directory)
+    on the training device; ``None`` when there is nothing to evaluate."""
+    if senteval is None or config.semantic_every == 0:
+        return None
+    device = resolve_device(config.device)
+    return SemanticEvaluator(load_senteval(senteval), device=device, seed=config.seed)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainables.train",
+        description=__doc__.split("\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("--data", required=True, help="feature store (path or URI)")
+    parser.add_argument(
+        "--senteval",
+        default=None,
+        help="SentEval data/downstream directory (default: the store's own "
+        "semantic sets, if it has any)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object per epoch")
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="save the training state here after every epoch; resume from it",
+    )
+    group = parser.add_argument_group("training config (TrainConfig)")
+    for field in dataclasses.fields(TrainConfig):
+        group.add_argument(
+            f"--{field.name.replace('_', '-')}",
+            dest=field.name,
+            default=None,
+            metavar=field.type.upper() if isinstance(field.type, str) else "X",
+            help=f"default: {field.default}",
+        )
+    return parser
+
+
+def _line(metrics: dict[str, float]) -> str:
+    if "epoch" not in metrics:
+        epochs = [str(int(v)) for k, v in metrics.items() if k.startswith("ensemble/epoch_")]
+        parts = [f"ensemble of epochs {', '.join(epochs) or '(final model)'}:"]
+        prefix = names.TEST
+    else:
+        parts = [f"epoch {int(metrics['epoch']):>3}"]
+        if names.LOSS in metrics:
+            parts.append(f"loss {metrics[names.LOSS]:8.3f}")
+        prefix = names.DEV
+    for label, name in (
+        ("R@10 c2i", "c2i_r10"),
+        ("i2c", "i2c_r10"),
+        ("mean", "r10_mean"),
+        ("semantic", "semantic"),
+    ):
+        value = metrics.get(names.key(prefix, name))
+        if value is not None:
+            parts.append(f"{label} {value:6.3f}" if name == "semantic" else f"{label} {value:5.1f}")
+    if "time/train_s" in metrics:
+        parts.append(
+            f"({metrics['time/train_s']:.1f} s train, {metrics['time/eval_s']:.1f} s eval)"
+        )
+    return "  ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    overrides = {
+        f.name: getattr(args, f.name)
+        for f in dataclasses.fields(TrainConfig)
+        if getattr(args, f.name) is not None
+    }
+    try:
+        config = TrainConfig.from_dict(overrides)
+        data = TrainingData.from_store(args.data)
+        senteval = args.senteval or default_senteval(args.data)
+        trainer = Trainer(config, data, make_semantic(senteval, config))
+        if args.checkpoint is not None and args.checkpoint.exists():
+            trainer.load_checkpoint(args.checkpoint.read_bytes())
+            logger.info("resumed from %s at epoch %d", args.checkpoint, trainer.epoch)
+        logger.info(
+            "training on %s: %d train images, device %s, %s",
+            args.data,
+            data.train.num_images,
+            trainer.device,
+            torch.__version__,
+        )
+        for metrics in trainer.run():
+            print(json.dumps(metrics) if args.json else _line(metrics), flush=True)
+            if args.checkpoint is not None and "epoch" in metrics:
+                write_bytes_atomic(args.checkpoint, trainer.save_checkpoint())
+    except (StoreError, ValueError, NonFiniteLossError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

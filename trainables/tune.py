@@ -1,0 +1,38 @@
+"""The Ray Tune function trainable: a thin wrapper around :class:`Trainer`.
+
+It builds the typed config from Tune's dict (unknown keys are refused), takes the data
+that the driver put into Ray's object store once (``tune.with_parameters``), reports
+every epoch with a checkpoint, and resumes from ``tune.get_checkpoint()``::
+
+    trainable = tune.with_parameters(grounded_trainable, data=data, senteval=senteval_dir)
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ray import tune
+
+from trainables.config import TrainConfig
+from trainables.data import TrainingData
+from trainables.loop import Trainer
+from trainables.train import make_semantic
+
+CHECKPOINT_FILE = "trainer.pt"
+
+
+def grounded_trainable(
+    config: dict[str, Any], data: TrainingData, senteval: str | None = None
+) -> None:
+    train_config = TrainConfig.from_dict(config)
+    trainer = Trainer(train_config, data, make_semantic(senteval, train_config))
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            trainer.load_checkpoint((Path(folder) / CHECKPOINT_FILE).read_bytes())
+    for metrics in trainer.run():
+        with tempfile.TemporaryDirectory() as folder:
+            (Path(folder) / CHECKPOINT_FILE).write_bytes(trainer.save_checkpoint())
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
