@@ -224,7 +224,9 @@ class FeatureStore:
 
     @staticmethod
     def _parallel(fn: Callable[[int], None], count: int) -> None:
-        workers = max(1, min(count, os.cpu_count() or 1))
+        # Two threads per core: decoding a shard waits on page faults as much as on
+        # the CPU, so oversubscribing keeps both cores busy (bench/bench_store_read.py).
+        workers = max(1, min(count, 2 * (os.cpu_count() or 1)))
         with ThreadPoolExecutor(workers) as pool:
             list(pool.map(fn, range(count)))
 

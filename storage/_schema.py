@@ -30,7 +30,7 @@ SCHEMA_VERSION = 1
 SPLITS = ("train", "val", "test")
 CAPTIONS_PER_IMAGE = 5
 FEATURE_DTYPES = ("float32", "float16")
-FEATURE_COMPRESSIONS = ("lz4", "zstd", "none")
+FEATURE_COMPRESSIONS = ("none", "lz4", "zstd")
 MANIFEST = "manifest.json"
 BUILD_STATE = "build.json"
 

@@ -60,7 +60,7 @@ class StoreWriter:
         fingerprint: dict[str, Any],
         feature_dim: int,
         feature_dtype: str = "float32",
-        feature_compression: str = "lz4",
+        feature_compression: str = "none",
     ) -> None:
         if feature_dtype not in FEATURE_DTYPES:
             raise StoreError(

@@ -46,7 +46,7 @@ def build_karpathy(
     workers: int = 2,
     shard_size: int = 1024,
     dtype: str = "float32",
-    feature_compression: str = "lz4",
+    feature_compression: str = "none",
     skip_unreadable: bool = False,
 ) -> Manifest:
     """Build a store from a Karpathy JSON with ResNet-152 ten-crop features."""
@@ -97,7 +97,7 @@ def build_synthetic(
     workers: int = 2,
     shard_size: int = 1024,
     dtype: str = "float32",
-    feature_compression: str = "lz4",
+    feature_compression: str = "none",
 ) -> Manifest:
     """Generate the embedded world inside ``out/world`` and ingest it through the same
     Karpathy path as real data."""
@@ -161,7 +161,7 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--feature-compression",
         choices=FEATURE_COMPRESSIONS,
-        default="lz4",
+        default="none",
         help="Parquet codec of the feature column (see BENCHMARKS.md)",
     )
 

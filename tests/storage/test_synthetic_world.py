@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-import zlib
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +39,7 @@ from storage.synthetic import (
 )
 from storage.synthetic._captions import caption_scenes
 from storage.synthetic._scenes import relation_code, relation_codes
+from trainables.baselines import char_ngram_features
 
 N_IMAGES = 120
 SEED = 7
@@ -337,16 +336,6 @@ def test_semantic_sets_use_the_held_out_forms(world: WorldFiles) -> None:
 # --- learnability -----------------------------------------------------------------------
 
 
-def _char_ngrams(texts: Sequence[str], dim: int = 2048) -> np.ndarray:
-    """L2-normalised log counts of hashed character 1-4-grams."""
-    counts = np.zeros((len(texts), dim))
-    for row, text in enumerate(texts):
-        grams = [text[i : i + n] for n in range(1, 5) for i in range(len(text) - n + 1)]
-        np.add.at(counts[row], [zlib.crc32(g.encode()) % dim for g in grams], 1.0)
-    counts = np.log1p(counts)
-    return counts / np.linalg.norm(counts, axis=1, keepdims=True)
-
-
 def _ridge_recall_at_10(files: WorldFiles, ridge: float = 1.0) -> tuple[float, int]:
     """Caption->image R@10 over the test images of a ridge regression from caption
     n-grams (train split) to L2-normalised features; and the number of test images."""
@@ -355,11 +344,11 @@ def _ridge_recall_at_10(files: WorldFiles, ridge: float = 1.0) -> tuple[float, i
     features /= np.linalg.norm(features, axis=1, keepdims=True)
     train = [k for k, e in enumerate(data) if e["split"] == "train"]
     test = [k for k, e in enumerate(data) if e["split"] == "test"]
-    x = _char_ngrams([s["raw"] for k in train for s in data[k]["sentences"]])
+    x = char_ngram_features([s["raw"] for k in train for s in data[k]["sentences"]])
     y = np.repeat(features[train], CAPTIONS_PER_IMAGE, axis=0)
     mean = y.mean(axis=0)
     weights = np.linalg.solve(x.T @ x + ridge * np.eye(x.shape[1]), x.T @ (y - mean))
-    queries = _char_ngrams([s["raw"] for k in test for s in data[k]["sentences"]]) @ weights
+    queries = char_ngram_features([s["raw"] for k in test for s in data[k]["sentences"]]) @ weights
     scores = (queries + mean) @ features[test].T  # query norms do not change the ranks
     truth = np.repeat(np.arange(len(test)), CAPTIONS_PER_IMAGE)
     ranks = (scores > scores[np.arange(len(truth)), truth][:, None]).sum(axis=1) + 1
@@ -385,7 +374,9 @@ def test_sts_gold_correlates_with_ngram_cosine_but_not_perfectly(world: WorldFil
     pair_sets = [p for year in bench.sts.values() for p in year.values()]
     cosines, golds = [], []
     for pairs in pair_sets:
-        cosine = np.sum(_char_ngrams(pairs.sentences1) * _char_ngrams(pairs.sentences2), axis=1)
+        cosine = np.sum(
+            char_ngram_features(pairs.sentences1) * char_ngram_features(pairs.sentences2), axis=1
+        )
         assert np.corrcoef(cosine, pairs.gold)[0, 1] > 0, pairs.name
         cosines.append(cosine)
         golds.append(pairs.gold)
@@ -393,5 +384,7 @@ def test_sts_gold_correlates_with_ngram_cosine_but_not_perfectly(world: WorldFil
     assert 0.2 < pooled < 0.9, pooled
     for task in bench.supervised.values():
         pairs = task.train
-        cosine = np.sum(_char_ngrams(pairs.sentences1) * _char_ngrams(pairs.sentences2), axis=1)
+        cosine = np.sum(
+            char_ngram_features(pairs.sentences1) * char_ngram_features(pairs.sentences2), axis=1
+        )
         assert 0.2 < np.corrcoef(cosine, pairs.gold)[0, 1] < 0.9, task.name

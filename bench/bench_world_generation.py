@@ -1,0 +1,66 @@
+"""Time to build the embedded world at COCO size (123,287 images, 616,435 captions).
+
+Goal (issue 2): under 2 minutes on this 2-core machine for the whole
+``python -m storage.build synthetic`` (scenes, images, captions, semantic sets,
+features, Parquet shards and manifest). Also prints the share of each stage.
+
+    python bench/bench_world_generation.py [--images 123287] [--dir /tmp/bench-world]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from storage import open_store
+from storage.build import build_synthetic
+
+GOAL_SECONDS = 120.0
+
+
+class _StageTimer(logging.Handler):
+    """Stamps the build's own log lines, to split its time into stages."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.start = time.perf_counter()
+        self.lines: list[tuple[float, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append((time.perf_counter() - self.start, record.getMessage()))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--images", type=int, default=123_287)
+    parser.add_argument("--dir", type=Path, default=None)
+    args = parser.parse_args()
+    scratch = args.dir or Path(tempfile.mkdtemp(prefix="bench-world-"))
+    out = scratch / "store"
+    shutil.rmtree(out, ignore_errors=True)
+    timer = _StageTimer()
+    logging.basicConfig(level=logging.INFO, handlers=[timer])
+    started = time.perf_counter()
+    manifest = build_synthetic(out, images=args.images, seed=0)
+    total = time.perf_counter() - started
+    for at, line in timer.lines:
+        if "shard" not in line or "shard 1:" in line:
+            print(f"  {at:7.1f} s  {line[:110]}")
+    size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / 2**20
+    print(f"built {sum(s.images for s in manifest.splits.values()):,} images "
+          f"({size:,.0f} MiB on disk) in {total:.1f} s on {os.cpu_count()} cores; "
+          f"{total / GOAL_SECONDS:.2f} of the {GOAL_SECONDS:.0f} s goal")
+    verify_started = time.perf_counter()
+    shards = open_store(out).verify()
+    print(f"inspect verified {shards} shards in {time.perf_counter() - verify_started:.1f} s")
+    if args.dir is None:
+        shutil.rmtree(scratch)
+
+
+if __name__ == "__main__":
+    main()
