@@ -52,9 +52,11 @@ def main() -> None:
         if "shard" not in line or "shard 1:" in line:
             print(f"  {at:7.1f} s  {line[:110]}")
     size = sum(f.stat().st_size for f in out.rglob("*") if f.is_file()) / 2**20
-    print(f"built {sum(s.images for s in manifest.splits.values()):,} images "
-          f"({size:,.0f} MiB on disk) in {total:.1f} s on {os.cpu_count()} cores; "
-          f"{total / GOAL_SECONDS:.2f} of the {GOAL_SECONDS:.0f} s goal")
+    print(
+        f"built {sum(s.images for s in manifest.splits.values()):,} images "
+        f"({size:,.0f} MiB on disk) in {total:.1f} s on {os.cpu_count()} cores; "
+        f"{total / GOAL_SECONDS:.2f} of the {GOAL_SECONDS:.0f} s goal"
+    )
     verify_started = time.perf_counter()
     shards = open_store(out).verify()
     print(f"inspect verified {shards} shards in {time.perf_counter() - verify_started:.1f} s")

@@ -88,9 +88,13 @@ def test_a_diverging_loss_names_epoch_and_step(data: TrainingData) -> None:
 
 
 def test_learns_on_the_embedded_world(data: TrainingData) -> None:
+    # The tiny world has 12 dev images, so R@10 is near chance-saturated; R@1 and the
+    # loss show the learning.
     config = TrainConfig(**{**SMALL, "hidden_size": 32, "epochs": 4})
     reports = list(Trainer(config, data).run())
-    assert reports[4][names.PRIMARY_RETRIEVAL] > reports[0][names.PRIMARY_RETRIEVAL] + 15
+    r1 = names.key(names.DEV, "c2i_r1")
+    assert reports[4][r1] > 2 * reports[0][r1]
+    assert reports[4][names.LOSS] < reports[1][names.LOSS] / 5
 
 
 @pytest.mark.slow
@@ -136,3 +140,13 @@ def test_store_brings_its_semantic_sets(tiny_world: Path) -> None:
     senteval = default_senteval(str(tiny_world))
     assert senteval is not None and Path(senteval, "suite.json").exists()
     assert make_semantic(senteval, TrainConfig(semantic_every=0)) is None
+
+
+def test_bf16_autocast_stays_close_to_fp32(data: TrainingData) -> None:
+    reports = {}
+    for precision in ("fp32", "bf16"):
+        trainer = Trainer(TrainConfig(**{**SMALL, "epochs": 1, "precision": precision}), data)
+        reports[precision] = list(trainer.run())
+    fp32, bf16 = reports["fp32"][1], reports["bf16"][1]
+    assert bf16[names.LOSS] == pytest.approx(fp32[names.LOSS], rel=0.05)
+    assert abs(bf16[names.PRIMARY_RETRIEVAL] - fp32[names.PRIMARY_RETRIEVAL]) < 10

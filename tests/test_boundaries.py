@@ -1,0 +1,44 @@
+"""Library code runs without Ray and MLflow: import it with both blocked."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+LIBRARY_MODULES = [
+    "storage",
+    "storage.build",
+    "storage.inspect",
+    "storage.features",
+    "storage.senteval",
+    "storage.synthetic",
+    "trainables.model",
+    "trainables.loss",
+    "trainables.schedule",
+    "trainables.metrics",
+    "trainables.semantic",
+    "trainables.data",
+    "trainables.loop",
+    "trainables.train",
+    "trainables.baselines",
+]
+
+
+def test_library_imports_neither_ray_nor_mlflow() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['ray'] = None\n"
+        "sys.modules['mlflow'] = None\n"
+        f"for name in {LIBRARY_MODULES!r}:\n"
+        "    __import__(name)\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
+
+
+def test_blocking_works() -> None:
+    code = "import sys\nsys.modules['ray'] = None\nimport trainables.tune\n"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode != 0 and "ray" in result.stderr
