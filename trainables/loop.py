@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -98,16 +99,16 @@ class Trainer:
     # -- the loop --------------------------------------------------------------
 
     def run(self) -> Iterator[dict[str, float]]:
-        """Yield the metrics of epoch 0 (untrained; skipped when resuming), of every
-        trained epoch, and finally the ensemble's test metrics (``test/...``)."""
-        if not self.history:
-            self.history.append(self.evaluate_epoch(train_metrics={}))
-            yield self.history[-1]
-        while self.epoch < self.config.epochs:
-            train_metrics = self.train_one_epoch()
-            self.history.append(self.evaluate_epoch(train_metrics))
-            yield self.history[-1]
-        yield self.ensemble_metrics()
+        """Yield one dict of metrics per epoch, each epoch once: epoch 0 (untrained), then
+        every trained epoch (a resumed run continues after its last reported epoch). The
+        last epoch's dict also holds the ensemble's test metrics (``test/...``,
+        ``ensemble/...``)."""
+        while len(self.history) <= self.config.epochs:  # history holds epochs 0..self.epoch
+            metrics = self.evaluate_epoch(self.train_one_epoch() if self.history else {})
+            if self.epoch == self.config.epochs:
+                metrics.update(self.ensemble_metrics())
+            self.history.append(metrics)
+            yield metrics
 
     def train_one_epoch(self) -> dict[str, float]:
         cfg, split = self.config, self.train_split
@@ -185,6 +186,10 @@ class Trainer:
                     for k, v in self.semantic(self.embed_fn([self.model])).items()
                 }
             )
+        for name in (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC):
+            seen = [h[name] for h in self.history if name in h] + [metrics.get(name, math.nan)]
+            if not all(math.isnan(v) for v in seen):
+                metrics[names.best(name)] = float(np.nanmax(seen))
         metrics["time/eval_s"] = time.perf_counter() - started
         if self.epoch and self.epoch % self.config.snapshot_interval == 0:
             self._keep_snapshot(metrics[names.PRIMARY_RETRIEVAL])

@@ -46,6 +46,15 @@ SEMANTIC = (
 LOSS = "train/loss"
 PRIMARY_RETRIEVAL = f"{DEV}/r10_mean"
 PRIMARY_SEMANTIC = f"{DEV}/semantic"
+# The search's objectives: the best value of a dev metric over the epochs so far (the
+# paper selects on dev retrieval; the semantic score peaks early, so its best matters).
+BEST_RETRIEVAL = f"{PRIMARY_RETRIEVAL}_best"
+BEST_SEMANTIC = f"{PRIMARY_SEMANTIC}_best"
+
+
+def best(metric: str) -> str:
+    """``best("dev/r10_mean") == "dev/r10_mean_best"``."""
+    return f"{metric}_best"
 
 
 def key(split: str, name: str) -> str:

@@ -5,9 +5,9 @@
 
 Every field of :class:`trainables.config.TrainConfig` is an option (``--hidden-size``,
 ``--rnn-type``, ``--margin``, ...). It prints a line per epoch (epoch 0 is the untrained
-model), or with ``--json`` one JSON object per epoch with all its metrics, and finally
-the snapshot ensemble's test metrics. ``--checkpoint FILE`` saves the full training
-state after every epoch and resumes from it when it exists.
+model), or with ``--json`` one JSON object per epoch with all its metrics; the last
+epoch's also holds the snapshot ensemble's test metrics. ``--checkpoint FILE`` saves
+the full training state after every epoch and resumes from it when it exists.
 """
 
 from __future__ import annotations
@@ -83,29 +83,34 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _line(metrics: dict[str, float]) -> str:
-    if "epoch" not in metrics:
+    parts = [f"epoch {int(metrics['epoch']):>3}"]
+    if names.LOSS in metrics:
+        parts.append(f"loss {metrics[names.LOSS]:8.3f}")
+    parts += _scores(metrics, names.DEV)
+    if "time/train_s" in metrics:
+        parts.append(
+            f"({metrics['time/train_s']:.1f} s train, {metrics['time/eval_s']:.1f} s eval)"
+        )
+    line = "  ".join(parts)
+    if names.key(names.TEST, "r10_mean") in metrics:
         epochs = [str(int(v)) for k, v in metrics.items() if k.startswith("ensemble/epoch_")]
-        parts = [f"ensemble of epochs {', '.join(epochs) or '(final model)'}:"]
-        prefix = names.TEST
-    else:
-        parts = [f"epoch {int(metrics['epoch']):>3}"]
-        if names.LOSS in metrics:
-            parts.append(f"loss {metrics[names.LOSS]:8.3f}")
-        prefix = names.DEV
+        test = "  ".join(_scores(metrics, names.TEST))
+        line += f"\ntest, ensemble of epochs {', '.join(epochs) or '(final model)'}:  {test}"
+    return line
+
+
+def _scores(metrics: dict[str, float], split: str) -> list[str]:
+    parts = []
     for label, name in (
         ("R@10 c2i", "c2i_r10"),
         ("i2c", "i2c_r10"),
         ("mean", "r10_mean"),
         ("semantic", "semantic"),
     ):
-        value = metrics.get(names.key(prefix, name))
+        value = metrics.get(names.key(split, name))
         if value is not None:
             parts.append(f"{label} {value:6.3f}" if name == "semantic" else f"{label} {value:5.1f}")
-    if "time/train_s" in metrics:
-        parts.append(
-            f"({metrics['time/train_s']:.1f} s train, {metrics['time/eval_s']:.1f} s eval)"
-        )
-    return "  ".join(parts)
+    return parts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         for metrics in trainer.run():
             print(json.dumps(metrics) if args.json else _line(metrics), flush=True)
-            if args.checkpoint is not None and "epoch" in metrics:
+            if args.checkpoint is not None:
                 write_bytes_atomic(args.checkpoint, trainer.save_checkpoint())
     except (StoreError, ValueError, NonFiniteLossError) as err:
         print(f"error: {err}", file=sys.stderr)

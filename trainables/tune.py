@@ -13,6 +13,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import torch
 from ray import tune
 
 from trainables.config import TrainConfig
@@ -24,9 +25,16 @@ CHECKPOINT_FILE = "trainer.pt"
 
 
 def grounded_trainable(
-    config: dict[str, Any], data: TrainingData, senteval: str | None = None
+    config: dict[str, Any],
+    data: TrainingData,
+    senteval: str | None = None,
+    gpu_share: float | None = None,
 ) -> None:
+    """``gpu_share``: this trial's fraction of a GPU packed with others; its memory is
+    capped to that share so one trial cannot starve the rest."""
     train_config = TrainConfig.from_dict(config)
+    if gpu_share is not None and torch.cuda.is_available():
+        torch.cuda.set_per_process_memory_fraction(gpu_share)
     trainer = Trainer(train_config, data, make_semantic(senteval, train_config))
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:

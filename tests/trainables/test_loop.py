@@ -33,14 +33,18 @@ def data(tiny_world: Path) -> TrainingData:
 
 def test_run_reports_epoch_zero_every_epoch_and_the_ensemble(data: TrainingData) -> None:
     reports = list(Trainer(TrainConfig(**SMALL), data).run())
-    assert [r.get("epoch") for r in reports] == [0.0, 1.0, 2.0, 3.0, None]
+    assert [r["epoch"] for r in reports] == [0.0, 1.0, 2.0, 3.0]
     assert names.LOSS not in reports[0] and names.LOSS in reports[1]
-    for report in reports[:-1]:
+    for report in reports:
         assert set(names.key(names.DEV, k) for k in names.RETRIEVAL) <= set(report)
+        assert report[names.BEST_RETRIEVAL] == max(
+            r[names.PRIMARY_RETRIEVAL] for r in reports[: int(report["epoch"]) + 1]
+        )
+    assert not any(k.startswith("test/") for r in reports[:-1] for k in r)
     final = reports[-1]
     assert set(names.key(names.TEST, k) for k in names.RETRIEVAL) <= set(final)
     assert final["ensemble/size"] == 2.0
-    best = sorted(reports[1:4], key=lambda r: -r[names.PRIMARY_RETRIEVAL])[:2]
+    best = sorted(reports[1:], key=lambda r: -r[names.PRIMARY_RETRIEVAL])[:2]
     assert {final["ensemble/epoch_1"], final["ensemble/epoch_2"]} == {r["epoch"] for r in best}
 
 
@@ -118,13 +122,14 @@ def test_cli_prints_json_per_epoch_with_semantic_metrics(
     ]
     assert main(args) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [line.get("epoch") for line in lines] == [0, 1, 2, None]
-    assert all(names.PRIMARY_SEMANTIC in line for line in lines[:3])
+    assert [line["epoch"] for line in lines] == [0, 1, 2]
+    assert all(names.PRIMARY_SEMANTIC in line for line in lines)
+    assert lines[2][names.BEST_SEMANTIC] == max(line[names.PRIMARY_SEMANTIC] for line in lines)
     assert names.key(names.TEST, "semantic") in lines[-1]
     assert (tmp_path / "c.pt").exists()
-    # Resuming a finished run re-reports nothing but the ensemble.
+    # Resuming a finished run has nothing left to report.
     assert main(args) == 0
-    assert [json.loads(x).get("epoch") for x in capsys.readouterr().out.splitlines()] == [None]
+    assert capsys.readouterr().out == ""
 
 
 def test_cli_rejects_bad_values_by_name(
@@ -148,5 +153,6 @@ def test_bf16_autocast_stays_close_to_fp32(data: TrainingData) -> None:
         trainer = Trainer(TrainConfig(**{**SMALL, "epochs": 1, "precision": precision}), data)
         reports[precision] = list(trainer.run())
     fp32, bf16 = reports["fp32"][1], reports["bf16"][1]
+    assert names.key(names.TEST, "r10_mean") in bf16
     assert bf16[names.LOSS] == pytest.approx(fp32[names.LOSS], rel=0.05)
     assert abs(bf16[names.PRIMARY_RETRIEVAL] - fp32[names.PRIMARY_RETRIEVAL]) < 10

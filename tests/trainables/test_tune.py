@@ -74,7 +74,7 @@ def test_trainable_reports_and_resumes_from_its_checkpoint(
     straight = _fit(tune.with_parameters(grounded_trainable, data=data), tmp_path, "straight")
     assert straight.error is None and straight.checkpoint is not None
     history = straight.metrics_dataframe
-    assert history["epoch"].tolist()[:4] == [0, 1, 2, 3]
+    assert history["epoch"].tolist() == [0, 1, 2, 3]
     assert names.key(names.TEST, "r10_mean") in straight.metrics
 
     marker = tmp_path / "crashed"

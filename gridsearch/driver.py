@@ -1,0 +1,465 @@
+"""The search driver: Ray, data, MLflow, Optuna and Tune, wired together once."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import optuna
+import ray
+from ray import tune
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+from ray.tune.search import ConcurrencyLimiter
+from ray.tune.search.optuna import OptunaSearch
+
+from gridsearch.progress import ProgressPrinter
+from gridsearch.settings import (
+    CPU_SIZED,
+    SMOKE,
+    SMOKE_WORLD_IMAGES,
+    SearchError,
+    SearchSettings,
+    save_record,
+)
+from gridsearch.spaces import SearchSpace, get_space, load_space_file, sample_config
+from gridsearch.summary import TrialOutcome, format_summary
+from gridsearch.tracking import (
+    TrackingError,
+    TrialTracker,
+    check_reachable,
+    ensure_experiment,
+    start_parent_run,
+    train_keys,
+)
+from storage import FeatureStore, StoreError
+from storage.build import build_synthetic
+from trainables import names
+from trainables.data import TrainingData
+from trainables.train import default_senteval
+from trainables.tune import grounded_trainable
+
+logger = logging.getLogger(__name__)
+
+
+def search_trainable(
+    config: dict[str, Any], data: TrainingData, senteval: str | None, gpu_share: float | None
+) -> None:
+    """The trial: the thin trainable, minus the helper parameters that OptunaSearch adds to
+    every config (e.g. ``variant`` of paper_grid; the space already decoded them)."""
+    grounded_trainable(train_keys(config), data, senteval, gpu_share)
+
+
+def run_search(settings: SearchSettings, started: float) -> None:
+    args = settings.args
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    space = _load_space(settings)
+    experiment_path = f"{settings.storage_path.rstrip('/')}/{settings.experiment}"
+    _check_experiment_path(experiment_path, resume=args.resume)
+    client = _tracking_client(settings)
+    store, senteval = _data(settings)  # before Ray: forked render workers must not carry it
+    dashboard = _start_ray(args)
+    try:
+        resources = _resources(args)
+        fixed = _fixed_settings(args, resources)
+        data = TrainingData.from_store(store)
+        experiment_id = ensure_experiment(
+            client, settings.experiment, settings.runs_dir / "mlartifacts"
+        )
+        searcher, num_samples, sampler_name = _searcher(settings, space, fixed, resources)
+        parent = start_parent_run(
+            client,
+            experiment_id,
+            settings.experiment,
+            params=_parent_params(
+                settings, space, fixed, resources, num_samples, sampler_name, store, senteval
+            ),
+            tags={"space": space.name, "objective": args.objective},
+            artifacts={"space.json": space.to_dict(), "fixed.json": fixed},
+        )
+        trainable = tune.with_resources(
+            tune.with_parameters(
+                search_trainable,
+                data=data,
+                senteval=senteval,
+                gpu_share=resources["gpu"] if 0 < resources["gpu"] < 1 else None,
+            ),
+            {"cpu": resources["cpu"], "gpu": resources["gpu"]},
+        )
+        callbacks = [
+            TrialTracker(
+                settings.tracking_uri,
+                experiment_id,
+                parent,
+                {"space": space.name, "objective": args.objective},
+            ),
+            ProgressPrinter(list(space.to_dict()["params"]), int(fixed["epochs"])),
+        ]
+        tuner = _tuner(
+            settings, trainable, searcher, num_samples, fixed, callbacks, experiment_path
+        )
+        print(
+            f"searching {space.name!r} ({num_samples} trials, {sampler_name}, "
+            f"{settings.scheduler}, objective {args.objective}) as {settings.experiment!r}",
+            flush=True,
+        )
+        results = tuner.fit()
+        unfinished = max(num_samples - results.num_terminated - results.num_errors, 0)
+        _finish(settings, client, parent, _outcomes(results, space), unfinished, dashboard, started)
+    finally:
+        if not args.address:
+            ray.shutdown()
+
+
+def _load_space(settings: SearchSettings) -> SearchSpace:
+    args = settings.args
+    try:
+        return load_space_file(args.space_file) if args.space_file else get_space(args.space)
+    except ValueError as err:
+        raise SearchError(str(err)) from None
+
+
+def _check_experiment_path(path: str, *, resume: bool) -> None:
+    exists = tune.Tuner.can_restore(path)
+    if resume and not exists:
+        raise SearchError(
+            f"--resume: {path} holds no Tune experiment to continue; check "
+            "--experiment and --storage-path"
+        )
+    if not resume and exists:
+        raise SearchError(
+            f"{path} already holds a search; continue it with --resume or choose "
+            "another --experiment"
+        )
+
+
+def _start_ray(args: Any) -> str | None:
+    """Join ``--address`` or start a local Ray (dashboard on localhost only); print where
+    the dashboard is and how to log in when Ray's token authentication is on."""
+    if args.address:
+        try:
+            context = ray.init(address=args.address, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as err:
+            raise SearchError(
+                f"--address {args.address}: cannot join the Ray cluster ({err})"
+            ) from None
+    else:
+        context = ray.init(
+            include_dashboard=not args.no_dashboard,
+            dashboard_host="127.0.0.1",
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    url = context.dashboard_url
+    if url:
+        url = url if url.startswith("http") else f"http://{url}"
+        print(f"Ray dashboard: {url}", flush=True)
+        if _token_auth_enabled():
+            print(
+                "  token authentication is on: `ray get-auth-token` prints the token to paste "
+                "into the dashboard's login",
+                flush=True,
+            )
+    return url
+
+
+def _token_auth_enabled() -> bool:
+    try:  # Ray 2.60 turns token auth on by default for local clusters
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+
+        return bool(is_token_auth_enabled())
+    except ImportError:
+        return os.environ.get("RAY_AUTH_MODE") == "token"
+
+
+def _resources(args: Any) -> dict[str, float]:
+    cluster = ray.cluster_resources()
+    cpus, gpus = float(cluster.get("CPU", 1)), float(cluster.get("GPU", 0))
+    gpu = args.gpus_per_trial if args.gpus_per_trial is not None else (1.0 if gpus else 0.0)
+    if gpu > 0 and gpus == 0:
+        raise SearchError(f"--gpus-per-trial {gpu}: the Ray cluster has no GPU")
+    if gpu > max(gpus, 1) or gpu < 0:
+        raise SearchError(
+            f"--gpus-per-trial {gpu}: expected 0 to {max(gpus, 1):g} "
+            f"(the largest node has at most that many)"
+        )
+    slots = int(gpus / gpu) if gpu else None
+    cpu = args.cpus_per_trial or (max(1.0, float(int(cpus // slots))) if slots else 1.0)
+    if cpu > cpus:
+        raise SearchError(f"--cpus-per-trial {cpu:g}: the Ray cluster has {cpus:g} CPUs")
+    concurrent = args.max_concurrent or max(1, min(int(cpus // cpu), slots or 10**6))
+    return {
+        "cpu": cpu,
+        "gpu": gpu,
+        "concurrent": concurrent,
+        "cluster_cpus": cpus,
+        "cluster_gpus": gpus,
+    }
+
+
+def _fixed_settings(args: Any, resources: dict[str, float]) -> dict[str, Any]:
+    """Run-level TrainConfig values: model size on CPU or in a smoke test, epochs, seed,
+    device and torch threads (the CPUs given to a trial)."""
+    fixed: dict[str, Any] = {}
+    if args.smoke_test:
+        fixed.update(SMOKE)
+    elif resources["gpu"] == 0 and not args.full_size:
+        fixed.update(CPU_SIZED)
+        print(
+            f"no GPU: using CPU-sized model settings {CPU_SIZED} (--full-size keeps the "
+            "paper's; a space's own parameters still apply)",
+            flush=True,
+        )
+    if args.epochs is not None:
+        fixed["epochs"] = args.epochs
+    fixed.setdefault("epochs", 32)
+    fixed.update(
+        seed=args.seed,
+        device="cuda" if resources["gpu"] else "cpu",
+        threads=max(1, int(resources["cpu"])),
+    )
+    return fixed
+
+
+def _data(settings: SearchSettings) -> tuple[str, str | None]:
+    """The store to train on (validated) and the semantic sets to evaluate on."""
+    args = settings.args
+    try:
+        if args.data:
+            store = args.data
+            FeatureStore.open(store).verify()
+        else:
+            smoke = args.smoke_test
+            store = str(settings.runs_dir / ("world-smoke" if smoke else "world"))
+            print(f"data: the embedded world in {store} (built once, then reused)", flush=True)
+            build_synthetic(store, images=SMOKE_WORLD_IMAGES if smoke else 2000, seed=0)
+        senteval = args.senteval or default_senteval(store)
+    except StoreError as err:
+        raise SearchError(f"--data: {err}") from None
+    if senteval is not None and not Path(senteval).is_dir():
+        raise SearchError(f"--senteval {senteval}: not a directory")
+    return store, senteval
+
+
+def _tracking_client(settings: SearchSettings) -> Any:
+    settings.runs_dir.mkdir(parents=True, exist_ok=True)  # the default sqlite file lives here
+    try:
+        return check_reachable(settings.tracking_uri)
+    except TrackingError as err:
+        raise SearchError(str(err)) from None
+
+
+def _searcher(
+    settings: SearchSettings, space: SearchSpace, fixed: dict[str, Any], resources: dict[str, float]
+) -> tuple[Any, int, str]:
+    args = settings.args
+    if space.grid is not None:
+        sampler: optuna.samplers.BaseSampler = optuna.samplers.GridSampler(
+            dict(space.grid), seed=args.seed
+        )
+        name = "Optuna grid"
+    else:
+        sampler = optuna.samplers.TPESampler(seed=args.seed)
+        name = "Optuna TPE" + (" (multi-objective)" if args.objective == "both" else "")
+    default_samples = 2 if args.smoke_test else (4 if resources["gpu"] == 0 else 8)
+    num_samples = args.num_samples or space.grid_size() or default_samples
+
+    searcher = OptunaSearch(
+        space=_DefineByRun(space, fixed),
+        metric=settings.metric,
+        mode=settings.mode,
+        sampler=sampler,
+        study_name=settings.experiment,
+        storage=optuna.storages.RDBStorage(_optuna_url(settings)),
+    )
+    return (
+        ConcurrencyLimiter(searcher, max_concurrent=int(resources["concurrent"])),
+        num_samples,
+        name,
+    )
+
+
+class _DefineByRun:
+    """A trial's config: the run-level settings, overridden by the space (which may search
+    e.g. hidden_size), with epochs, seed, device and threads always the run's. A class,
+    not a closure, because Tune pickles the searcher into its experiment checkpoints."""
+
+    _RUN_KEYS = ("epochs", "seed", "device", "threads")
+
+    def __init__(self, space: SearchSpace, fixed: dict[str, Any]) -> None:
+        self.space = space
+        self.fixed = fixed
+
+    def __call__(self, trial: optuna.Trial) -> dict[str, Any]:
+        forced = {k: self.fixed[k] for k in self._RUN_KEYS}
+        return {**self.fixed, **sample_config(self.space, trial), **forced}
+
+
+def _optuna_url(settings: SearchSettings) -> str:
+    if settings.args.optuna_storage:
+        return str(settings.args.optuna_storage)
+    if "://" in settings.storage_path:  # sqlite cannot live on s3/gs: keep it local
+        folder = settings.runs_dir / "optuna"
+    else:
+        folder = Path(settings.storage_path)
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder.resolve() / (settings.experiment + '.optuna.db')}"
+
+
+def _tuner(
+    settings: SearchSettings,
+    trainable: Any,
+    searcher: Any,
+    num_samples: int,
+    fixed: dict[str, Any],
+    callbacks: list[Any],
+    experiment_path: str,
+) -> tune.Tuner:
+    args = settings.args
+    if args.resume:
+        return tune.Tuner.restore(
+            experiment_path, trainable=trainable, resume_unfinished=True, resume_errored=True
+        )
+    scheduler = FIFOScheduler()
+    if settings.scheduler == "asha":
+        scheduler = ASHAScheduler(
+            time_attr="training_iteration",
+            max_t=fixed["epochs"] + 1,
+            grace_period=min(2, fixed["epochs"] + 1),
+            reduction_factor=2,
+        )
+    save_record(args, settings.experiment)
+    return tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(
+            search_alg=searcher,
+            scheduler=scheduler,
+            num_samples=num_samples,
+            metric=_single(settings.metric),
+            mode=_single(settings.mode),
+            time_budget_s=args.time_budget,
+        ),
+        run_config=tune.RunConfig(
+            name=settings.experiment,
+            storage_path=settings.storage_path,
+            callbacks=callbacks,
+            verbose=0,
+            failure_config=tune.FailureConfig(max_failures=args.max_failures),
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+        ),
+    )
+
+
+def _single(value: Any) -> Any:
+    """Tune's own metric/mode: the first objective (the searcher handles both)."""
+    return value[0] if isinstance(value, list) else value
+
+
+def _parent_params(
+    settings: SearchSettings,
+    space: SearchSpace,
+    fixed: dict[str, Any],
+    resources: dict[str, float],
+    num_samples: int,
+    sampler: str,
+    store: str,
+    senteval: str | None,
+) -> dict[str, Any]:
+    manifest = FeatureStore.open(store).location.read_bytes("manifest.json")
+    return {
+        "space": space.name,
+        "space_definition": space.to_dict(),
+        "sampler": sampler,
+        "scheduler": settings.scheduler,
+        "objective": settings.args.objective,
+        "num_samples": num_samples,
+        "epochs": fixed["epochs"],
+        "time_budget_s": settings.args.time_budget,
+        "max_concurrent": resources["concurrent"],
+        "cpus_per_trial": resources["cpu"],
+        "gpus_per_trial": resources["gpu"],
+        "fixed": fixed,
+        "data": store,
+        "data_manifest_sha256": hashlib.sha256(manifest).hexdigest(),
+        "senteval": senteval,
+        "code_version": _code_version(),
+    }
+
+
+def _code_version() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parent,
+            timeout=10,
+        )
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def _outcomes(results: Any, space: SearchSpace) -> list[TrialOutcome]:
+    searched = set(space.to_dict()["params"])
+    outcomes = []
+    for result in results:
+        metrics = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
+        status = (
+            "failed"
+            if result.error
+            else "finished"
+            if names.key(names.TEST, "r10_mean") in metrics
+            else "stopped_early"
+        )
+        config = result.config or {}
+        shown = {k: v for k, v in config.items() if k in searched}
+        outcomes.append(
+            TrialOutcome(str((result.metrics or {}).get("trial_id", "?")), shown, metrics, status)
+        )
+    return outcomes
+
+
+def _finish(
+    settings: SearchSettings,
+    client: Any,
+    parent: str,
+    outcomes: list[TrialOutcome],
+    unfinished: int,
+    dashboard: str | None,
+    started: float,
+) -> None:
+    summary = format_summary(outcomes, settings.args.objective)
+    elapsed = time.perf_counter() - started
+    print("\n" + summary)
+    client.log_text(parent, summary + "\n", "summary.txt")
+    for metric in (names.BEST_RETRIEVAL, names.BEST_SEMANTIC):
+        values = [o.metrics[metric] for o in outcomes if metric in o.metrics]
+        if values:
+            client.log_metric(parent, f"search/{metric.replace('/', '_')}", max(values))
+    client.log_metric(parent, "search/elapsed_s", elapsed)
+    failed_all = outcomes and all(o.status == "failed" for o in outcomes)
+    status = "KILLED" if unfinished else "FAILED" if failed_all else "FINISHED"
+    client.set_tag(parent, "outcome", "interrupted" if unfinished else status.lower())
+    client.set_terminated(parent, status)
+    if unfinished:
+        print(
+            f"\nthe search stopped with {unfinished} trial(s) not finished after "
+            f"{elapsed:.0f} s: continue it with the --resume command below"
+        )
+    else:
+        print(f"\nfinished in {elapsed:.0f} s ({elapsed / 60:.1f} min)")
+    print(f"compare the runs:  mlflow ui --backend-store-uri {settings.tracking_uri}")
+    if dashboard:
+        print(
+            f"Ray dashboard:  {dashboard} (live while a search runs; for one that stays up, "
+            "`ray start --head` and pass --address auto)"
+        )
+    print(
+        f"continue or extend it:  python -m gridsearch.run --experiment {settings.experiment} "
+        f"--resume --runs-dir {settings.runs_dir}"
+    )

@@ -1,0 +1,193 @@
+"""Real searches (`--smoke-test`) on a real local Ray with a real MLflow sqlite store,
+read back through MLflow's client; and every bad input of the CLI."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from gridsearch.run import main
+from trainables import names
+from trainables.config import TrainConfig
+
+SMOKE = ["--smoke-test", "--no-dashboard", "--scheduler", "fifo"]
+
+
+def _check_runs(client, runs, trials: int, epochs: int) -> None:
+    parents = [r for r in runs if r.data.tags.get("search.role") == "search"]
+    children = [r for r in runs if r.data.tags.get("search.role") == "trial"]
+    assert len(parents) == 1 and len(children) == trials
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert {"space", "sampler", "scheduler", "data_manifest_sha256", "code_version"} <= set(
+        parent.data.params
+    )
+    for run in children:
+        assert run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert run.info.status == "FINISHED" and run.data.tags["outcome"] == "finished"
+        assert set(TrainConfig.field_names()) <= set(run.data.params)
+        for key in (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC, "epoch"):
+            steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+            assert sorted(steps) == list(range(epochs + 1)), (key, steps)  # each epoch once
+        assert names.key(names.TEST, "r10_mean") in run.data.metrics
+        artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"config.json", "tradeoff.png", "ensemble.pt"} <= artifacts
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+
+
+@pytest.mark.slow
+def test_smoke_search_records_every_trial_once(
+    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [
+        "--space",
+        "margin_sweep",
+        *SMOKE,
+        "--runs-dir",
+        str(tmp_path),
+        "--experiment",
+        "smoke",
+        "--num-samples",
+        "3",
+    ]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "3 trials: 3 finished" in out
+    assert f"mlflow ui --backend-store-uri sqlite:///{tmp_path / 'mlflow.db'}" in out
+    client, runs = mlflow_runs(tmp_path, "smoke")
+    _check_runs(client, runs, trials=3, epochs=2)
+    study = optuna.load_study(
+        study_name="smoke", storage=f"sqlite:///{tmp_path / 'tune' / 'smoke.optuna.db'}"
+    )
+    assert [t.number for t in study.trials] == [0, 1, 2]
+
+
+@pytest.mark.slow
+def test_interrupted_search_resumes_to_the_requested_trials(
+    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    command = [
+        sys.executable,
+        "-m",
+        "gridsearch.run",
+        "--space",
+        "margin_sweep",
+        *SMOKE,
+        "--runs-dir",
+        str(tmp_path),
+        "--experiment",
+        "cut",
+        "--num-samples",
+        "3",
+        "--max-concurrent",
+        "1",
+    ]
+    driver = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert driver.stdout is not None
+    deadline = time.monotonic() + 240
+    for line in driver.stdout:
+        if "epoch 1/2" in line or time.monotonic() > deadline:
+            break
+    driver.send_signal(signal.SIGINT)  # Ctrl+C in the middle of the first trial
+    rest = driver.communicate(timeout=120)[0]
+    assert driver.returncode == 0, rest
+    assert "not finished" in rest
+    client, runs = mlflow_runs(tmp_path, "cut")
+    assert not [r for r in runs if r.info.status == "RUNNING"]  # nothing left dangling
+
+    assert (
+        main(["--experiment", "cut", "--resume", "--runs-dir", str(tmp_path), "--no-dashboard"])
+        == 0
+    )
+    assert "3 trials: 3 finished" in capsys.readouterr().out
+    client, runs = mlflow_runs(tmp_path, "cut")
+    _check_runs(client, runs, trials=3, epochs=2)
+    study = optuna.load_study(
+        study_name="cut", storage=f"sqlite:///{tmp_path / 'tune' / 'cut.optuna.db'}"
+    )
+    assert sorted(t.number for t in study.trials) == [0, 1, 2]
+
+
+def _fails(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1].startswith("error: ") and "Traceback" not in err
+    return err
+
+
+def test_list_spaces(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--list-spaces"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == [
+        "margin_sweep",
+        "hidden_size",
+        "rnn_type",
+        "lr_bounds",
+        "pooling",
+        "paper_grid",
+        "full",
+    ]
+
+
+def test_bad_inputs_fail_clearly_and_write_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = ["--runs-dir", str(tmp_path / "runs")]
+    assert "valid spaces: margin_sweep" in _fails(["--space", "margins", *runs], capsys)
+    bad = tmp_path / "space.yaml"
+    bad.write_text("name: x\nparams:\n  margn: {type: float, low: 0.1, high: 0.3}\n")
+    assert "space.yaml" in _fails(["--space-file", str(bad), *runs], capsys)
+    assert "no search named 'nothing'" in _fails(
+        ["--experiment", "nothing", "--resume", *runs], capsys
+    )
+    assert "cannot be used" in _fails(
+        ["--space", "margin_sweep", "--tracking-uri", "http://127.0.0.1:9", *runs], capsys
+    )
+    broken = tmp_path / "store"
+    broken.mkdir()
+    (broken / "manifest.json").write_text("{}")
+    assert "--data" in _fails(["--space", "margin_sweep", "--data", str(broken), *runs], capsys)
+    assert "--scheduler asha needs a single objective" in _fails(
+        ["--space", "margin_sweep", "--objective", "both", "--scheduler", "asha", *runs], capsys
+    )
+    assert not (tmp_path / "runs" / "tune").exists()
+
+
+@pytest.mark.slow
+def test_gpus_asked_for_but_absent(
+    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    err = _fails(
+        [
+            "--space",
+            "margin_sweep",
+            *SMOKE,
+            "--gpus-per-trial",
+            "0.5",
+            "--runs-dir",
+            str(tmp_path),
+            "--experiment",
+            "gpu",
+        ],
+        capsys,
+    )
+    assert "--gpus-per-trial 0.5: the Ray cluster has no GPU" in err
+    assert not (tmp_path / "tune" / "gpu").exists()

@@ -1,0 +1,51 @@
+"""The computed parts of the search's output: Pareto fronts, best trials, curves."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from gridsearch.curves import draw_tradeoff, tradeoff_curve
+from gridsearch.summary import TrialOutcome, best_trial, format_summary, pareto_front
+from trainables import names
+
+
+def test_pareto_front_of_known_points() -> None:
+    points = [(50, 0.5), (60, 0.4), (40, 0.6), (45, 0.45), (60, 0.3), (math.nan, 0.9), (30, 0.6)]
+    assert pareto_front(points) == [1, 0, 2]
+
+
+def test_pareto_front_keeps_ties() -> None:
+    assert pareto_front([(1, 1), (1, 1), (0, 0)]) == [0, 1]
+
+
+def _outcome(tid: str, r: float, s: float, status: str = "finished") -> TrialOutcome:
+    return TrialOutcome(
+        tid, {"margin": 0.2}, {names.BEST_RETRIEVAL: r, names.BEST_SEMANTIC: s}, status
+    )
+
+
+def test_best_trials_and_summary() -> None:
+    outcomes = [_outcome("a", 50, 0.5), _outcome("b", 60, 0.4), _outcome("c", 40, 0.7, "failed")]
+    assert best_trial(outcomes, names.BEST_RETRIEVAL).trial_id == "b"
+    assert best_trial(outcomes, names.BEST_SEMANTIC).trial_id == "c"
+    text = format_summary(outcomes, "both")
+    assert text.splitlines()[0] == "3 trials: 1 failed, 2 finished"
+    assert "Pareto front" in text and "  b:" in text and "  a:" in text and "  c:" in text
+
+
+def test_tradeoff_curve_marks_the_best_semantic_epoch(tmp_path: Path) -> None:
+    history = {
+        "r": [(0, 5.0), (1, 30.0), (2, 40.0), (3, 45.0)],
+        "s": [(0, 0.4), (1, 0.6), (2, 0.55), (3, 0.5)],
+    }
+    curve = tradeoff_curve(history, "r", "s")
+    assert curve.epochs == [0, 1, 2, 3] and curve.best_semantic_epoch == 1
+    assert curve.retrieval == [5.0, 30.0, 40.0, 45.0]
+    path = draw_tradeoff(curve, tmp_path / "c.png", "t")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tradeoff_curve_with_missing_semantic_epochs() -> None:
+    curve = tradeoff_curve({"r": [(0, 1.0), (1, 2.0)], "s": [(1, 0.3)]}, "r", "s")
+    assert math.isnan(curve.semantic[0]) and curve.best_semantic_epoch == 1
