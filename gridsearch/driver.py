@@ -149,6 +149,7 @@ def _start_ray(args: Any) -> str | None:
             ) from None
     else:
         context = ray.init(
+            address="local",  # a new local instance, never another process's cluster
             include_dashboard=not args.no_dashboard,
             dashboard_host="127.0.0.1",
             log_to_driver=False,

@@ -1,0 +1,216 @@
+"""What the report shows, computed from a :class:`SearchRecord` (no drawing here):
+trade-off curves, Pareto sets over trials and over (trial, epoch) pairs, and the
+sensitivity of the final metrics to each searched parameter, with 95% intervals."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from analysis._data import SearchRecord
+from analysis.reference import MARGIN_STABLE_RANGE
+from gridsearch.curves import TradeoffCurve, tradeoff_curve
+from gridsearch.summary import TrialOutcome, pareto_front
+from trainables import names
+from trainables.metrics import pearson_ci, recall_ci
+
+TEST_RETRIEVAL = names.key(names.TEST, "r10_mean")
+_STS = names.key(names.DEV, "sts12_16_pearson")
+_SICKR = names.key(names.DEV, "sickr_pearson")
+
+
+class SensitivityMetric(NamedTuple):
+    key: str  # the trials' column
+    label: str  # axis label
+    split: str  # the store split its retrieval interval counts images of ("" = semantic)
+
+
+SENSITIVITY_METRICS = (
+    SensitivityMetric(names.BEST_RETRIEVAL, "best dev R@10 mean (%)", "val"),
+    SensitivityMetric(names.BEST_SEMANTIC, "best dev semantic (r)", ""),
+    SensitivityMetric(TEST_RETRIEVAL, "test R@10 mean (%)", "test"),
+)
+
+
+class ParetoSet(NamedTuple):
+    points: pd.DataFrame  # trial_id (, epoch), retrieval, semantic, on_front
+    front: pd.DataFrame  # the points on the front, retrieval descending, with the config
+
+
+def tradeoff_curves(record: SearchRecord) -> dict[str, TradeoffCurve]:
+    """Each trial's dev R@10 mean and dev semantic score per epoch (the paper's Fig. 4),
+    with the epoch where its semantic score peaks."""
+    curves = {}
+    for trial_id, rows in record.history.groupby("trial_id", sort=False):
+        history = {
+            key: [(int(e), float(v)) for e, v in zip(rows["epoch"], rows[key], strict=True)]
+            for key in (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC)
+        }
+        history = {
+            k: [(e, v) for e, v in pairs if not math.isnan(v)] for k, pairs in history.items()
+        }
+        curve = tradeoff_curve(history, names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC)
+        if curve.epochs:
+            curves[str(trial_id)] = curve
+    return curves
+
+
+def trial_outcomes(record: SearchRecord) -> list[TrialOutcome]:
+    """The trials as gridsearch.summary sees them (searched config, final metrics)."""
+    metric_columns = [c for c in record.trials.columns if "/" in c]
+    outcomes = []
+    for row in record.trials.to_dict("records"):
+        metrics = {k: float(row[k]) for k in metric_columns if not _missing(row[k])}
+        config = {p: row[p] for p in record.searched}
+        outcomes.append(TrialOutcome(str(row["trial_id"]), config, metrics, str(row["outcome"])))
+    return outcomes
+
+
+def pareto_over_trials(record: SearchRecord) -> ParetoSet:
+    """Trials' best dev R@10 mean against their best dev semantic score."""
+    outcomes = trial_outcomes(record)
+    points = pd.DataFrame(
+        {
+            "trial_id": [o.trial_id for o in outcomes],
+            "retrieval": [o.retrieval for o in outcomes],
+            "semantic": [o.semantic for o in outcomes],
+        }
+    )
+    return _pareto(points, record)
+
+
+def pareto_over_epochs(record: SearchRecord) -> ParetoSet:
+    """Every (trial, epoch) pair: a model after that epoch is a candidate on its own."""
+    points = record.history[["trial_id", "epoch"]].copy()
+    points["retrieval"] = record.history[names.PRIMARY_RETRIEVAL]
+    points["semantic"] = record.history[names.PRIMARY_SEMANTIC]
+    return _pareto(points.reset_index(drop=True), record)
+
+
+def _pareto(points: pd.DataFrame, record: SearchRecord) -> ParetoSet:
+    pairs = list(
+        zip(points["retrieval"].astype(float), points["semantic"].astype(float), strict=True)
+    )
+    front = pareto_front(pairs)
+    points["on_front"] = points.index.isin(front)
+    config = record.trials.set_index("trial_id")[[*record.searched, "outcome"]]
+    table = points.loc[front].join(config, on="trial_id").drop(columns="on_front")
+    return ParetoSet(points, table.reset_index(drop=True))
+
+
+def best_semantic_epochs(record: SearchRecord) -> dict[str, int]:
+    return {
+        trial_id: curve.best_semantic_epoch
+        for trial_id, curve in tradeoff_curves(record).items()
+        if curve.best_semantic_epoch is not None
+    }
+
+
+def sensitivity(record: SearchRecord) -> pd.DataFrame:
+    """One row per (searched parameter, trial, metric) with the metric's 95% interval:
+    the normal approximation for R@10 (``recall_ci``, n = the split's images), the
+    Fisher-z interval for the semantic score (``pearson_ci``; see ``semantic_interval``).
+    Trials without the metric are left out."""
+    best_epochs = best_semantic_epochs(record)
+    history = record.history.set_index(["trial_id", "epoch"])
+    rows = []
+    for trial in record.trials.to_dict("records"):
+        for metric in SENSITIVITY_METRICS:
+            value = trial.get(metric.key, math.nan)
+            if _missing(value):
+                continue
+            if metric.split:
+                n = record.split_images.get(metric.split)
+                low, high = recall_ci(value, n) if n else (math.nan, math.nan)
+            else:
+                epoch = best_epochs.get(str(trial["trial_id"]))
+                parts = (
+                    history.loc[(trial["trial_id"], epoch)] if epoch is not None else pd.Series()
+                )
+                low, high = semantic_interval(parts, record.pair_counts)
+            for param, kind in record.param_kinds.items():
+                rows.append(
+                    {
+                        "param": param,
+                        "kind": kind,
+                        "value": trial[param],
+                        "trial_id": trial["trial_id"],
+                        "metric": metric.key,
+                        "label": metric.label,
+                        "estimate": float(value),
+                        "ci_low": low,
+                        "ci_high": high,
+                    }
+                )
+    columns = ["param", "kind", "value", "trial_id", "metric", "label", "estimate"]
+    return pd.DataFrame(rows, columns=[*columns, "ci_low", "ci_high"])
+
+
+def semantic_interval(parts: pd.Series, pair_counts: dict[str, int]) -> tuple[float, float]:
+    """Approximate 95% interval of ``semantic = (sts12_16_pearson + sickr_pearson) / 2``
+    (the parts at the epoch it peaked): each part's Fisher-z interval (STS12-16 taken as
+    one correlation over all its pairs, SICK-R over its test pairs), endpoints averaged.
+    Averaging endpoints assumes the two errors move together, so it is conservative."""
+    bounds = []
+    for key, name in ((_STS, "sts12_16_pearson"), (_SICKR, "sickr_pearson")):
+        r, n = parts.get(key, math.nan), pair_counts.get(name, 0)
+        if not _missing(r) and n > 3:
+            bounds.append(pearson_ci(float(r), n))
+    if not bounds:
+        return math.nan, math.nan
+    return float(np.mean([b[0] for b in bounds])), float(np.mean([b[1] for b in bounds]))
+
+
+class RangeCheck(NamedTuple):
+    metric: str
+    inside: int  # trials with the margin in the paper's stable range
+    outside: int
+    best_inside: float  # the best value among them (NaN when none)
+    best_outside: float
+    best_margin: float  # the margin of the best trial overall
+
+
+def margin_range_check(table: pd.DataFrame) -> list[RangeCheck]:
+    """For a search over ``margin``: per metric, the best trial inside the paper's stable
+    range 0.15-0.25 against the best outside it (does the range hold here?)."""
+    low, high = MARGIN_STABLE_RANGE
+    checks = []
+    margins = table[table["param"] == "margin"]
+    for metric, rows in margins.groupby("metric", sort=False):
+        inside = rows["value"].astype(float).between(low, high)
+        best = rows.loc[rows["estimate"].idxmax()]
+        checks.append(
+            RangeCheck(
+                str(metric),
+                int(inside.sum()),
+                int((~inside).sum()),
+                float(rows.loc[inside, "estimate"].max()) if inside.any() else math.nan,
+                float(rows.loc[~inside, "estimate"].max()) if (~inside).any() else math.nan,
+                float(best["value"]),
+            )
+        )
+    return checks
+
+
+def best_trials(record: SearchRecord, metrics: Mapping[str, str]) -> list[tuple[str, str]]:
+    """``(trial_id, why)`` of the finished trial (one with test metrics) with the best
+    value of each metric (``metrics``: name -> how to say it), deduplicated, in order:
+    the models the paper tables show."""
+    if TEST_RETRIEVAL not in record.trials:
+        return []
+    finished = record.trials[record.trials[TEST_RETRIEVAL].notna()]
+    chosen: dict[str, str] = {}
+    for metric, label in metrics.items():
+        if metric not in finished or finished[metric].isna().all():
+            continue
+        trial_id = str(finished.loc[finished[metric].idxmax(), "trial_id"])
+        chosen[trial_id] = f"{chosen[trial_id]}, {label}" if trial_id in chosen else label
+    return list(chosen.items())
+
+
+def _missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))

@@ -1,0 +1,281 @@
+"""A search read back from MLflow into data frames (the layout of gridsearch.tracking).
+
+``load_search(client, experiment)`` returns a :class:`SearchRecord`: one row per trial
+(its searched parameters and final metrics), the per-epoch history of the metrics the
+curves need, and what the search's data store and semantic sets say about sample
+sizes (for the intervals). Nothing here draws or computes statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from mlflow.entities import Run
+from mlflow.tracking import MlflowClient
+
+from analysis.reference import OFFICIAL_LABELS, OFFICIAL_PAIRS
+from gridsearch.tracking import OUTCOME_TAG, ROLE_TAG, TRIAL_TAG, TrackingError, check_reachable
+from trainables import names
+
+logger = logging.getLogger(__name__)
+
+# The per-epoch metrics read back for every trial: the two curves and the semantic
+# score's parts (for its interval at the best epoch).
+HISTORY_KEYS = (
+    names.PRIMARY_RETRIEVAL,
+    names.PRIMARY_SEMANTIC,
+    names.key(names.DEV, "sts12_16_pearson"),
+    names.key(names.DEV, "sickr_pearson"),
+    names.LOSS,
+)
+CONTINUOUS, CATEGORICAL = "continuous", "categorical"
+
+
+class AnalysisError(Exception):
+    """Bad input (an unknown experiment or run, nothing to analyse); the CLIs print it
+    as ``error: ...`` and exit with status 2."""
+
+
+@dataclass(frozen=True)
+class SearchRecord:
+    experiment: str
+    tracking_uri: str
+    parent_run_id: str | None  # the search's run (search.role=search), if there is one
+    parent_params: dict[str, str]
+    trials: pd.DataFrame  # one row per trial run: ids, outcome, params, final metrics
+    history: pd.DataFrame  # one row per (trial_id, epoch): HISTORY_KEYS
+    param_kinds: dict[str, str]  # searched parameter -> CONTINUOUS or CATEGORICAL
+    dataset: str | None  # the store manifest's data set name, when the store is readable
+    split_images: dict[str, int]  # images per split of the store ("val", "test")
+    pair_counts: dict[str, int]  # semantic metric name (no split) -> pairs it was computed on
+    semantic_labels: dict[str, tuple[str, str]]  # the same names -> (task, subtask), suite order
+    notes: list[str] = field(default_factory=list)  # what could not be read, for the report
+
+    @property
+    def searched(self) -> list[str]:
+        return list(self.param_kinds)
+
+
+def tracking_uri_for(tracking_uri: str | None, runs_dir: str | os.PathLike[str]) -> str:
+    """``--tracking-uri`` if given, else the search's default: sqlite in ``runs_dir``."""
+    if tracking_uri:
+        return tracking_uri
+    return f"sqlite:///{Path(runs_dir).resolve() / 'mlflow.db'}"
+
+
+def open_client(uri: str) -> MlflowClient:
+    """A client for ``uri``; a missing sqlite file is an error (MLflow would create it)."""
+    if uri.startswith("sqlite:///"):
+        path = Path(uri.removeprefix("sqlite:///"))
+        if not path.exists():
+            raise AnalysisError(
+                f"tracking store {uri}: {path} does not exist (pass --runs-dir DIR of "
+                "the search, or --tracking-uri URI)"
+            )
+    try:
+        return check_reachable(uri)
+    except TrackingError as err:
+        raise AnalysisError(str(err)) from None
+
+
+def experiment_id(client: MlflowClient, experiment: str) -> str:
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        known = sorted(e.name for e in client.search_experiments() if e.name != "Default")
+        raise AnalysisError(
+            f"--experiment {experiment!r}: no such MLflow experiment in this tracking "
+            f"store; there are: {', '.join(known) if known else '(none)'}"
+        )
+    return str(found.experiment_id)
+
+
+def all_runs(client: MlflowClient, experiment_ids: list[str], query: str = "") -> list[Run]:
+    runs: list[Run] = []
+    token = None
+    while True:
+        page = client.search_runs(experiment_ids, query, max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def load_search(client: MlflowClient, uri: str, experiment: str) -> SearchRecord:
+    """Read the search ``experiment``: its parent run, every trial run and their
+    histories. Raises :class:`AnalysisError` when it has no trial runs."""
+    runs = all_runs(client, [experiment_id(client, experiment)])
+    parents = [r for r in runs if r.data.tags.get(ROLE_TAG) == "search"]
+    trial_runs = [r for r in runs if r.data.tags.get(ROLE_TAG) == "trial"]
+    if not trial_runs:
+        raise AnalysisError(
+            f"experiment {experiment!r} holds no trial runs ({len(runs)} run(s), none "
+            f"tagged {ROLE_TAG}=trial): is it a search written by `python -m gridsearch.run`?"
+        )
+    parent = parents[0] if parents else None
+    notes = [] if parent else ["the search's parent run is missing: no data set facts"]
+    params = dict(parent.data.params) if parent else {}
+    trial_runs.sort(key=lambda r: r.info.start_time or 0)
+    kinds = _param_kinds(trial_runs, params.get("space_definition"))
+    trials = pd.DataFrame([_trial_row(r, kinds) for r in trial_runs])
+    history = _history(client, trial_runs)
+    dataset, split_images = _store_facts(params.get("data"), notes)
+    pair_counts, labels = _semantic_sets(params.get("senteval"), notes)
+    return SearchRecord(
+        experiment,
+        uri,
+        parent.info.run_id if parent else None,
+        params,
+        trials,
+        history,
+        kinds,
+        dataset,
+        split_images,
+        pair_counts,
+        labels,
+        notes,
+    )
+
+
+def trial_label(run: Run) -> str:
+    return run.data.tags.get(TRIAL_TAG) or run.info.run_name or run.info.run_id
+
+
+def _outcome(run: Run) -> str:
+    """The tracker's outcome tag; a run still open has none yet."""
+    if OUTCOME_TAG in run.data.tags:
+        return run.data.tags[OUTCOME_TAG]
+    return "running" if run.info.status == "RUNNING" else run.info.status.lower()
+
+
+def _trial_row(run: Run, kinds: dict[str, str]) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "trial_id": trial_label(run),
+        "run_id": run.info.run_id,
+        "run_name": run.info.run_name,
+        "outcome": _outcome(run),
+    }
+    for name, kind in kinds.items():
+        row[name] = _typed(run.data.params.get(name), kind)
+    row.update(run.data.metrics)  # the latest value of each: the final best, test/...
+    return row
+
+
+def _typed(value: str | None, kind: str) -> Any:
+    if value is None:
+        return math.nan if kind == CONTINUOUS else None
+    if kind == CATEGORICAL:
+        return value
+    return int(value) if value.lstrip("-").isdigit() else float(value)
+
+
+def _param_kinds(runs: list[Run], space_definition: str | None) -> dict[str, str]:
+    """The searched parameters (those whose values vary across trials; for one trial,
+    those the space defines) and whether each is continuous or categorical."""
+    defined: dict[str, Any] = {}
+    if space_definition:
+        try:
+            defined = dict(json.loads(space_definition).get("params", {}))
+        except (json.JSONDecodeError, AttributeError):
+            logger.warning("unreadable space_definition parameter; ignored")
+    values: dict[str, set[str]] = {}
+    for run in runs:
+        for name, value in run.data.params.items():
+            values.setdefault(name, set()).add(value)
+    varying = [n for n, v in values.items() if len(v) > 1]
+    if not varying:
+        varying = [n for n in values if n in defined or n.removeprefix("search.") in defined]
+    order = {n: i for i, n in enumerate(defined)}
+    varying.sort(key=lambda n: (order.get(n.removeprefix("search."), len(order)), n))
+    kinds = {}
+    for name in varying:
+        spec = defined.get(name.removeprefix("search."), {})
+        numeric = all(_is_number(v) for v in values[name])
+        categorical = spec.get("type") == "categorical" or not numeric
+        kinds[name] = CATEGORICAL if categorical else CONTINUOUS
+    return kinds
+
+
+def _is_number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+def _history(client: MlflowClient, runs: Iterable[Run]) -> pd.DataFrame:
+    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    for run in runs:
+        label = trial_label(run)
+        for key in HISTORY_KEYS:
+            if key not in run.data.metrics:
+                continue
+            for metric in sorted(client.get_metric_history(run.info.run_id, key), key=_when):
+                row = rows.setdefault(
+                    (label, metric.step), {"trial_id": label, "epoch": metric.step}
+                )
+                row[key] = metric.value  # the last logged value of an epoch wins
+    frame = pd.DataFrame(list(rows.values()), columns=["trial_id", "epoch", *HISTORY_KEYS])
+    return frame.sort_values(["trial_id", "epoch"], kind="stable").reset_index(drop=True)
+
+
+def _when(metric: Any) -> tuple[int, int]:
+    return metric.step, metric.timestamp
+
+
+def _store_facts(data: str | None, notes: list[str]) -> tuple[str | None, dict[str, int]]:
+    """The data set name and images per split from the search's store manifest."""
+    if not data:
+        return None, {}
+    from storage import open_store  # pyarrow: only when there is a store to read
+
+    try:
+        manifest = open_store(data).manifest
+    except Exception as err:  # a store moved away, an unreachable URI, a bad manifest
+        notes.append(
+            f"the search's data store {data} cannot be read here ({err}): no data set "
+            "name, so no paper reference and no retrieval intervals"
+        )
+        return None, {}
+    return manifest.dataset, {name: info.images for name, info in manifest.splits.items()}
+
+
+def _semantic_sets(
+    senteval: str | None, notes: list[str]
+) -> tuple[dict[str, int], dict[str, tuple[str, str]]]:
+    """Pairs behind each semantic correlation (for Fisher-z intervals) and its (task,
+    subtask) label, read from the search's semantic sets; the official SentEval ones
+    when they cannot be read."""
+    counts, labels = dict(OFFICIAL_PAIRS), dict(OFFICIAL_LABELS)
+    if not senteval or senteval == "null":
+        return counts, labels
+    from storage.senteval import load_senteval
+
+    try:
+        bench = load_senteval(senteval)
+    except Exception as err:
+        notes.append(
+            f"the search's semantic sets {senteval} cannot be read here ({err}): intervals "
+            "use the official SentEval pair counts, where the metric is an official one"
+        )
+        return counts, labels
+    total = 0
+    for year, subtasks in bench.sts.items():
+        year_total = sum(len(p) for p in subtasks.values())
+        counts[f"{year.lower()}_pearson"] = year_total
+        total += year_total
+        for subtask, pairs in subtasks.items():
+            key = names.subtask_key(year, subtask, "pearson")
+            counts[key], labels[key] = len(pairs), (year, subtask)
+    counts["sts12_16_pearson"] = total
+    for task in bench.supervised.values():
+        key = f"{task.name.lower().replace('-', '')}_pearson"
+        counts[key], labels[key] = len(task.test), (task.name, "test")
+    return counts, labels

@@ -1,0 +1,204 @@
+"""The report's sections: compute (``analysis._compute`` and friends), write each
+figure and CSV table under the output folder, and describe them for the page."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import _compute, _figures, _tables
+from analysis._data import SearchRecord
+from analysis._html import Section
+from analysis._importance import Importances
+from analysis.reference import MARGIN_STABLE_RANGE
+from gridsearch.curves import draw_tradeoff
+from trainables import names
+
+
+class Output:
+    """Where figures (``figures/*.png``) and tables (``tables/*.csv``) go."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.figures = root / "figures"
+        self.tables = root / "tables"
+        for folder, pattern in ((self.figures, "*.png"), (self.tables, "*.csv")):
+            folder.mkdir(parents=True, exist_ok=True)
+            for stale in folder.glob(pattern):  # a previous report's, perhaps of other trials
+                stale.unlink()
+
+    def figure(self, name: str) -> Path:
+        return self.figures / f"{_slug(name)}.png"
+
+    def csv(self, frame: pd.DataFrame, name: str) -> Path:
+        path = self.tables / f"{name}.csv"
+        frame.to_csv(path, index=False)
+        return path
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+
+
+def trials_section(record: SearchRecord, out: Output) -> Section:
+    columns = ["trial_id", "outcome", *record.searched]
+    shown = record.trials[columns].copy()
+    best_epochs = _compute.best_semantic_epochs(record)
+    shown["epochs"] = shown["trial_id"].map(record.history.groupby("trial_id")["epoch"].max())
+    for key in (names.BEST_RETRIEVAL, names.BEST_SEMANTIC, _compute.TEST_RETRIEVAL):
+        shown[key] = record.trials.get(key, math.nan)
+    shown["best semantic epoch"] = shown["trial_id"].map(best_epochs)
+    out.csv(shown, "trials")
+    return Section(
+        "trials",
+        "Trials",
+        "Every trial of the search, its searched parameters and "
+        "final metrics (best dev values over its epochs; test = its snapshot ensemble).",
+    ).table(shown)
+
+
+def tradeoff_section(record: SearchRecord, out: Output) -> Section:
+    curves = _compute.tradeoff_curves(record)
+    section = Section(
+        "tradeoff",
+        "Trade-off curves",
+        "Dev R@10 mean and dev semantic score against epoch on a log axis, epoch 0 (the "
+        "untrained model) at the left edge, as in the paper's Fig. 4; the star marks each "
+        "trial's best-semantic epoch (the paper finds the semantic score peaking near "
+        "epoch 4 while retrieval keeps rising).",
+    )
+    if not curves:
+        return section.note("no trial has a recorded dev epoch yet")
+    section.image(
+        _figures.draw_tradeoff_overlay(curves, out.figure("tradeoff_overlay")),
+        "trade-off curves, all trials",
+    )
+    config = record.trials.set_index("trial_id")[record.searched]
+    gallery = []
+    for trial_id, curve in curves.items():
+        title = f"{trial_id}: " + ", ".join(
+            f"{p}={_short(v)}" for p, v in config.loc[trial_id].items()
+        )
+        gallery.append((draw_tradeoff(curve, out.figure(f"tradeoff_{trial_id}"), title), title))
+    rows = [
+        {
+            "trial_id": t,
+            "epoch": e,
+            "dev R@10 mean": r,
+            "dev semantic": s,
+            "best semantic epoch": e == c.best_semantic_epoch,
+        }
+        for t, c in curves.items()
+        for e, r, s in zip(c.epochs, c.retrieval, c.semantic, strict=True)
+    ]
+    out.csv(pd.DataFrame(rows), "tradeoff_curves")
+    return section.gallery(gallery)
+
+
+def _short(value: object) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def sensitivity_section(record: SearchRecord, out: Output) -> Section:
+    table = _compute.sensitivity(record)
+    out.csv(table, "sensitivity")
+    section = Section(
+        "sensitivity",
+        "Sensitivity",
+        "Each searched parameter against the trials' final metrics with 95% intervals: "
+        "R@10 by the normal approximation (n = images of the split), the semantic score "
+        "by Fisher-z intervals of its parts at the best-semantic epoch (averaged endpoints).",
+    )
+    if table.empty:
+        return section.note(
+            "no searched parameter varies across trials, or no trial has final metrics yet"
+        )
+    for param, kind in record.param_kinds.items():
+        rows = table[table["param"] == param]
+        section.image(
+            _figures.draw_sensitivity(rows, param, kind, out.figure(f"sensitivity_{param}")),
+            f"sensitivity to {param}",
+        )
+        if param == "margin":
+            for check in _compute.margin_range_check(table):
+                section.text(_range_text(check))
+    if table["ci_low"].isna().all():
+        section.note(
+            "no intervals: the sample sizes (store splits, semantic pair counts) could not be read"
+        )
+    return section
+
+
+def _range_text(check: _compute.RangeCheck) -> str:
+    low, high = MARGIN_STABLE_RANGE
+    where = "inside" if low <= check.best_margin <= high else "outside"
+    return (
+        f"{check.metric}: best trial at margin {check.best_margin:.3g} ({where} the paper's "
+        f"stable range {low}-{high}); best inside {check.best_inside:.4g} "
+        f"({check.inside} trials), best outside {check.best_outside:.4g} ({check.outside} trials)."
+    )
+
+
+def pareto_section(record: SearchRecord, out: Output) -> Section:
+    trials = _compute.pareto_over_trials(record)
+    epochs = _compute.pareto_over_epochs(record)
+    out.csv(trials.front, "pareto_trials")
+    out.csv(epochs.front, "pareto_epochs")
+    section = Section(
+        "pareto",
+        "Pareto front: retrieval against semantic score",
+        "Points no other point beats on both dev R@10 mean and dev semantic score. Over "
+        "trials (their best values, possibly from different epochs) and over (trial, "
+        "epoch) pairs (each model as it was after that epoch).",
+    )
+    if trials.points[["retrieval", "semantic"]].isna().all(axis=None):
+        return section.note("no trial has both a dev retrieval and a dev semantic score")
+    section.image(_figures.draw_pareto(trials, epochs, out.figure("pareto")), "Pareto fronts")
+    section.table(trials.front, "On the front over trials")
+    return section.table(epochs.front, "On the front over (trial, epoch) pairs")
+
+
+def importance_section(importances: Importances, out: Output) -> Section:
+    section = Section(
+        "importance",
+        "Hyperparameter importance",
+        "Optuna's get_param_importances (PED-ANOVA) on the search's study, per objective.",
+    )
+    out.csv(importances.table, "importance")
+    if importances.note:
+        section.note(importances.note)
+    if not importances.table.empty:
+        section.image(
+            _figures.draw_importances(importances.table, out.figure("importance")),
+            "parameter importances",
+        )
+        section.table(importances.table)
+    return section
+
+
+def paper_tables_section(record: SearchRecord, out: Output) -> Section:
+    chosen = _compute.best_trials(
+        record,
+        {names.BEST_RETRIEVAL: "best dev R@10 mean", names.BEST_SEMANTIC: "best dev semantic"},
+    )
+    section = Section(
+        "paper-tables",
+        "Paper tables (test split)",
+        "The best finished trials (by best dev R@10 mean, the paper's selection, and by "
+        "best dev semantic score), their snapshot ensembles on the test split, in the "
+        "layout of the paper's Tables 2-3 (retrieval, 95% intervals) and Table 5 (Pearson "
+        "r x 100 with Fisher-z 95% intervals).",
+    )
+    if not chosen:
+        return section.note("no finished trial: there are no test metrics to tabulate")
+    retrieval = _tables.retrieval_table(record, chosen)
+    semantic = _tables.semantic_table(record, chosen)
+    out.csv(retrieval.table, "table_retrieval")
+    out.csv(semantic.table, "table_semantic")
+    section.table(_tables.format_retrieval(retrieval.table), "Retrieval (Tables 2-3)")
+    section.note(retrieval.note)
+    section.table(_tables.format_semantic(semantic.table), "Semantic similarity (Table 5)")
+    return section.note(semantic.note)

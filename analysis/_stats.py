@@ -1,0 +1,148 @@
+"""Paired significance tests for two models evaluated on the same items.
+
+- Retrieval: a paired bootstrap over *images* (an image and its five captions are
+  resampled together, as the paper's intervals count images), giving each metric's
+  difference with a 95% percentile interval and a two-sided p; and McNemar's exact test
+  on the R@K hits of the individual queries.
+- Correlations with the same gold scores: Steiger's (1980) z and Williams' t for two
+  dependent correlations r(A, gold) and r(B, gold), using r(A, B), the correlation
+  between the two models' similarity scores.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from scipy import stats
+
+from trainables.metrics import RECALL_KS
+
+
+class Difference(NamedTuple):
+    metric: str
+    a: float
+    b: float
+    diff: float  # b - a
+    ci_low: float  # 95% percentile interval of the bootstrap differences
+    ci_high: float
+    p_bootstrap: float  # two-sided
+    p_mcnemar: float  # exact McNemar on the queries' hits (R@K only; NaN otherwise)
+
+
+def steiger_z(r_a: float, r_b: float, r_ab: float, n: int) -> tuple[float, float]:
+    """Steiger's (1980, eq. 14) z for H0: rho(A, gold) == rho(B, gold), with the Fisher z
+    of each and the pooled r: ``z = (z_a - z_b) sqrt((n - 3) / (2 - 2c))``, where
+    ``c = psi / (1 - rbar^2)^2`` and ``psi = r_ab (1 - 2 rbar^2) - rbar^2 (1 - 2 rbar^2
+    - r_ab^2) / 2``. Returns ``(z, two-sided p)``; NaN when a correlation is undefined."""
+    if n <= 3:
+        raise ValueError(f"n must be > 3 for Steiger's z, got {n}")
+    if any(math.isnan(v) for v in (r_a, r_b, r_ab)):
+        return math.nan, math.nan
+    if r_a == r_b:
+        return 0.0, 1.0
+    rbar2 = ((r_a + r_b) / 2) ** 2
+    psi = r_ab * (1 - 2 * rbar2) - 0.5 * rbar2 * (1 - 2 * rbar2 - r_ab**2)
+    c = psi / (1 - rbar2) ** 2
+    z = (math.atanh(r_a) - math.atanh(r_b)) * math.sqrt((n - 3) / (2 - 2 * c))
+    return z, float(2 * stats.norm.sf(abs(z)))
+
+
+def williams_t(r_a: float, r_b: float, r_ab: float, n: int) -> tuple[float, float]:
+    """Williams' t (Steiger 1980, eq. 7; df = n - 3) for the same hypothesis:
+    ``t = (r_a - r_b) sqrt((n-1)(1+r_ab)) / sqrt(2 (n-1)/(n-3) |R| + rbar^2 (1-r_ab)^3)``
+    with ``|R| = 1 - r_a^2 - r_b^2 - r_ab^2 + 2 r_a r_b r_ab``. Returns ``(t, p)``."""
+    if n <= 3:
+        raise ValueError(f"n must be > 3 for Williams' t, got {n}")
+    if any(math.isnan(v) for v in (r_a, r_b, r_ab)):
+        return math.nan, math.nan
+    det = 1 - r_a**2 - r_b**2 - r_ab**2 + 2 * r_a * r_b * r_ab
+    rbar = (r_a + r_b) / 2
+    denominator = 2 * (n - 1) / (n - 3) * det + rbar**2 * (1 - r_ab) ** 3
+    t = (r_a - r_b) * math.sqrt((n - 1) * (1 + r_ab) / denominator)
+    return t, float(2 * stats.t.sf(abs(t), n - 3))
+
+
+def mcnemar_exact(hits_a: np.ndarray, hits_b: np.ndarray) -> float:
+    """Two-sided exact McNemar p: a binomial test on the discordant queries (1.0 when
+    the two models hit and miss the same queries)."""
+    only_a = int(np.sum(hits_a & ~hits_b))
+    only_b = int(np.sum(~hits_a & hits_b))
+    if only_a + only_b == 0:
+        return 1.0
+    return float(stats.binomtest(only_a, only_a + only_b, 0.5).pvalue)
+
+
+def _metrics(c2i: np.ndarray, i2c: np.ndarray) -> dict[str, np.ndarray]:
+    """Retrieval metrics along the last axes: ``c2i (..., N, 5)``, ``i2c (..., N)``."""
+    captions = c2i.reshape(*c2i.shape[:-2], -1)
+    out = {}
+    for direction, ranks in (("c2i", captions), ("i2c", i2c)):
+        for k in RECALL_KS:
+            out[f"{direction}_r{k}"] = 100.0 * np.mean(ranks <= k, axis=-1)
+        out[f"{direction}_medr"] = np.median(ranks, axis=-1)
+        out[f"{direction}_meanr"] = np.mean(ranks, axis=-1)
+    out["r10_mean"] = (out["c2i_r10"] + out["i2c_r10"]) / 2
+    return out
+
+
+def paired_bootstrap(
+    ranks_a: tuple[np.ndarray, np.ndarray],
+    ranks_b: tuple[np.ndarray, np.ndarray],
+    *,
+    captions_per_image: int = 5,
+    resamples: int = 10_000,
+    seed: int = 0,
+    chunk: int = 250,
+) -> list[Difference]:
+    """Compare two models' per-query ranks ``(c2i (5N,), i2c (N,))`` on the same split
+    (``trainables.metrics.retrieval_ranks``): every retrieval metric of each, B - A, the
+    95% percentile interval of B - A over ``resamples`` resamples of the images (each
+    with its captions), and the two-sided bootstrap p ``2 min(P(d <= 0), P(d >= 0))``
+    (with the +1 correction, capped at 1; identical models give p = 1)."""
+    if resamples < 1:
+        raise ValueError(f"resamples must be >= 1, got {resamples}")
+    c2i_a, i2c_a = (np.asarray(r) for r in ranks_a)
+    c2i_b, i2c_b = (np.asarray(r) for r in ranks_b)
+    n = len(i2c_a)
+    if len(i2c_b) != n or c2i_a.shape != (n * captions_per_image,) or c2i_b.shape != c2i_a.shape:
+        raise ValueError(
+            f"ranks must be (c2i ({captions_per_image}N,), i2c (N,)) of the same split, got "
+            f"{c2i_a.shape}, {i2c_a.shape} and {c2i_b.shape}, {i2c_b.shape}"
+        )
+    grid_a, grid_b = c2i_a.reshape(n, -1), c2i_b.reshape(n, -1)
+    observed_a, observed_b = _metrics(grid_a, i2c_a), _metrics(grid_b, i2c_b)
+    rng = np.random.default_rng(seed)
+    draws: dict[str, list[np.ndarray]] = {name: [] for name in observed_a}
+    for start in range(0, resamples, chunk):
+        rows = rng.integers(0, n, size=(min(chunk, resamples - start), n))
+        boot_a, boot_b = _metrics(grid_a[rows], i2c_a[rows]), _metrics(grid_b[rows], i2c_b[rows])
+        for name in draws:
+            draws[name].append(boot_b[name] - boot_a[name])
+    results = []
+    for name, parts in draws.items():
+        d = np.concatenate(parts)
+        below, above = (
+            (np.sum(d <= 0) + 1) / (resamples + 1),
+            (np.sum(d >= 0) + 1) / (resamples + 1),
+        )
+        p_mcnemar = math.nan
+        if "_r" in name and name != "r10_mean":
+            k = int(name.rsplit("_r", 1)[1])
+            a, b = (c2i_a, c2i_b) if name.startswith("c2i") else (i2c_a, i2c_b)
+            p_mcnemar = mcnemar_exact(a <= k, b <= k)
+        a_value, b_value = float(observed_a[name]), float(observed_b[name])
+        results.append(
+            Difference(
+                name,
+                a_value,
+                b_value,
+                b_value - a_value,
+                float(np.percentile(d, 2.5)),
+                float(np.percentile(d, 97.5)),
+                float(min(1.0, 2 * min(below, above))),
+                p_mcnemar,
+            )
+        )
+    return results

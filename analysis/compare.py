@@ -1,0 +1,242 @@
+"""``python -m analysis.compare RUN_A RUN_B``: is one trial's ensemble significantly
+better than another's? Paired tests on the same items, as the paper reports significance.
+
+    python -m analysis.compare 3f2a91c0 7be00d12 --runs-dir runs
+    python -m analysis.compare trial-3f2a91c0 <mlflow run id> --split val --csv diff.csv
+
+RUN_A and RUN_B are MLflow run ids, Tune trial ids (the ``tune.trial_id`` tag) or run
+names. Both ensembles are rebuilt from their ``ensemble.pt`` artifacts and evaluated on
+the split (``test`` by default) of the search's data store (``--data`` overrides) and on
+its semantic sets (``--senteval`` overrides):
+
+- retrieval: per-query ranks, a paired bootstrap over images (10,000 resamples, seeded)
+  for every metric, and McNemar's exact test on the R@K hits;
+- semantic: per STS subtask, STS-B and SICK-R, Steiger's z (and Williams' t) for two
+  dependent correlations with the same gold scores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+from mlflow.entities import Run
+from mlflow.tracking import MlflowClient
+
+from analysis import _ensemble, _stats
+from analysis._data import AnalysisError, all_runs, experiment_id, open_client, tracking_uri_for
+from gridsearch.tracking import PARENT_TAG, TRIAL_TAG
+from trainables.metrics import pearson
+
+logger = logging.getLogger(__name__)
+SPLITS = {"test": "test", "val": "val", "dev": "val"}
+
+
+def find_run(client: MlflowClient, ref: str, experiment: str | None = None) -> Run:
+    """The run ``ref`` names: a run id, else a ``tune.trial_id`` tag, else a run name
+    (in ``experiment``, or in every experiment). Ambiguous or unknown: AnalysisError."""
+    if re.fullmatch(r"[0-9a-f]{32}", ref):
+        try:
+            return client.get_run(ref)
+        except Exception:  # not a run id after all: try it as a trial id or name
+            pass
+    ids = (
+        [experiment_id(client, experiment)]
+        if experiment
+        else [e.experiment_id for e in client.search_experiments()]
+    )
+    for query in (f"tags.`{TRIAL_TAG}` = '{ref}'", f"attributes.run_name = '{ref}'"):
+        found = all_runs(client, ids, query) if "'" not in ref else []
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            listed = ", ".join(
+                f"{r.info.run_id} (experiment {r.info.experiment_id})" for r in found
+            )
+            raise AnalysisError(
+                f"{ref!r} names {len(found)} runs: {listed}; pass a run id or --experiment"
+            )
+    raise AnalysisError(
+        f"{ref!r}: no MLflow run has that run id, {TRIAL_TAG} tag or run name "
+        f"(searched {len(ids)} experiment(s)); `mlflow ui` lists them"
+    )
+
+
+def compare_retrieval(
+    a: _ensemble.Ensemble, b: _ensemble.Ensemble, *, resamples: int, seed: int
+) -> pd.DataFrame:
+    """One row per retrieval metric: A, B, B - A, its bootstrap interval and the p values."""
+    rows = _stats.paired_bootstrap(
+        _ensemble.ranks(a), _ensemble.ranks(b), resamples=resamples, seed=seed
+    )
+    return pd.DataFrame(rows, columns=_stats.Difference._fields)
+
+
+def compare_semantic(scores_a: _ensemble.Scores, scores_b: _ensemble.Scores) -> pd.DataFrame:
+    """One row per semantic set both have: n, r(A, gold), r(B, gold), r(A, B), B - A,
+    Steiger's z and p, Williams' t and p."""
+    rows = []
+    for key in (k for k in scores_a if k in scores_b):
+        (pred_a, gold), (pred_b, _) = scores_a[key], scores_b[key]
+        r_a, r_b, r_ab = pearson(pred_a, gold), pearson(pred_b, gold), pearson(pred_a, pred_b)
+        z, p_z = _stats.steiger_z(r_a, r_b, r_ab, len(gold))
+        t, p_t = _stats.williams_t(r_a, r_b, r_ab, len(gold))
+        rows.append(
+            {
+                "metric": key,
+                "n": len(gold),
+                "r_a": r_a,
+                "r_b": r_b,
+                "r_ab": r_ab,
+                "diff": r_b - r_a,
+                "steiger_z": z,
+                "p_steiger": p_z,
+                "williams_t": t,
+                "p_williams": p_t,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def format_comparison(header: list[str], retrieval: pd.DataFrame, semantic: pd.DataFrame) -> str:
+    lines = [
+        *header,
+        "",
+        "retrieval (paired bootstrap over images; McNemar exact test on R@K hits)",
+    ]
+    head = ("metric", "A", "B", "B-A", "95% CI of B-A", "p boot", "p McNemar")
+    lines.append("{:<10} {:>7} {:>7} {:>7}  {:<17} {:>7} {:>9}".format(*head))
+    for row in retrieval.itertuples():
+        lines.append(
+            f"{row.metric:<10} {row.a:7.2f} {row.b:7.2f} {row.diff:+7.2f}  "
+            f"[{row.ci_low:+6.2f}, {row.ci_high:+6.2f}]  "
+            f"{_p(row.p_bootstrap):>7} {_p(row.p_mcnemar):>9}"
+        )
+    if not semantic.empty:
+        lines += [
+            "",
+            "semantic (Pearson r with the gold scores; Steiger's z and Williams' t for "
+            "dependent correlations, r_AB = r between the models' scores)",
+        ]
+        lines.append(
+            f"{'set':<34} {'n':>5} {'r A':>6} {'r B':>6} {'r AB':>6} {'B-A':>7} "
+            f"{'z':>6} {'p':>7} {'t':>6} {'p':>7}"
+        )
+        for row in semantic.itertuples():
+            lines.append(
+                f"{row.metric:<34} {row.n:5d} {row.r_a:6.3f} {row.r_b:6.3f} {row.r_ab:6.3f} "
+                f"{row.diff:+7.3f} {row.steiger_z:6.2f} {_p(row.p_steiger):>7} "
+                f"{row.williams_t:6.2f} {_p(row.p_williams):>7}"
+            )
+    return "\n".join(lines)
+
+
+def _p(value: float) -> str:
+    if math.isnan(value):
+        return "-"
+    return f"{value:.4f}" if value >= 1e-4 else "<1e-4"
+
+
+def _parent_param(client: MlflowClient, run: Run, name: str) -> str | None:
+    parent = run.data.tags.get(PARENT_TAG)
+    value = client.get_run(parent).data.params.get(name) if parent else None
+    return None if value in (None, "null", "None") else value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.compare", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("run_a", metavar="RUN_A", help="run id, trial id or run name")
+    parser.add_argument("run_b", metavar="RUN_B", help="run id, trial id or run name")
+    parser.add_argument(
+        "--runs-dir", type=Path, default=Path("runs"), help="the search's --runs-dir"
+    )
+    parser.add_argument(
+        "--tracking-uri", default=None, help="default: sqlite:///RUNS_DIR/mlflow.db"
+    )
+    parser.add_argument(
+        "--experiment", default=None, help="look the runs up in this experiment only"
+    )
+    parser.add_argument("--data", default=None, help="feature store (default: RUN_A's search's)")
+    parser.add_argument("--senteval", default=None, help="semantic sets (default: the search's)")
+    parser.add_argument("--split", choices=tuple(SPLITS), default="test", help="store split")
+    parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    parser.add_argument("--no-semantic", action="store_true", help="retrieval only")
+    parser.add_argument("--csv", type=Path, default=None, help="also write the rows as CSV")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.resamples < 1:
+            raise AnalysisError(f"--resamples: got {args.resamples}, expected a positive integer")
+        report, frames = _run(args)
+    except AnalysisError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(report)
+    if args.csv:
+        pd.concat([f.assign(kind=k) for k, f in frames.items()]).to_csv(args.csv, index=False)
+    return 0
+
+
+def _run(args: argparse.Namespace) -> tuple[str, dict[str, pd.DataFrame]]:
+    from storage import StoreError, open_store
+    from storage.senteval import load_senteval
+    from trainables.data import EncodedSplit
+    from trainables.model import CharEncoding
+
+    uri = tracking_uri_for(args.tracking_uri, args.runs_dir)
+    client = open_client(uri)
+    run_a, run_b = (find_run(client, ref, args.experiment) for ref in (args.run_a, args.run_b))
+    states = [_ensemble.fetch_state(client, run) for run in (run_a, run_b)]  # fail before data
+    data = args.data or _parent_param(client, run_a, "data")
+    if data is None:
+        raise AnalysisError(f"{args.run_a}: its search recorded no data store; pass --data STORE")
+    split_name = SPLITS[args.split]
+    try:
+        split = EncodedSplit.from_split(open_store(data).read_split(split_name), CharEncoding())
+    except (StoreError, OSError) as err:
+        raise AnalysisError(f"--data {data}: {err}") from None
+    a, b = (
+        _ensemble.build_ensemble(run, state, split, args.device)
+        for run, state in zip((run_a, run_b), states, strict=True)
+    )
+    retrieval = compare_retrieval(a, b, resamples=args.resamples, seed=args.seed)
+    semantic = pd.DataFrame()
+    senteval = args.senteval or _parent_param(client, run_a, "senteval")
+    if senteval and not args.no_semantic:
+        try:
+            bench = load_senteval(senteval)
+        except (StoreError, OSError) as err:
+            raise AnalysisError(f"--senteval {senteval}: {err}") from None
+        semantic = compare_semantic(
+            _ensemble.semantic_scores(a, bench), _ensemble.semantic_scores(b, bench)
+        )
+    header = [
+        f"A = {a.label} (run {run_a.info.run_id}), B = {b.label} (run {run_b.info.run_id})",
+        f"on the {split_name} split of {data}: {split.num_images} images, "
+        f"{len(split.captions)} captions; {args.resamples} resamples, seed {args.seed}",
+    ]
+    if not senteval:
+        header.append("no semantic sets recorded for the search: retrieval only (--senteval DIR)")
+    return format_comparison(header, retrieval, semantic), {
+        "retrieval": retrieval,
+        "semantic": semantic,
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""The paired tests of analysis.compare on numbers worked out by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from analysis import _stats
+from trainables.metrics import summarise_ranks
+
+
+def test_steiger_z_against_a_hand_computed_value() -> None:
+    # r(A, gold) = .5, r(B, gold) = .3, r(A, B) = .4, n = 100:
+    # rbar^2 = .16; psi = .4 (1 - .32) - .08 (1 - .32 - .16) = .272 - .0416 = .2304;
+    # c = .2304 / .84^2 = 16/49; z = (atanh .5 - atanh .3) sqrt(97 / (2 - 32/49))
+    #   = 0.2397859 * sqrt(97 * 49 / 66) = 2.03487; p = 2 (1 - Phi(2.03487)) = 0.04186.
+    z, p = _stats.steiger_z(0.5, 0.3, 0.4, 100)
+    assert z == pytest.approx(2.03487, abs=1e-5)
+    assert p == pytest.approx(0.04186, abs=1e-5)
+    z_swapped, p_swapped = _stats.steiger_z(0.3, 0.5, 0.4, 100)
+    assert (z_swapped, p_swapped) == pytest.approx((-z, p))
+
+
+def test_williams_t_against_a_hand_computed_value() -> None:
+    # |R| = 1 - .25 - .09 - .16 + 2 (.5)(.3)(.4) = .62;
+    # t = .2 sqrt(99 * 1.4) / sqrt(2 (99/97) .62 + .16 * .6^3) = 2.35457 / 1.14023 = 2.06499
+    t, p = _stats.williams_t(0.5, 0.3, 0.4, 100)
+    assert t == pytest.approx(2.06499, abs=1e-5)
+    assert p == pytest.approx(0.04159, abs=1e-5)
+
+
+def test_equal_correlations_are_no_difference() -> None:
+    assert _stats.steiger_z(0.6, 0.6, 1.0, 50) == (0.0, 1.0)
+    assert _stats.williams_t(0.6, 0.6, 0.9, 50)[1] == pytest.approx(1.0)
+    assert all(math.isnan(v) for v in _stats.steiger_z(math.nan, 0.5, 0.4, 50))
+    with pytest.raises(ValueError, match="n must be > 3"):
+        _stats.steiger_z(0.5, 0.3, 0.4, 3)
+
+
+def _ranks(seed: int, images: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return rng.integers(1, 40, size=5 * images), rng.integers(1, 40, size=images)
+
+
+def test_bootstrap_of_identical_runs_finds_no_difference() -> None:
+    ranks = _ranks(0)
+    rows = _stats.paired_bootstrap(ranks, ranks, resamples=2000, seed=1)
+    assert [r.metric for r in rows][-1] == "r10_mean"
+    expected = summarise_ranks(*ranks)
+    for row in rows:
+        assert row.a == row.b == pytest.approx(expected[row.metric])
+        assert row.diff == row.ci_low == row.ci_high == 0.0
+        assert row.p_bootstrap == 1.0
+        assert row.p_mcnemar == 1.0 or math.isnan(row.p_mcnemar)
+
+
+def test_bootstrap_finds_a_clear_difference_and_is_seeded() -> None:
+    worse = _ranks(0)
+    better = (np.maximum(worse[0] - 8, 1), np.maximum(worse[1] - 8, 1))
+    rows = {r.metric: r for r in _stats.paired_bootstrap(worse, better, resamples=2000, seed=1)}
+    r10 = rows["c2i_r10"]
+    assert r10.diff > 0 and 0 < r10.ci_low < r10.diff < r10.ci_high
+    assert r10.p_bootstrap == pytest.approx(2 / 2001)  # no resample reverses it
+    assert r10.p_mcnemar < 1e-6
+    assert rows["c2i_medr"].diff < 0 and math.isnan(rows["r10_mean"].p_mcnemar)
+    again = _stats.paired_bootstrap(worse, better, resamples=2000, seed=1)
+    assert [r.ci_low for r in again] == [r.ci_low for r in rows.values()]
+
+
+def test_bootstrap_resamples_images_with_their_captions() -> None:
+    # every image's captions all hit (rank 1) or all miss (rank 50) for A; B is A with
+    # the images shifted - so any c2i difference comes in whole images
+    c2i_a = np.repeat(np.where(np.arange(100) % 2 == 0, 1, 50), 5)
+    i2c = np.ones(100, dtype=int)
+    c2i_b = np.roll(c2i_a, 5)
+    rows = {r.metric: r for r in _stats.paired_bootstrap((c2i_a, i2c), (c2i_b, i2c), resamples=500)}
+    assert rows["c2i_r1"].a == rows["c2i_r1"].b == 50.0
+    assert rows["c2i_r1"].ci_low < 0 < rows["c2i_r1"].ci_high
+
+
+def test_mcnemar_exact() -> None:
+    a = np.array([True] * 10 + [False] * 10)
+    b = np.array([False] * 10 + [False] * 10)
+    assert _stats.mcnemar_exact(a, b) == pytest.approx(2 * 0.5**10)  # 10 discordant, all one way
+
+
+def test_bootstrap_rejects_mismatched_ranks() -> None:
+    with pytest.raises(ValueError, match="ranks must be"):
+        _stats.paired_bootstrap(_ranks(0, 10), _ranks(0, 11))
+    with pytest.raises(ValueError, match="resamples must be >= 1, got 0"):
+        _stats.paired_bootstrap(_ranks(0), _ranks(0), resamples=0)
