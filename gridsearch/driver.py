@@ -97,7 +97,7 @@ def run_search(settings: SearchSettings, started: float) -> None:
                 parent,
                 {"space": space.name, "objective": args.objective},
             ),
-            ProgressPrinter(list(space.to_dict()["params"]), int(fixed["epochs"])),
+            ProgressPrinter(_searched_keys(space), int(fixed["epochs"])),
         ]
         tuner = _tuner(
             settings, trainable, searcher, num_samples, fixed, callbacks, experiment_path
@@ -405,8 +405,17 @@ def _code_version() -> str:
         return "unknown"
 
 
+def _searched_keys(space: SearchSpace) -> list[str]:
+    """The TrainConfig keys a space sets per trial (not its helper parameters)."""
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    keys: dict[str, None] = {}
+    for _ in range(8):  # a few draws, so every branch of a conditional space shows up
+        keys.update(dict.fromkeys(space.suggest(study.ask())))
+    return list(keys)
+
+
 def _outcomes(results: Any, space: SearchSpace) -> list[TrialOutcome]:
-    searched = set(space.to_dict()["params"])
+    searched = _searched_keys(space)
     outcomes = []
     for result in results:
         metrics = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
@@ -417,8 +426,8 @@ def _outcomes(results: Any, space: SearchSpace) -> list[TrialOutcome]:
             if names.key(names.TEST, "r10_mean") in metrics
             else "stopped_early"
         )
-        config = result.config or {}
-        shown = {k: v for k, v in config.items() if k in searched}
+        config = train_keys(result.config or {})
+        shown = {k: config[k] for k in searched if k in config}
         outcomes.append(
             TrialOutcome(str((result.metrics or {}).get("trial_id", "?")), shown, metrics, status)
         )
