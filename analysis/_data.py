@@ -177,8 +177,10 @@ def _typed(value: str | None, kind: str) -> Any:
 
 
 def _param_kinds(runs: list[Run], space_definition: str | None) -> dict[str, str]:
-    """The searched parameters (those whose values vary across trials; for one trial,
-    those the space defines) and whether each is continuous or categorical."""
+    """The searched parameters: the TrainConfig keys whose values vary across trials
+    (for one trial, those the space defines), each continuous or categorical. A space's
+    helper parameters (``search.<name>``, e.g. paper_grid's variant) are left out: the
+    space decodes them into TrainConfig keys, which are shown instead."""
     defined: dict[str, Any] = {}
     if space_definition:
         try:
@@ -188,17 +190,15 @@ def _param_kinds(runs: list[Run], space_definition: str | None) -> dict[str, str
     values: dict[str, set[str]] = {}
     for run in runs:
         for name, value in run.data.params.items():
-            values.setdefault(name, set()).add(value)
-    varying = [n for n, v in values.items() if len(v) > 1]
-    if not varying:
-        varying = [n for n in values if n in defined or n.removeprefix("search.") in defined]
+            if not name.startswith("search."):
+                values.setdefault(name, set()).add(value)
+    varying = [n for n, v in values.items() if len(v) > 1] or [n for n in values if n in defined]
     order = {n: i for i, n in enumerate(defined)}
-    varying.sort(key=lambda n: (order.get(n.removeprefix("search."), len(order)), n))
+    varying.sort(key=lambda n: (order.get(n, len(order)), n))
     kinds = {}
     for name in varying:
-        spec = defined.get(name.removeprefix("search."), {})
         numeric = all(_is_number(v) for v in values[name])
-        categorical = spec.get("type") == "categorical" or not numeric
+        categorical = defined.get(name, {}).get("type") == "categorical" or not numeric
         kinds[name] = CATEGORICAL if categorical else CONTINUOUS
     return kinds
 

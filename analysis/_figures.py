@@ -62,7 +62,7 @@ def draw_tradeoff_overlay(curves: Mapping[str, TradeoffCurve], path: Path) -> Pa
     retrieval_ax.set_title("retrieval (★ = the trial's best-semantic epoch)", fontsize=10)
     semantic_ax.set_title("semantic score", fontsize=10)
     if 0 < len(curves) <= 12:
-        retrieval_ax.legend(fontsize=7, ncol=2, title="trial", title_fontsize=8)
+        retrieval_ax.legend(fontsize=7, ncol=2, title="trial", title_fontsize=8, loc="lower right")
     return _save(fig, path)
 
 
@@ -80,7 +80,7 @@ def draw_sensitivity(rows: pd.DataFrame, param: str, kind: str, path: Path) -> P
     metrics = list(dict.fromkeys(rows["label"]))
     fig = Figure(figsize=(4.2 * max(len(metrics), 1), 3.6))
     axes = np.atleast_1d(fig.subplots(1, max(len(metrics), 1)))
-    categories = list(dict.fromkeys(rows["value"].astype(str))) if kind == "categorical" else []
+    categories = _categories(rows["value"].astype(str)) if kind == "categorical" else []
     for ax, label in zip(axes, metrics, strict=False):
         part = rows[rows["label"] == label]
         y = part["estimate"].to_numpy(float)
@@ -111,6 +111,15 @@ def draw_sensitivity(rows: pd.DataFrame, param: str, kind: str, path: Path) -> P
         ax.grid(alpha=0.3)
     fig.suptitle(f"{param}: final metrics with 95% intervals (one point per trial)", fontsize=10)
     return _save(fig, path)
+
+
+def _categories(values: pd.Series) -> list[str]:
+    """The distinct values, in numeric order when they are all numbers (512 < 1024)."""
+    distinct = sorted(set(values))
+    try:
+        return sorted(distinct, key=float)
+    except ValueError:
+        return distinct
 
 
 def _grouped_x(values: pd.Series, categories: list[str]) -> np.ndarray:

@@ -12,15 +12,17 @@ from pathlib import Path
 import pandas as pd
 
 _CSS = """
-body { font-family: system-ui, sans-serif; margin: 24px auto; max-width: 1220px; color: #222; }
+body { font-family: system-ui, sans-serif; margin: 24px auto; padding: 0 16px; max-width: 1220px;
+  color: #222; }
 h1 { font-size: 1.5em; margin-bottom: 4px; } h2 { border-bottom: 1px solid #ccc; margin-top: 32px; }
 .facts { color: #555; } .note { background: #fff6dd; border-left: 4px solid #e0b000;
   padding: 6px 10px; margin: 8px 0; } p.lead { color: #444; max-width: 60em; }
 table { border-collapse: collapse; font-size: 13px; margin: 8px 0 16px; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
-th { background: #f3f3f3; } td:nth-child(-n+2), th:nth-child(-n+2) { text-align: left; }
+th { background: #f3f3f3; }
+.text1 td:nth-child(1), .text2 td:nth-child(-n+2), .text3 td:nth-child(-n+3) { text-align: left; }
 img.wide { max-width: 100%; } .grid { display: flex; flex-wrap: wrap; gap: 8px; }
-.grid img { width: 400px; border: 1px solid #eee; } nav a { margin-right: 12px; }
+.grid img { width: 370px; border: 1px solid #eee; } nav a { margin-right: 12px; }
 """
 
 
@@ -48,14 +50,21 @@ class Section:
         self.parts.append(f'<div class="grid">{images}</div>')
         return self
 
-    def table(self, frame: pd.DataFrame, caption: str = "", *, index: bool = False) -> Section:
+    def table(self, frame: pd.DataFrame, caption: str = "", *, text_columns: int = 1) -> Section:
+        """``frame`` as an HTML table, its first ``text_columns`` (1-3) left-aligned."""
         if caption:
             self.parts.append(f"<h3>{html.escape(caption)}</h3>")
         if frame.empty:
             self.parts.append("<p><em>(empty)</em></p>")
         else:
             self.parts.append(
-                frame.to_html(index=index, na_rep="-", border=0, float_format=_number)
+                frame.to_html(
+                    index=False,
+                    na_rep="-",
+                    border=0,
+                    float_format=_number,
+                    classes=f"text{text_columns}",
+                )
             )
         return self
 

@@ -57,7 +57,7 @@ def trials_section(record: SearchRecord, out: Output) -> Section:
         "Trials",
         "Every trial of the search, its searched parameters and "
         "final metrics (best dev values over its epochs; test = its snapshot ensemble).",
-    ).table(shown)
+    ).table(shown, text_columns=2)
 
 
 def tradeoff_section(record: SearchRecord, out: Output) -> Section:
@@ -175,7 +175,7 @@ def importance_section(importances: Importances, out: Output) -> Section:
             _figures.draw_importances(importances.table, out.figure("importance")),
             "parameter importances",
         )
-        section.table(importances.table)
+        section.table(importances.table, text_columns=2)
     return section
 
 
@@ -198,7 +198,11 @@ def paper_tables_section(record: SearchRecord, out: Output) -> Section:
     semantic = _tables.semantic_table(record, chosen)
     out.csv(retrieval.table, "table_retrieval")
     out.csv(semantic.table, "table_semantic")
-    section.table(_tables.format_retrieval(retrieval.table), "Retrieval (Tables 2-3)")
+    section.table(
+        _tables.format_retrieval(retrieval.table), "Retrieval (Tables 2-3)", text_columns=2
+    )
     section.note(retrieval.note)
-    section.table(_tables.format_semantic(semantic.table), "Semantic similarity (Table 5)")
+    section.table(
+        _tables.format_semantic(semantic.table), "Semantic similarity (Table 5)", text_columns=2
+    )
     return section.note(semantic.note)

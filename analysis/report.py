@@ -33,7 +33,11 @@ ARTIFACT_PATH = "report"
 def write_report(record: SearchRecord, out: Path, optuna_storage: str | None = None) -> Path:
     """Compute, draw and write the report of ``record`` into ``out``; returns the page."""
     target = _sections.Output(out)
-    storage = optuna_storage or default_optuna_storage(record.tracking_uri, record.experiment)
+    storage = (
+        optuna_storage
+        or record.parent_params.get("optuna_storage")  # recorded by the search driver
+        or default_optuna_storage(record.tracking_uri, record.experiment)
+    )
     importances = param_importances(
         storage, record.experiment, record.parent_params.get("objective")
     )

@@ -387,6 +387,8 @@ def _parent_params(
         "data": store,
         "data_manifest_sha256": hashlib.sha256(manifest).hexdigest(),
         "senteval": senteval,
+        "optuna_storage": _optuna_url(settings),
+        "optuna_study": settings.experiment,
         "code_version": _code_version(),
     }
 

@@ -249,8 +249,13 @@ def _write_ensemble(trial: Trial, target: Path) -> None:
     assert trial.checkpoint is not None
     with trial.checkpoint.as_directory() as folder:
         state = torch.load(Path(folder) / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
+    # A trial that ended before its first snapshot was evaluated with its final model
+    # (Trainer.ensemble_metrics), so that model is its "ensemble".
+    snapshots = state["snapshots"] or [
+        {"epoch": state["epoch"], "score": float("nan"), "state": state["model"]}
+    ]
     torch.save(
-        {"config": state["config"], "alphabet": state["alphabet"], "snapshots": state["snapshots"]},
+        {"config": state["config"], "alphabet": state["alphabet"], "snapshots": snapshots},
         target,
     )
 

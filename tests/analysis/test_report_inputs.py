@@ -32,7 +32,7 @@ def _finished(trial_id: str, margin: float, semantic: bool = True) -> dict[str, 
     return {
         "trial_id": trial_id,
         "outcome": "finished",
-        "params": {"margin": margin, "hidden_size": 8},
+        "params": {"margin": margin, "hidden_size": 8, "search.helper": margin / 2},
         "epochs": _epochs([5.0, 40.0, 55.0], [0.3, 0.5, 0.45] if semantic else None),
         "final": test,
     }
@@ -119,7 +119,8 @@ def test_report_shows_what_exists_when_metrics_are_missing(
     assert trials[names.BEST_SEMANTIC].isna().tolist() == [False, True, True]
     sensitivity = pd.read_csv(tmp_path / "tables" / "sensitivity.csv")
     assert sorted(sensitivity["trial_id"].unique()) == ["a1", "a2"]  # f1 has no metrics
-    assert sensitivity["param"].unique().tolist() == ["margin"]  # hidden_size does not vary
+    # hidden_size does not vary; a space's helper parameter (search.*) is not a TrainConfig key
+    assert sensitivity["param"].unique().tolist() == ["margin"]
     assert sensitivity["ci_low"].isna().all()  # no store: no sample sizes
     curves = pd.read_csv(tmp_path / "tables" / "tradeoff_curves.csv")
     assert curves.groupby("trial_id").size().to_dict() == {"a1": 3, "a2": 3}
