@@ -23,6 +23,8 @@ import time
 # expected (every epoch reports a checkpoint and only the last two are kept).
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+# MLflow sets its logger to INFO when imported; its database set-up lines are not ours.
+os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 from gridsearch.settings import SearchError, SearchSettings, parse_args
 

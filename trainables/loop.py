@@ -2,8 +2,8 @@
 evaluates, keeps snapshots, ensembles them, and checkpoints its whole state.
 
     trainer = Trainer(config, TrainingData.from_store("stores/world"), semantic)
-    for metrics in trainer.run():      # epoch 0 (untrained), 1, 2, ...; then the ensemble
-        print(metrics)
+    for metrics in trainer.run():   # epoch 0 (untrained), 1, 2, ...; the last one also
+        print(metrics)              # holds the snapshot ensemble's test metrics
 
 On a GPU the data live on the device and a step never waits for the host: the batch
 plan of an epoch is uploaded once, losses stay on the device until the epoch ends,
