@@ -62,19 +62,10 @@ def build_karpathy(
         "dataset": source.name,
         "json_sha256": source.sha256,
         "images": str(images_dir.resolve()),
-        "extractor": extractor.describe(),
         "shard_size": shard_size,
-        "dtype": dtype,
-        "feature_compression": feature_compression,
         "skip_unreadable": skip_unreadable,
     }
-    writer = StoreWriter(
-        out,
-        fingerprint=fingerprint,
-        feature_dim=extractor.dim,
-        feature_dtype=dtype,
-        feature_compression=feature_compression,
-    )
+    writer = _writer(out, fingerprint, extractor, dtype, feature_compression)
     return ingest(
         source,
         images_dir,
@@ -124,24 +115,38 @@ def build_synthetic(
         "source": "synthetic",
         "images": images,
         "seed": seed,
-        "extractor": extractor.describe(),
         "shard_size": shard_size,
-        "dtype": dtype,
-        "feature_compression": feature_compression,
     }
-    writer = StoreWriter(
-        out,
-        fingerprint=fingerprint,
-        feature_dim=extractor.dim,
-        feature_dtype=dtype,
-        feature_compression=feature_compression,
-    )
+    writer = _writer(out, fingerprint, extractor, dtype, feature_compression)
     if writer.manifest is not None:
         return writer.manifest
     world = generate_world(Path(location.root) / WORLD_DIR, n_images=images, seed=seed)
     source = read_karpathy_json(world.dataset_json)
     extras = {"world": WORLD_DIR, "senteval": f"{WORLD_DIR}/senteval"}
     return ingest(source, world.images, extractor, writer, shard_size=shard_size, extras=extras)
+
+
+def _writer(
+    out: str | os.PathLike[str],
+    fingerprint: dict[str, Any],
+    extractor: FeatureExtractor,
+    dtype: str,
+    feature_compression: str,
+) -> StoreWriter:
+    """The store writer of a build: its settings are part of the build's fingerprint."""
+    fingerprint = {
+        **fingerprint,
+        "extractor": extractor.describe(),
+        "dtype": dtype,
+        "feature_compression": feature_compression,
+    }
+    return StoreWriter(
+        out,
+        fingerprint=fingerprint,
+        feature_dim=extractor.dim,
+        feature_dtype=dtype,
+        feature_compression=feature_compression,
+    )
 
 
 def _common_options(parser: argparse.ArgumentParser) -> None:
