@@ -13,6 +13,11 @@ same order. The feature column stores each row's vector as raw little-endian byt
 encoding costs repetition levels on every value, which made reads 6x slower in
 ``bench/bench_store_read.py``. The dtype and dimension live in the manifest and in the
 shard's schema metadata, and readers check both.
+
+Every path in a manifest is checked when it is parsed: shard paths must be exactly
+where the writer puts them (``shard_name``), split names plain names and ``extras``
+store-relative paths (see ``storage._paths``), so a tampered manifest cannot make a
+reader open a file outside its store.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from storage._errors import StoreError, describe
+from storage._paths import NAME_RULE, name_problem, path_problem
 
 SCHEMA_VERSION = 1
 SPLITS = ("train", "val", "test")
@@ -88,7 +94,8 @@ class Manifest:
     feature_dtype: str
     splits: dict[str, SplitInfo]
     build: dict[str, Any] = field(default_factory=dict)  # what was built from (fingerprint)
-    extras: dict[str, Any] = field(default_factory=dict)  # e.g. the embedded world's senteval dir
+    # name -> store-relative path, e.g. the embedded world's senteval dir
+    extras: dict[str, Any] = field(default_factory=dict)
     schema_version: int = SCHEMA_VERSION
 
     def to_json(self) -> str:
@@ -118,7 +125,13 @@ class Manifest:
                 f"{FEATURE_DTYPES}, got {dtype!r}"
             )
         splits_raw = _get(raw, "splits", dict, where)
+        for name in splits_raw:
+            _check_split_name(name, where)
         splits = {name: _split_from_dict(value, where, name) for name, value in splits_raw.items()}
+        extras = raw.get("extras", {})
+        _expect(extras, dict, where, "extras", "a JSON object")
+        for key, value in extras.items():
+            _check_extra(value, where, f"extras.{key}")
         return cls(
             dataset=_get(raw, "dataset", str, where),
             feature_extractor=_get(raw, "feature_extractor", dict, where),
@@ -126,7 +139,7 @@ class Manifest:
             feature_dtype=dtype,
             splits=splits,
             build=raw.get("build", {}),
-            extras=raw.get("extras", {}),
+            extras=extras,
             schema_version=version,
         )
 
@@ -135,7 +148,7 @@ def _split_from_dict(raw: Any, where: str, name: str) -> SplitInfo:
     prefix = f"splits.{name}"
     _expect(raw, dict, where, prefix, "a JSON object")
 
-    def shards(key: str) -> tuple[ShardInfo, ...]:
+    def shards(key: str, kind: str) -> tuple[ShardInfo, ...]:
         items = _get(raw, key, list, where, prefix)
         out = []
         for i, item in enumerate(items):
@@ -143,7 +156,7 @@ def _split_from_dict(raw: Any, where: str, name: str) -> SplitInfo:
             _expect(item, dict, where, sub, "a JSON object")
             out.append(
                 ShardInfo(
-                    _get(item, "path", str, where, sub),
+                    _shard_path(_get(item, "path", str, where, sub), kind, name, i, where, sub),
                     _get(item, "rows", int, where, sub),
                     _get(item, "sha256", str, where, sub),
                 )
@@ -153,11 +166,50 @@ def _split_from_dict(raw: Any, where: str, name: str) -> SplitInfo:
     return SplitInfo(
         images=_get(raw, "images", int, where, prefix),
         captions=_get(raw, "captions", int, where, prefix),
-        image_shards=shards("image_shards"),
-        caption_shards=shards("caption_shards"),
+        image_shards=shards("image_shards", "images"),
+        caption_shards=shards("caption_shards", "captions"),
         skipped_images=tuple(raw.get("skipped_images", ())),
         truncated_images=int(raw.get("truncated_images", 0)),
     )
+
+
+def _check_split_name(name: str, where: str) -> None:
+    """Split names become parts of shard file names, so they must be plain names."""
+    problem = name_problem(name)
+    if problem is not None:
+        raise StoreError(
+            f"{describe(where, 'splits')}: expected split names made of {NAME_RULE}, "
+            f"got {name!r}, which {problem}"
+        )
+
+
+def _shard_path(path: str, kind: str, split: str, index: int, where: str, at: str) -> str:
+    """``path`` if it is exactly where the writer puts shard ``index`` of ``split``:
+    anything else (another directory, '..', an absolute path) is refused."""
+    expected = shard_name(kind, split, index)
+    if path != expected:
+        problem = path_problem(path)
+        why = f", which {problem}" if problem is not None else ""
+        raise StoreError(
+            f"{describe(where, f'{at}.path')}: expected {expected!r} (shard {index} of "
+            f"split {split!r} lives at {kind}/<split>-<k:05d>.parquet inside the store), "
+            f"got {path!r}{why}"
+        )
+    return path
+
+
+def _check_extra(value: Any, where: str, field_name: str) -> None:
+    """An ``extras`` value names a file or directory inside the store."""
+    problem = (
+        path_problem(value)
+        if isinstance(value, str)
+        else f"is not a string ({type(value).__name__})"
+    )
+    if problem is not None:
+        raise StoreError(
+            f"{describe(where, field_name)}: expected a store-relative path ('/'-separated, "
+            f"inside the store), got {value!r}, which {problem}"
+        )
 
 
 def _expect(value: Any, kind: type, where: str, field_name: str | None, what: str) -> None:

@@ -5,6 +5,9 @@ The JSON holds ``{"dataset": name, "images": [{"filename", "filepath" (COCO only
 Rules (SPEC section 4): ``restval`` joins ``train``; Flickr captions are ``raw`` as is;
 COCO captions are the ``tokens`` joined with single spaces plus ``" ."``; exactly five
 captions per image (COCO images with more keep their first five, and are counted).
+``filename`` and ``filepath`` must be '/'-separated paths inside the ``--images``
+directory (no ``..``, not absolute: see ``storage._paths``); others are refused when
+the JSON is read, naming the entry.
 
 Example::
 
@@ -19,6 +22,7 @@ import hashlib
 import json
 import logging
 import os
+import posixpath
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +33,7 @@ import numpy as np
 
 from storage._errors import StoreError, describe
 from storage._extractors import FeatureExtractor, ImageItem
+from storage._paths import is_temp_name, path_problem
 from storage._schema import CAPTIONS_PER_IMAGE, SPLITS, Manifest
 from storage._writer import ShardRecord, StoreWriter
 
@@ -104,7 +109,7 @@ def _parse_image(entry: Any, dataset: str, path: Path, index: int) -> KarpathyIm
     at = f"images[{index}]"
     if not isinstance(entry, dict):
         raise StoreError(f"{describe(path, at)}: expected an object")
-    filename = _field(entry, "filename", str, path, at)
+    filename = _image_path_field(entry, "filename", path, at)
     split = _field(entry, "split", str, path, at)
     if split not in _SPLIT_OF:
         raise StoreError(
@@ -112,7 +117,7 @@ def _parse_image(entry: Any, dataset: str, path: Path, index: int) -> KarpathyIm
         )
     relpath = filename
     if dataset == "coco":
-        relpath = f"{_field(entry, 'filepath', str, path, at)}/{filename}"
+        relpath = f"{_image_path_field(entry, 'filepath', path, at)}/{filename}"
     sentences = _field(entry, "sentences", list, path, at)
     captions = [_caption(s, dataset, path, f"{at}.sentences[{k}]") for k, s in enumerate(sentences)]
     if len(captions) < CAPTIONS_PER_IMAGE or (
@@ -153,13 +158,34 @@ def _field(obj: dict[str, Any], key: str, kind: type, path: Path, at: str) -> An
     return obj[key]
 
 
+def _image_path_field(entry: dict[str, Any], key: str, path: Path, at: str) -> str:
+    """``entry[key]`` (``filename`` or ``filepath``): a path inside the images directory."""
+    value: str = _field(entry, key, str, path, at)
+    problem = path_problem(value)
+    if problem is not None:
+        raise StoreError(
+            f"{describe(path, f'{at}.{key}')}: expected a '/'-separated path inside the "
+            f"--images directory, got {value!r}, which {problem}"
+        )
+    return value
+
+
 def resolve_image_path(images_dir: Path, relpath: str) -> Path:
-    """``images_dir / relpath``, refusing paths that escape ``images_dir``."""
-    root = images_dir.resolve()
-    candidate = (root / relpath).resolve()
-    if not candidate.is_relative_to(root):
-        raise StoreError(f"image path {relpath!r} escapes the images directory {images_dir}")
-    return candidate
+    """``images_dir / relpath`` (``images_dir`` made absolute), refusing a ``relpath``
+    that would leave ``images_dir``.
+
+    The check is on the text (see ``storage._paths``), not on ``resolve()``: symlinks
+    inside ``images_dir`` are followed when the image is opened, since whoever owns the
+    directory put them there (e.g. ``train2014`` linked to a shared disk); what the JSON
+    cannot do is name a path outside it.
+    """
+    problem = path_problem(relpath)
+    if problem is not None:
+        raise StoreError(
+            f"image path {relpath!r} escapes the images directory {images_dir}: it {problem} "
+            "(expected a '/'-separated path inside it)"
+        )
+    return images_dir.resolve() / relpath
 
 
 def ingest(
@@ -177,6 +203,7 @@ def ingest(
     if writer.manifest is not None:
         logger.info("%s is already complete; nothing to do", writer.location.uri)
         return writer.manifest
+    _remove_interrupted_writes(writer)
     images_root = Path(images_dir)
     records: dict[str, list[ShardRecord]] = {}
     for split in SPLITS:
@@ -196,6 +223,18 @@ def ingest(
     return writer.finish(
         dataset=dataset.name, feature_extractor=extractor.describe(), splits=records, extras=extras
     )
+
+
+def _remove_interrupted_writes(writer: StoreWriter) -> None:
+    """Delete the temporary files of shard (or manifest) writes that a killed run left
+    behind; the shards themselves are renamed into place whole, so they are kept. Like
+    the rest of a resume, this assumes one build at a time per store."""
+    location = writer.location
+    for folder in ("", "images", "captions"):
+        for name in location.list_files(folder):
+            if is_temp_name(posixpath.basename(name)):
+                logger.info("removing %s, left by an interrupted build", location.display(name))
+                location.delete(name)
 
 
 def _write_shard(

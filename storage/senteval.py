@@ -11,6 +11,7 @@ The user passes their copy of SentEval's ``data/downstream`` directory (``--sent
     SICK/SICK_{train,trial,test_annotated}.txt  a header line; field 1 = sentence A,
                                                 2 = sentence B, 3 = relatedness 1-5
     suite.json                                  optional: declares non-official subtasks
+                                                (plain names: no '/', '..' or NUL)
 
 Files are read as SentEval reads them (UTF-8, tab-separated, one pair per line) but
 strictly: where SentEval would crash later or silently misalign, a ``StoreError`` names
@@ -41,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from storage._errors import StoreError, describe
+from storage._paths import NAME_RULE, name_problem
 
 _log = logging.getLogger(__name__)
 
@@ -297,17 +299,21 @@ def _check_root(root: str | os.PathLike[str]) -> Path:
 
 
 def _name_list(value: Any, path: Path, field: str) -> tuple[str, ...]:
-    """A non-empty list of distinct names usable in file names."""
-    ok = (
-        isinstance(value, list)
-        and value
-        and all(isinstance(v, str) and v and "/" not in v and "\\" not in v for v in value)
-    )
+    """A non-empty list of distinct names, each usable as a file or directory name (years
+    name ``STS/<year>-en-test``, subtasks ``STS.input.<subtask>.txt``)."""
+    ok = isinstance(value, list) and value and all(isinstance(v, str) for v in value)
     if not ok or len(set(value)) != len(value):
         raise StoreError(
-            f"{describe(path, field=field)}: expected a non-empty list of distinct names "
-            f"(strings without path separators), got {value!r}"
+            f"{describe(path, field=field)}: expected a non-empty list of distinct names, "
+            f"got {value!r}"
         )
+    for name in value:
+        problem = name_problem(name)
+        if problem is not None:
+            raise StoreError(
+                f"{describe(path, field=field)}: expected names made of {NAME_RULE} (they "
+                f"become file and directory names), got {name!r}, which {problem}"
+            )
     return tuple(value)
 
 

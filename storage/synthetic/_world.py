@@ -13,7 +13,8 @@ PNG files, and the semantic sets have SentEval's file layout. Layout of ``out_di
 
 The same seed gives byte-identical JSON and semantic files. Every file is written under
 a temporary name and renamed into place; existing images are kept, so a re-run after
-an interruption only draws what is missing.
+an interruption only draws what is missing, and removes the temporary files a killed
+run left behind.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from storage._atomic import write_json_atomic, write_text_atomic
+from storage._paths import is_temp_name
 from storage.synthetic._captions import caption_scenes, tokenize
 from storage.synthetic._render import IMAGE_SIZE, RenderJob
 from storage.synthetic._scenes import Scene, generate_scene_arrays
@@ -139,6 +141,7 @@ def generate_world(
         raise ValueError(f"seed: expected a non-negative integer, got {seed!r}")
     files = WorldFiles.under(out_dir)
     started = time.perf_counter()
+    _remove_interrupted_writes(files)
     scenes = generate_scene_arrays(n_images, np.random.SeedSequence([seed, _SCENE_STREAM])).scenes()
     splits = assign_splits(n_images, seed)
     sizes = semantic_sizes(n_images)
@@ -168,6 +171,19 @@ def generate_world(
     elapsed = time.perf_counter() - started
     logger.info("generated a world of %d images under %s in %.1f s", n_images, files.root, elapsed)
     return files
+
+
+def _remove_interrupted_writes(files: WorldFiles) -> None:
+    """Delete the temporary JSON and semantic-set files a killed run left behind (one
+    writer per world; the image directory cleans up after itself, see _render)."""
+    folders = [os.fspath(files.root)] + [top for top, _, _ in os.walk(files.senteval)]
+    for folder in folders:
+        if not os.path.isdir(folder):
+            continue
+        for entry in os.scandir(folder):
+            if entry.is_file(follow_symlinks=False) and is_temp_name(entry.name):
+                logger.info("removing %s, left by an interrupted run", entry.path)
+                Path(entry.path).unlink(missing_ok=True)
 
 
 def _caption_seed(seed: int) -> int:
