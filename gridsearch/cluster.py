@@ -11,7 +11,8 @@ from gridsearch.settings import CPU_SIZED, SMOKE, SearchError
 
 
 def start_ray(args: Any) -> str | None:
-    """Join ``--address`` or start a local Ray (dashboard on localhost only); print where
+    """Join ``--address`` or start a local Ray (its dashboard on ``--dashboard-host``,
+    localhost unless the user opens it); print where
     the dashboard is and how to log in when Ray's token authentication is on."""
     if args.address:
         try:
@@ -24,7 +25,7 @@ def start_ray(args: Any) -> str | None:
         context = ray.init(
             address="local",  # a new local instance, never another process's cluster
             include_dashboard=not args.no_dashboard,
-            dashboard_host="127.0.0.1",
+            dashboard_host=args.dashboard_host,
             log_to_driver=False,
             configure_logging=False,
         )

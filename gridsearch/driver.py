@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import subprocess
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ from gridsearch.tracking import (
 )
 from storage import FeatureStore, StoreError
 from storage.build import build_synthetic
+from storage.senteval import SemanticBenchmark, load_senteval
 from trainables import names
 from trainables.data import TrainingData
 from trainables.train import default_senteval
@@ -45,7 +48,10 @@ logger = logging.getLogger(__name__)
 
 
 def search_trainable(
-    config: dict[str, Any], data: TrainingData, senteval: str | None, gpu_share: float | None
+    config: dict[str, Any],
+    data: TrainingData | str,
+    senteval: SemanticBenchmark | None,
+    gpu_share: float | None,
 ) -> None:
     """The trial: the thin trainable, minus the helper parameters that OptunaSearch adds to
     every config (e.g. ``variant`` of paper_grid; the space already decoded them)."""
@@ -55,6 +61,9 @@ def search_trainable(
 def run_search(settings: SearchSettings, started: float) -> None:
     args = settings.args
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # A trial restored from its checkpoint reports its last epochs again; the searcher
+    # keeps the first report (as MLflow does), so Optuna's warning about it is noise.
+    warnings.filterwarnings("ignore", message="The reported value is ignored", module="optuna")
     space = _load_space(settings)
     experiment_path = f"{settings.storage_path.rstrip('/')}/{settings.experiment}"
     _check_experiment_path(experiment_path, resume=args.resume)
@@ -64,7 +73,11 @@ def run_search(settings: SearchSettings, started: float) -> None:
     try:
         resources = resources_for(args)
         fixed = fixed_settings(args, resources)
-        data = TrainingData.from_store(store)
+        # Shipped through Ray's object store: copied once to each node that runs trials.
+        data: TrainingData | str = (
+            store if args.data_via == "uri" else TrainingData.from_store(store)
+        )
+        benchmark = _benchmark(senteval)
         experiment_id = ensure_experiment(
             client, settings.experiment, settings.runs_dir / "mlartifacts"
         )
@@ -83,20 +96,19 @@ def run_search(settings: SearchSettings, started: float) -> None:
             tune.with_parameters(
                 search_trainable,
                 data=data,
-                senteval=senteval,
+                senteval=benchmark,
                 gpu_share=resources["gpu"] if 0 < resources["gpu"] < 1 else None,
             ),
             {"cpu": resources["cpu"], "gpu": resources["gpu"]},
         )
-        callbacks = [
-            TrialTracker(
-                settings.tracking_uri,
-                experiment_id,
-                parent,
-                {"space": space.name, "objective": args.objective},
-            ),
-            ProgressPrinter(_searched_keys(space), int(fixed["epochs"])),
-        ]
+        tracker = TrialTracker(
+            settings.tracking_uri,
+            experiment_id,
+            parent,
+            {"space": space.name, "objective": args.objective},
+            wait_s=args.tracking_wait,
+        )
+        callbacks = [tracker, ProgressPrinter(_searched_keys(space), int(fixed["epochs"]))]
         tuner = _tuner(
             settings, trainable, searcher, num_samples, fixed, callbacks, experiment_path
         )
@@ -107,10 +119,56 @@ def run_search(settings: SearchSettings, started: float) -> None:
         )
         results = tuner.fit()
         unfinished = max(num_samples - results.num_terminated - results.num_errors, 0)
+        _settle(settings, tracker, results, complete=unfinished == 0)
         _finish(settings, client, parent, _outcomes(results, space), unfinished, dashboard, started)
     finally:
         if not args.address:
             ray.shutdown()
+
+
+def _settle(
+    settings: SearchSettings, tracker: TrialTracker, results: Any, *, complete: bool
+) -> None:
+    """After Tune: every epoch Tune holds is in MLflow, no run is left RUNNING, and no
+    Optuna trial is left RUNNING once the search is complete."""
+    if tracker.pending and not tracker.flush():
+        raise SearchError(
+            f"the MLflow tracking store at {settings.tracking_uri} did not come back within "
+            f"--tracking-wait {settings.args.tracking_wait:g} s; {tracker.pending} record(s) "
+            "are not in MLflow yet. No training is lost: Tune keeps every result under "
+            f"{settings.storage_path}/{settings.experiment}. Once the store answers, run "
+            f"`python -m gridsearch.run --experiment {settings.experiment} --resume "
+            f"--runs-dir {settings.runs_dir}` to record them."
+        )
+    report = tracker.reconcile(results, complete=complete)
+    if report.epochs or report.closed or report.abandoned:
+        print(
+            f"recorded from Tune's results what MLflow lacked: {report.epochs} epoch(s), "
+            f"{report.closed} run(s) closed, {report.abandoned} run(s) of trials lost with "
+            "a stopped driver marked abandoned",
+            flush=True,
+        )
+    if complete:
+        _close_optuna_leftovers(settings)
+
+
+def _close_optuna_leftovers(settings: SearchSettings) -> None:
+    """Trials that Optuna handed out but Tune never ran to the end (their driver was
+    killed before Tune saved them) would stay RUNNING in the study forever."""
+    study = optuna.load_study(study_name=settings.experiment, storage=_optuna_url(settings))
+    for trial in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,)):
+        study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
+
+
+def _benchmark(senteval: str | None) -> SemanticBenchmark | None:
+    """The semantic sets, loaded once here and shipped with the data, so that no worker
+    node needs the directory."""
+    if senteval is None:
+        return None
+    try:
+        return load_senteval(senteval)
+    except StoreError as err:
+        raise SearchError(f"--senteval: {err}") from None
 
 
 def _load_space(settings: SearchSettings) -> SearchSpace:
@@ -140,7 +198,8 @@ def _data(settings: SearchSettings) -> tuple[str, str | None]:
     args = settings.args
     try:
         if args.data:
-            store = args.data
+            # Trials run in other directories (and on other nodes): no relative paths.
+            store = args.data if "://" in args.data else str(Path(args.data).resolve())
             FeatureStore.open(store).verify()
         else:
             smoke = args.smoke_test
@@ -178,7 +237,7 @@ def _searcher(
     default_samples = 2 if args.smoke_test else (4 if resources["gpu"] == 0 else 8)
     num_samples = args.num_samples or space.grid_size() or default_samples
 
-    searcher = OptunaSearch(
+    searcher = _ResumableOptunaSearch(
         space=_DefineByRun(space, fixed),
         metric=settings.metric,
         mode=settings.mode,
@@ -191,6 +250,25 @@ def _searcher(
         num_samples,
         name,
     )
+
+
+class _ResumableOptunaSearch(OptunaSearch):
+    """OptunaSearch that survives a restore replaying a trial the study already closed.
+
+    When the driver dies after Optuna recorded a trial's end but before Tune saved its
+    experiment state, ``--resume`` runs that trial again from its checkpoint, and its
+    reports would reach a finished Optuna trial (an error that stops the search). The
+    study keeps what it first recorded, as MLflow does."""
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            super().on_trial_result(trial_id, result)
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+            super().on_trial_complete(trial_id, result, error)
 
 
 class _DefineByRun:
@@ -252,6 +330,9 @@ def _tuner(
             metric=_single(settings.metric),
             mode=_single(settings.mode),
             time_budget_s=args.time_budget,
+            # A finished trial's worker process takes the next trial: no new process,
+            # no second import of torch, and the data already in its memory.
+            reuse_actors=True,
         ),
         run_config=tune.RunConfig(
             name=settings.experiment,

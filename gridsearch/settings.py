@@ -70,6 +70,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     data = p.add_argument_group("data")
     data.add_argument("--data", default=None, help="feature store (default: the embedded world)")
     data.add_argument("--senteval", default=None, help="SentEval data/downstream directory")
+    data.add_argument(
+        "--data-via",
+        choices=("object-store", "uri"),
+        default="object-store",
+        help="object-store: the driver reads the store and Ray ships it once per node; "
+        "uri: every trial reads --data itself (it must be a path or URI every node can "
+        "read: NFS, s3://, gs://)",
+    )
     res = p.add_argument_group("resources")
     res.add_argument("--cpus-per-trial", type=float, default=None)
     res.add_argument(
@@ -80,6 +88,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     res.add_argument("--address", default=None, help="join a Ray cluster: auto, ray://host:port")
     res.add_argument("--no-dashboard", action="store_true", help="start the local Ray without it")
+    res.add_argument(
+        "--dashboard-host",
+        default="127.0.0.1",
+        help="where the local Ray's dashboard listens (default: this machine only; "
+        "0.0.0.0 opens it to the network)",
+    )
     out = p.add_argument_group("where results go")
     out.add_argument(
         "--runs-dir",
@@ -109,6 +123,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="Optuna study database URL (default: an sqlite file beside the experiment)",
     )
     out.add_argument("--max-failures", type=int, default=2, help="retries of a failing trial")
+    out.add_argument(
+        "--tracking-wait",
+        type=float,
+        default=300.0,
+        help="seconds the search waits at its end for an MLflow server that went away "
+        "(training never waits; --resume records what is still missing)",
+    )
     return p.parse_args(argv)
 
 
@@ -134,6 +155,10 @@ class SearchSettings:
             raise SearchError("--resume needs --experiment NAME (the search to continue)")
         if not (args.space or args.space_file):
             raise SearchError("give --space NAME (see --list-spaces) or --space-file FILE")
+        if args.tracking_wait < 0:
+            raise SearchError(f"--tracking-wait: got {args.tracking_wait}, expected >= 0 s")
+        if args.data_via == "uri" and not args.data:
+            raise SearchError("--data-via uri needs --data (a store every node can read)")
         for flag in ("num_samples", "epochs", "max_concurrent", "max_failures"):
             value = getattr(args, flag)
             if value is not None and value < (0 if flag in ("epochs", "max_failures") else 1):
@@ -168,7 +193,16 @@ class SearchSettings:
 
 # What a --resume takes from its own command line; everything else comes from the
 # search's record, so the continued search runs exactly as it started.
-_RESUME_KEEPS = ("resume", "experiment", "runs_dir", "address", "no_dashboard", "list_spaces")
+_RESUME_KEEPS = (
+    "resume",
+    "experiment",
+    "runs_dir",
+    "address",
+    "no_dashboard",
+    "dashboard_host",
+    "tracking_wait",
+    "list_spaces",
+)
 
 
 def record_path(runs_dir: Path, experiment: str) -> Path:
@@ -191,7 +225,8 @@ def _restore_args(args: argparse.Namespace) -> argparse.Namespace:
             f"{args.runs_dir} (expected its record {path})"
         )
     saved = json.loads(path.read_text())["args"]
-    merged = {**saved, **{k: getattr(args, k) for k in _RESUME_KEEPS}}
+    defaults = vars(parse_args([]))  # options added since the record was written
+    merged = {**defaults, **saved, **{k: getattr(args, k) for k in _RESUME_KEEPS}}
     for key in ("space_file", "runs_dir"):
         if merged.get(key) is not None:
             merged[key] = Path(merged[key])

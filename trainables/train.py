@@ -23,7 +23,7 @@ import torch
 
 from storage import FeatureStore, StoreError
 from storage._atomic import write_bytes_atomic
-from storage.senteval import load_senteval
+from storage.senteval import SemanticBenchmark, load_senteval
 from trainables import names
 from trainables.config import TrainConfig
 from trainables.data import TrainingData
@@ -41,13 +41,17 @@ def default_senteval(store: str) -> str | None:
     return str(Path(store) / extras["senteval"])
 
 
-def make_semantic(senteval: str | None, config: TrainConfig) -> SemanticFn | None:
-    """The semantic evaluator for ``senteval`` (a SentEval ``data/downstream`` directory)
-    on the training device; ``None`` when there is nothing to evaluate."""
+def make_semantic(
+    senteval: str | SemanticBenchmark | None, config: TrainConfig
+) -> SemanticFn | None:
+    """The semantic evaluator for ``senteval`` (a SentEval ``data/downstream`` directory,
+    or the benchmark already loaded from one) on the training device; ``None`` when there
+    is nothing to evaluate."""
     if senteval is None or config.semantic_every == 0:
         return None
+    benchmark = senteval if isinstance(senteval, SemanticBenchmark) else load_senteval(senteval)
     device = resolve_device(config.device)
-    return SemanticEvaluator(load_senteval(senteval), device=device, seed=config.seed)
+    return SemanticEvaluator(benchmark, device=device, seed=config.seed)
 
 
 def _parser() -> argparse.ArgumentParser:

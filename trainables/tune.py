@@ -1,14 +1,21 @@
 """The Ray Tune function trainable: a thin wrapper around :class:`Trainer`.
 
 It builds the typed config from Tune's dict (unknown keys are refused), takes the data
-that the driver put into Ray's object store once (``tune.with_parameters``), reports
-every epoch with a checkpoint, and resumes from ``tune.get_checkpoint()``::
+that the driver put into Ray's object store once (``tune.with_parameters``; Ray copies
+it to each node once, and the trials on a node share it), reports every epoch with a
+checkpoint, and resumes from ``tune.get_checkpoint()``::
 
-    trainable = tune.with_parameters(grounded_trainable, data=data, senteval=senteval_dir)
+    trainable = tune.with_parameters(grounded_trainable, data=data, senteval=benchmark)
+
+``data`` may instead be a store URI that every node can read (shared storage, ``s3://``,
+``gs://``): each trial process then reads the shards itself. ``senteval`` is a loaded
+:class:`~storage.senteval.SemanticBenchmark` (shipped the same way) or a directory
+every node can read.
 """
 
 from __future__ import annotations
 
+import functools
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -16,6 +23,7 @@ from typing import Any
 import torch
 from ray import tune
 
+from storage.senteval import SemanticBenchmark
 from trainables.config import TrainConfig
 from trainables.data import TrainingData
 from trainables.loop import Trainer
@@ -26,8 +34,8 @@ CHECKPOINT_FILE = "trainer.pt"
 
 def grounded_trainable(
     config: dict[str, Any],
-    data: TrainingData,
-    senteval: str | None = None,
+    data: TrainingData | str,
+    senteval: SemanticBenchmark | str | None = None,
     gpu_share: float | None = None,
 ) -> None:
     """``gpu_share``: this trial's fraction of a GPU packed with others; its memory is
@@ -35,6 +43,8 @@ def grounded_trainable(
     train_config = TrainConfig.from_dict(config)
     if gpu_share is not None and torch.cuda.is_available():
         torch.cuda.set_per_process_memory_fraction(gpu_share)
+    if isinstance(data, str):
+        data = _read_store(data)
     trainer = Trainer(train_config, data, make_semantic(senteval, train_config))
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
@@ -44,3 +54,9 @@ def grounded_trainable(
         with tempfile.TemporaryDirectory() as folder:
             (Path(folder) / CHECKPOINT_FILE).write_bytes(trainer.save_checkpoint())
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+@functools.lru_cache(maxsize=1)
+def _read_store(uri: str) -> TrainingData:
+    """A store read by the trial itself, once per worker process."""
+    return TrainingData.from_store(uri)
