@@ -67,6 +67,7 @@ def test_smoke_search_records_every_trial_once(
         study_name="smoke", storage=f"sqlite:///{tmp_path / 'tune' / 'smoke.optuna.db'}"
     )
     assert [t.number for t in study.trials] == [0, 1, 2]
+    assert "already holds a search; continue it with --resume" in _fails(args, capsys)
 
 
 @pytest.mark.slow

@@ -1,0 +1,327 @@
+"""What clusters do to a search, done for real on a simulated multi-node Ray cluster
+(``ray.cluster_utils.Cluster``: a head without CPUs and two one-CPU worker nodes on this
+machine), with the real CLI in a subprocess and real MLflow stores, then read back.
+
+Each test says what it breaks; the README's fault table lists the outcomes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+ray = pytest.importorskip("ray")
+from ray import tune  # noqa: E402
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from gridsearch.settings import SMOKE_WORLD_IMAGES  # noqa: E402
+from gridsearch.tracking import TrialTracker, ensure_experiment, start_parent_run  # noqa: E402
+from storage.build import build_synthetic  # noqa: E402
+from tests.gridsearch.faults import Driver, MlflowServer, node_running  # noqa: E402
+from trainables import names  # noqa: E402
+from trainables.config import TrainConfig  # noqa: E402
+from trainables.data import TrainingData  # noqa: E402
+from trainables.loop import Trainer  # noqa: E402
+from trainables.train import default_senteval, make_semantic  # noqa: E402
+from trainables.tune import grounded_trainable  # noqa: E402
+
+pytestmark = pytest.mark.slow
+EPOCH_KEYS = (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC, "epoch")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
+    )
+    for _ in range(2):
+        cluster.add_node(num_cpus=1)
+    cluster.wait_for_nodes()
+    yield cluster
+    cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> str:
+    store = str(tmp_path_factory.mktemp("world") / "store")
+    build_synthetic(store, images=SMOKE_WORLD_IMAGES, seed=0)
+    return store
+
+
+def _search(cluster: Cluster, world: str, runs: Path, experiment: str, *more: str) -> list[str]:
+    return [
+        "--space",
+        "margin_sweep",
+        "--smoke-test",
+        "--scheduler",
+        "fifo",
+        "--address",
+        cluster.address,
+        "--data",
+        world,
+        "--runs-dir",
+        str(runs),
+        "--experiment",
+        experiment,
+        *more,
+    ]
+
+
+def _children(client: MlflowClient, experiment: str) -> list[Any]:
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None
+    runs = client.search_runs([found.experiment_id], max_results=10_000)
+    assert not [r for r in runs if r.info.status == "RUNNING"], "a run was left RUNNING"
+    assert sum(r.data.tags.get("search.role") == "search" for r in runs) == 1
+    return [r for r in runs if r.data.tags.get("search.role") == "trial"]
+
+
+def _epochs_once(client: MlflowClient, run: Any, epochs: int, keys=EPOCH_KEYS) -> None:
+    for key in keys:
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, key)]
+        assert sorted(steps) == list(range(epochs + 1)), (key, steps)
+
+
+def _local_client(runs: Path) -> MlflowClient:
+    return MlflowClient(f"sqlite:///{runs / 'mlflow.db'}")
+
+
+def test_worker_node_killed_mid_trial(cluster: Cluster, world: str, tmp_path: Path) -> None:
+    """The node running the trial dies after epoch 1; the trial resumes from its last
+    checkpoint on the other node, MLflow holds each epoch once, and every metric equals
+    an uninterrupted run of the plain training loop."""
+    driver = Driver(
+        _search(cluster, world, tmp_path, "node", "--epochs", "4", "--num-samples", "1")
+    )
+    driver.wait_for("epoch 1/4")
+    cluster.remove_node(node_running(cluster.worker_nodes))
+    try:
+        assert driver.finish() == 0, driver.text
+    finally:
+        cluster.add_node(num_cpus=1)  # back to two worker nodes for the other tests
+    assert "node has died" in driver.text and driver.text.count(" start ") == 2
+
+    client = _local_client(tmp_path)
+    (run,) = _children(client, "node")
+    assert run.info.status == "FINISHED"
+    _epochs_once(client, run, epochs=4)
+
+    config_file = client.download_artifacts(run.info.run_id, "config.json", str(tmp_path))
+    config = TrainConfig.from_dict(json.loads(Path(config_file).read_text()))
+    data = TrainingData.from_store(world)
+    straight = list(Trainer(config, data, make_semantic(default_senteval(world), config)).run())
+    for key in (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC, names.LOSS):
+        logged = {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
+        expected = {int(m["epoch"]): m[key] for m in straight if key in m}
+        assert logged == pytest.approx(expected, rel=1e-5, abs=1e-6), key
+
+
+def test_driver_killed_then_resumed(cluster: Cluster, world: str, tmp_path: Path) -> None:
+    """SIGKILL of the driver with one trial done and others running; ``--resume`` ends
+    with exactly the requested trials, no duplicate, nothing RUNNING, in MLflow and in
+    the Optuna study."""
+    args = _search(
+        cluster, world, tmp_path, "killed", "--epochs", "2", "--num-samples", "3",
+        "--max-concurrent", "2",
+    )  # fmt: skip
+    driver = Driver(args)
+    driver.wait_for("done ")  # a trial has finished; the next ones are running
+    driver.process.kill()
+    driver.finish()
+
+    resumed = Driver(
+        ["--experiment", "killed", "--resume", "--runs-dir", str(tmp_path), "--address",
+         cluster.address]
+    )  # fmt: skip
+    assert resumed.finish() == 0, resumed.text
+    assert "3 trials: 3 finished" in resumed.text
+
+    client = _local_client(tmp_path)
+    runs = _children(client, "killed")
+    outcomes = Counter(r.data.tags["outcome"] for r in runs)
+    assert outcomes["finished"] == 3 and set(outcomes) <= {"finished", "abandoned"}, outcomes
+    assert len({r.data.tags["tune.trial_id"] for r in runs}) == len(runs)
+    for run in runs:
+        if run.data.tags["outcome"] == "finished":
+            _epochs_once(client, run, epochs=2)
+
+    study = optuna.load_study(
+        study_name="killed", storage=f"sqlite:///{tmp_path / 'tune' / 'killed.optuna.db'}"
+    )
+    numbers = [t.number for t in study.trials]
+    assert len(numbers) == len(set(numbers))
+    states = Counter(t.state for t in study.trials)
+    assert states[optuna.trial.TrialState.COMPLETE] == 3
+    assert states[optuna.trial.TrialState.RUNNING] == 0
+
+
+def test_tracking_server_away_and_back(cluster: Cluster, world: str, tmp_path: Path) -> None:
+    """The MLflow server dies after the first epochs and comes back a few epochs later:
+    training never stops, the records wait in the driver, and in the end every epoch is
+    in MLflow exactly once and every run is closed with its (proxied) artifacts. The
+    trials read the store from its path themselves (``--data-via uri``)."""
+    server = MlflowServer(tmp_path / "server")
+    server.start()
+    try:
+        args = _search(
+            cluster, world, tmp_path / "runs", "away", "--epochs", "3", "--num-samples", "2",
+            "--max-concurrent", "2", "--tracking-uri", server.uri, "--tracking-wait", "240",
+            "--data-via", "uri",  # and the trials read the store themselves
+        )  # fmt: skip
+        driver = Driver(args)
+        driver.wait_for("epoch 1/3")
+        server.stop()
+        driver.wait_for("is not answering")
+        driver.wait_for("epoch 3/3")  # trained on while the server was away
+        server.start()
+        assert driver.finish() == 0, driver.text
+        assert "is back after" in driver.text
+
+        client = MlflowClient(server.uri)
+        runs = _children(client, "away")
+        assert len(runs) == 2
+        for run in runs:
+            assert run.info.status == "FINISHED"
+            _epochs_once(client, run, epochs=3)
+            artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+            assert {"config.json", "tradeoff.png", "ensemble.pt"} <= artifacts
+    finally:
+        server.stop()
+
+
+def _fault_trainable(config: dict[str, Any], data: TrainingData, poisoned: TrainingData) -> None:
+    """The real trainable; ``fault`` picks real NaN features (the real Trainer then
+    stops on a non-finite loss) or an exception after any epoch but the untrained one."""
+    config = dict(config)  # Tune records the dict it passed in: leave it whole
+    fault = config.pop("fault")
+    if fault == "raise":
+        import ray.tune as ray_tune
+
+        real_report = ray_tune.report
+
+        def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
+            real_report(metrics, checkpoint=checkpoint)
+            if metrics.get("epoch", 0) >= 1:  # on every attempt, the retry's too
+                raise RuntimeError("injected failure after an epoch")
+
+        ray_tune.report = report
+    grounded_trainable(config, poisoned if fault == "nan" else data)
+
+
+def test_diverging_and_raising_trials_fail_and_the_search_goes_on(
+    cluster: Cluster, world: str, tmp_path: Path
+) -> None:
+    data = TrainingData.from_store(world)
+    features = np.full_like(data.train.features, np.nan)
+    poisoned = dataclasses.replace(data, train=dataclasses.replace(data.train, features=features))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = ensure_experiment(client, "faults", tmp_path / "artifacts")
+    parent = start_parent_run(client, experiment, "faults", {}, {}, {})
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        tuner = tune.Tuner(
+            tune.with_resources(
+                tune.with_parameters(_fault_trainable, data=data, poisoned=poisoned), {"cpu": 1}
+            ),
+            param_space={
+                "fault": tune.grid_search(["nan", "raise", "none"]),
+                **dict(hidden_size=8, batch_size=8, epochs=2, device="cpu", threads=1),
+            },
+            run_config=tune.RunConfig(
+                storage_path=str(tmp_path / "tune"),
+                name="faults",
+                verbose=0,
+                callbacks=[TrialTracker(uri, experiment, parent, {})],
+                failure_config=tune.FailureConfig(max_failures=1),
+            ),
+        )
+        results = tuner.fit()
+    finally:
+        ray.shutdown()
+    assert results.num_errors == 2 and results.num_terminated == 1
+    client.set_terminated(parent)
+
+    runs = {r.data.params["search.fault"]: r for r in _children(client, "faults")}
+    assert runs["none"].info.status == "FINISHED"
+    no_semantic = (names.PRIMARY_RETRIEVAL, "epoch")  # these trials have no semantic sets
+    _epochs_once(client, runs["none"], epochs=2, keys=no_semantic)
+    for fault, expected in (("nan", "the loss became nan"), ("raise", "injected failure")):
+        run = runs[fault]
+        assert run.info.status == "FAILED" and run.data.tags["outcome"] == "failed"
+        assert expected in run.data.tags["error"], run.data.tags["error"][-500:]
+        steps = [m.step for m in client.get_metric_history(run.info.run_id, "epoch")]
+        assert sorted(steps) == sorted(set(steps))  # retried, yet each epoch once
+
+    # Had MLflow been away for the whole search, --resume would rebuild all of this from
+    # Tune's results alone: reconcile into an empty experiment and compare.
+    again = ensure_experiment(client, "faults-again", tmp_path / "artifacts")
+    parent = start_parent_run(client, again, "faults-again", {}, {}, {})
+    report = TrialTracker(uri, again, parent, {}).reconcile(results, complete=True)
+    client.set_terminated(parent)
+    assert report.closed == 3 and report.abandoned == 0
+    rebuilt = {r.data.params["search.fault"]: r for r in _children(client, "faults-again")}
+    assert report.epochs == sum(
+        len(client.get_metric_history(r.info.run_id, "epoch")) for r in runs.values()
+    )
+    for fault, run in rebuilt.items():
+        assert run.info.status == runs[fault].info.status
+        assert run.data.metrics == runs[fault].data.metrics
+        for key in no_semantic:
+            assert [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)] == [
+                (m.step, m.value) for m in client.get_metric_history(runs[fault].info.run_id, key)
+            ]
+    assert "ensemble.pt" in {a.path for a in client.list_artifacts(rebuilt["none"].info.run_id)}
+
+
+def test_load_64_trials_8_at_a_time(cluster: Cluster, world: str, tmp_path: Path) -> None:
+    """64 short trials, 8 at once on the cluster's two CPUs; every run and every metric
+    point Tune received is in MLflow, each exactly once."""
+    space = tmp_path / "load.yaml"
+    space.write_text(  # short trials: no semantic evaluation, few steps per epoch
+        "name: load\nfixed: {semantic_every: 0, batch_size: 32}\n"
+        "params:\n  margin: {type: float, low: 0.1, high: 0.3}\n"
+    )
+    args = _search(
+        cluster, world, tmp_path, "load", "--epochs", "1", "--num-samples", "64",
+        "--max-concurrent", "8", "--cpus-per-trial", "0.25",
+    )  # fmt: skip
+    args[args.index("--space") : args.index("--space") + 2] = ["--space-file", str(space)]
+    driver = Driver(args)
+    assert driver.finish(timeout=900) == 0, driver.text
+    assert "64 trials: 64 finished" in driver.text
+
+    client = _local_client(tmp_path)
+    runs = _children(client, "load")
+    assert len(runs) == 64 and all(r.info.status == "FINISHED" for r in runs)
+    assert len({r.data.tags["tune.trial_id"] for r in runs}) == 64
+
+    expected = 0
+    for trial_dir in (tmp_path / "tune" / "load").iterdir():
+        if (trial_dir / "result.json").exists():
+            for line in (trial_dir / "result.json").read_text().splitlines():
+                result = json.loads(line)
+                expected += 1 + sum(  # "epoch" and every logged metric of the epoch
+                    k.startswith(("dev/", "test/", "train/", "time/", "ensemble/"))
+                    and isinstance(v, (int, float))
+                    for k, v in result.items()
+                )
+    with sqlite3.connect(tmp_path / "mlflow.db") as db:
+        ids = tuple(r.info.run_id for r in runs)
+        marks = ",".join("?" * len(ids))
+        points = db.execute(
+            f"SELECT run_uuid, key, step, COUNT(*) FROM metrics WHERE run_uuid IN ({marks}) "
+            "GROUP BY run_uuid, key, step",
+            ids,
+        ).fetchall()
+    assert all(count == 1 for *_, count in points)  # no point twice
+    assert len(points) == expected > 64 * 2 * 5
