@@ -128,10 +128,11 @@ def test_worker_node_killed_mid_trial(cluster: Cluster, world: str, tmp_path: Pa
 def test_driver_killed_then_resumed(cluster: Cluster, world: str, tmp_path: Path) -> None:
     """SIGKILL of the driver with one trial done and others running; ``--resume`` ends
     with exactly the requested trials, no duplicate, nothing RUNNING, in MLflow and in
-    the Optuna study."""
+    the Optuna study. The Tune experiment lives behind a pyarrow filesystem URI
+    (``file://`` here, the code path of ``s3://`` and ``gs://``)."""
     args = _search(
         cluster, world, tmp_path, "killed", "--epochs", "2", "--num-samples", "3",
-        "--max-concurrent", "2",
+        "--max-concurrent", "2", "--storage-path", (tmp_path / "shared").as_uri(),
     )  # fmt: skip
     driver = Driver(args)
     driver.wait_for("done ")  # a trial has finished; the next ones are running
@@ -144,6 +145,7 @@ def test_driver_killed_then_resumed(cluster: Cluster, world: str, tmp_path: Path
     )  # fmt: skip
     assert resumed.finish() == 0, resumed.text
     assert "3 trials: 3 finished" in resumed.text
+    assert (tmp_path / "shared" / "killed").is_dir() and not (tmp_path / "tune").exists()
 
     client = _local_client(tmp_path)
     runs = _children(client, "killed")
@@ -155,7 +157,7 @@ def test_driver_killed_then_resumed(cluster: Cluster, world: str, tmp_path: Path
             _epochs_once(client, run, epochs=2)
 
     study = optuna.load_study(
-        study_name="killed", storage=f"sqlite:///{tmp_path / 'tune' / 'killed.optuna.db'}"
+        study_name="killed", storage=f"sqlite:///{tmp_path / 'optuna' / 'killed.optuna.db'}"
     )
     numbers = [t.number for t in study.trials]
     assert len(numbers) == len(set(numbers))
