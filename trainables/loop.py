@@ -111,9 +111,26 @@ class Trainer:
             yield metrics
 
     def train_one_epoch(self) -> dict[str, float]:
-        cfg, split = self.config, self.train_split
+        cfg = self.config
         started = time.perf_counter()
-        plan = epoch_batches(split.num_images, cfg.batch_size, cfg.seed, self.epoch)
+        plan = epoch_batches(self.train_split.num_images, cfg.batch_size, cfg.seed, self.epoch)
+        losses = self.train_batches(plan)
+        self.epoch += 1
+        self._check_finite(losses.cpu().numpy())
+        seconds = time.perf_counter() - started
+        return {
+            names.LOSS: float(losses.mean()),
+            "train/lr": self.optimizer.param_groups[0]["lr"],
+            "time/train_s": seconds,
+            "train/captions_per_s": len(plan) * cfg.batch_size / max(seconds, 1e-9),
+        }
+
+    def train_batches(self, plan: np.ndarray) -> torch.Tensor:
+        """One optimiser step per row of ``plan`` (caption rows of the training split,
+        ``(steps, batch_size)``, as ``epoch_batches`` makes them); the losses, still on
+        the device. ``train_one_epoch`` runs an epoch's plan through it; benchmarks time
+        a few steps of the same code path with it."""
+        cfg, split = self.config, self.train_split
         rows_on_device = torch.from_numpy(plan).to(self.device)
         widths = split.lengths[torch.from_numpy(plan)].amax(dim=1).tolist()
         losses = torch.empty(len(plan), device=self.device)
@@ -133,15 +150,7 @@ class Trainer:
             self.optimizer.step()
             losses[i] = loss.detach()
             self.step += 1
-        self.epoch += 1
-        self._check_finite(losses.cpu().numpy())
-        seconds = time.perf_counter() - started
-        return {
-            names.LOSS: float(losses.mean()),
-            "train/lr": self.optimizer.param_groups[0]["lr"],
-            "time/train_s": seconds,
-            "train/captions_per_s": len(plan) * cfg.batch_size / max(seconds, 1e-9),
-        }
+        return losses
 
     def _clip_gradients(self) -> None:
         for module, limit in (

@@ -96,6 +96,18 @@ def test_random_matches_reference(seed: int, chunk_size: int) -> None:
     np.testing.assert_array_equal(i2c, ref_i2c)
 
 
+@pytest.mark.parametrize("chunk_size", [1, 7, 1024])
+def test_per_direction_chunks_beyond_the_score_matrix_budget(
+    chunk_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(metrics, "SCORE_MATRIX_BYTES", 0)  # never one N x 5N matrix
+    for images, captions in (random_pair(0), tied_pair(1)):
+        c2i, i2c = retrieval_ranks(images, captions, chunk_size=chunk_size)
+        ref_c2i, ref_i2c = reference_ranks(images, captions)
+        np.testing.assert_array_equal(c2i, ref_c2i)
+        np.testing.assert_array_equal(i2c, ref_i2c)
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 @pytest.mark.parametrize("chunk_size", [3, 10, 1024])
 def test_ties_count_strictly_higher_only(seed: int, chunk_size: int) -> None:
