@@ -1,0 +1,83 @@
+"""What the training and evaluation benchmarks share: the repository on ``sys.path`` (so
+``python bench/bench_x.py`` runs from a plain checkout), the embedded world they train
+on, and a one-line description of the machine. Imports neither Ray nor MLflow."""
+
+from __future__ import annotations
+
+import os
+import platform
+import resource
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+from storage.build import build_synthetic  # noqa: E402
+from trainables.data import EncodedSplit, TrainingData  # noqa: E402
+
+
+def world(store: str | None, images: int, scratch: str = "/tmp") -> str:
+    """``store`` itself, or the embedded world of ``images`` images under ``scratch``
+    (built once by ``storage.build``'s synthetic path, reused afterwards)."""
+    if store:
+        return store
+    out = Path(scratch) / f"bench-world-{images}"
+    started = time.perf_counter()
+    build_synthetic(out, images=images, seed=0)
+    took = time.perf_counter() - started
+    if took > 1:
+        print(f"built the embedded world of {images:,} images in {out} ({took:.0f} s)")
+    return str(out)
+
+
+def head(split: EncodedSplit, images: int) -> EncodedSplit:
+    """The first ``images`` images of ``split`` and their captions."""
+    if images > split.num_images:
+        raise ValueError(f"--images: got {images}, the split has only {split.num_images}")
+    rows = 5 * images
+    return EncodedSplit(
+        split.features[:images],
+        split.chars[:rows],
+        split.lengths[:rows],
+        split.captions[:rows],
+        split.image_ids[:images],
+    )
+
+
+def load(store: str, train_images: int | None, val_images: int | None = None) -> TrainingData:
+    data = TrainingData.from_store(store)
+    if train_images is not None:
+        data = replace(data, train=head(data.train, train_images))
+    if val_images is not None:
+        data = replace(data, val=head(data.val, val_images))
+    return data
+
+
+def device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def sync(where: torch.device) -> None:
+    if where.type == "cuda":
+        torch.cuda.synchronize(where)
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def machine(where: torch.device) -> str:
+    if where.type == "cuda":
+        what = torch.cuda.get_device_name(where)
+    else:
+        what = f"CPU ({os.cpu_count()} cores, {torch.get_num_threads()} torch threads)"
+    return f"{what}; Python {platform.python_version()}, torch {torch.__version__}"
