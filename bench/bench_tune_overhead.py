@@ -1,0 +1,138 @@
+"""Tune's overhead: a search of N trials against the same N trials run one after another
+by the plain training loop, in this run, on the same data and threads.
+
+Goal (issue 7, item 6): <= 5% of trial time for trials of >= 30 s.
+
+    python bench/bench_tune_overhead.py [--trials 3] [--epochs 5] [--hidden-size 32]
+
+The search is the real CLI (`python -m gridsearch.run`) in a subprocess: a grid space
+file with one margin per trial, FIFO, one trial at a time with every CPU (so it does the
+same work as the loop), MLflow in sqlite. Reported:
+
+- trial span: from the first trial's start to the last trial's end, as the search's own
+  progress lines time them; this holds everything Tune adds per trial (worker start or
+  reuse, data from the object store, a checkpoint and a report per epoch, MLflow writes);
+- end to end: the whole command, also counting Ray's start, the MLflow set-up and the
+  summary, which are paid once per search, not per trial.
+
+The plain loop runs the same trials before and after the search; the mean is the
+baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from _common import REPO, machine, world  # puts the repository on sys.path
+
+from trainables.config import TrainConfig
+from trainables.data import TrainingData
+from trainables.loop import Trainer
+from trainables.train import default_senteval, make_semantic
+
+MARGINS = (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
+
+
+def plain(store: str, configs: list[TrainConfig]) -> list[float]:
+    data = TrainingData.from_store(store)  # once, as the search's driver does
+    senteval = default_senteval(store)
+    times = []
+    for config in configs:
+        started = time.perf_counter()
+        for _ in Trainer(config, data, make_semantic(senteval, config)).run():
+            pass
+        times.append(time.perf_counter() - started)
+        print(f"  plain loop, margin {config.margin}: {times[-1]:.1f} s", flush=True)
+    return times
+
+
+def search(store: str, args: argparse.Namespace, folder: Path) -> tuple[float, float, str]:
+    space = folder / "overhead.yaml"
+    margins = ", ".join(str(m) for m in MARGINS[: args.trials])
+    space.write_text(
+        "name: overhead\n"
+        f"fixed: {{hidden_size: {args.hidden_size}, batch_size: {args.batch_size}}}\n"
+        f"params:\n  margin: {{type: categorical, choices: [{margins}]}}\n"
+    )
+    command = [
+        sys.executable, "-m", "gridsearch.run", "--space-file", str(space), "--data", store,
+        "--epochs", str(args.epochs), "--scheduler", "fifo", "--max-concurrent", "1",
+        "--cpus-per-trial", str(os.cpu_count()), "--no-dashboard",
+        "--runs-dir", str(folder / "runs"), "--experiment", "overhead",
+    ]  # fmt: skip
+    started = time.perf_counter()
+    out = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
+    total = time.perf_counter() - started
+    if out.returncode != 0:
+        raise SystemExit(f"the search failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    stamps = [
+        (float(m.group(1)), m.group(2))
+        for m in re.finditer(r"^\[\s*([\d.]+)s\] (start|done)", out.stdout, re.MULTILINE)
+    ]
+    starts = [t for t, what in stamps if what == "start"]
+    ends = [t for t, what in stamps if what == "done"]
+    if len(ends) != args.trials:
+        raise SystemExit(f"expected {args.trials} finished trials:\n{out.stdout[-3000:]}")
+    return max(ends) - min(starts), total, out.stdout
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--hidden-size", type=int, default=32)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--images", type=int, default=2000, help="embedded world size")
+    parser.add_argument("--store", default=None, help="an existing store instead")
+    args = parser.parse_args()
+    if not 1 <= args.trials <= len(MARGINS):
+        parser.error(f"--trials: expected 1 to {len(MARGINS)}")
+    store = world(args.store, args.images)
+    configs = [
+        TrainConfig.from_dict(
+            dict(
+                margin=margin,
+                hidden_size=args.hidden_size,
+                batch_size=args.batch_size,
+                epochs=args.epochs,
+                device="cpu",
+                threads=os.cpu_count() or 1,
+                seed=0,
+            )
+        )
+        for margin in MARGINS[: args.trials]
+    ]
+    print(machine(torch.device("cpu")))
+    print(f"{args.trials} trials: n={args.hidden_size}, batch {args.batch_size}, "
+          f"{args.epochs} epochs, store {store}")  # fmt: skip
+    # The loop runs before and after the search, so that a drift in the machine's speed
+    # (other work, warm caches) weighs on both sides alike.
+    before = sum(plain(store, configs))
+    with tempfile.TemporaryDirectory() as folder:
+        span, total, _ = search(store, args, Path(folder))
+    after = sum(plain(store, configs))
+    loop = (before + after) / 2
+    print(f"plain loop: {before:.1f} s before the search, {after:.1f} s after; mean {loop:.1f} s")
+    print()
+    print("| | s | per trial s | vs the plain loop |")
+    print("| --- | --- | --- | --- |")
+    print(f"| plain loop, one after another | {loop:.1f} | {loop / args.trials:.1f} | 1.000 |")
+    print(f"| search, trial span | {span:.1f} | {span / args.trials:.1f} | {span / loop:.3f} |")
+    print(f"| search, end to end | {total:.1f} | {total / args.trials:.1f} | {total / loop:.3f} |")
+    print(
+        f"\nTune's overhead per trial: {100 * (span / loop - 1):+.1f}% of trial time "
+        f"(goal <= 5%); fixed cost per search (Ray start, MLflow set-up, summary): "
+        f"{total - span:.1f} s"
+    )
+
+
+if __name__ == "__main__":
+    main()
