@@ -13,8 +13,9 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``path`` through a temporary file in the same directory.
 
     ``os.replace`` is atomic on POSIX, so ``path`` either keeps its old content or
-    holds all of ``data``; an interrupted write leaves at most a ``.tmp`` file that
-    the next write of the same path replaces.
+    holds all of ``data``. A process killed mid-write leaves at most a uniquely named
+    ``.<name>.<hex>.tmp`` file beside it; the builds remove such files when they resume
+    (``storage._paths.is_temp_name``).
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
