@@ -190,7 +190,7 @@ class TrialTracker(Callback):
     ) -> None:
         error = trial.get_error()
         self._request_close(
-            trial, "failed", "FAILED", error=str(error) if error is not None else None
+            trial, "failed", "FAILED", error=str(error) if error is not None else "the trial failed"
         )
 
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:

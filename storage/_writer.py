@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import os
+import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 
 from storage._errors import StoreError
 from storage._fs import Location
+from storage._paths import is_temp_name
 from storage._schema import (
     BUILD_STATE,
     CAPTION_SCHEMA,
@@ -90,12 +92,14 @@ class StoreWriter:
             if existing.build != self.fingerprint:
                 raise self._different_store(existing.build)
             self.manifest = existing
+            loc.delete(BUILD_STATE)  # a kill between the manifest and this file's removal
             return
         if loc.exists(BUILD_STATE):
             state = json.loads(loc.read_bytes(BUILD_STATE))
             if state != self.fingerprint:
                 raise self._different_store(state)
             logger.info("resuming the unfinished build in %s", loc.uri)
+            self._remove_interrupted_writes()
             return
         info = loc.fs.get_file_info(loc.root)
         if info.type != pa.fs.FileType.NotFound and loc.list_files("") + _subdirs(loc):
@@ -104,6 +108,17 @@ class StoreWriter:
                 "choose an empty or new --out directory"
             )
         loc.write_bytes(BUILD_STATE, (json.dumps(self.fingerprint, indent=2) + "\n").encode())
+
+    def _remove_interrupted_writes(self) -> None:
+        """Delete the temporary files of writes a killed build left behind; shards are
+        moved into place whole, so every finished one is kept. Like the rest of a
+        resume, this assumes one build at a time per store."""
+        loc = self.location
+        for folder in ("", "images", "captions"):
+            for name in loc.list_files(folder):
+                if is_temp_name(posixpath.basename(name)):
+                    logger.info("removing %s, left by an interrupted build", loc.display(name))
+                    loc.delete(name)
 
     def _different_store(self, other: dict[str, Any]) -> StoreError:
         changed = sorted(

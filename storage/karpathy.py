@@ -22,7 +22,6 @@ import hashlib
 import json
 import logging
 import os
-import posixpath
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ import numpy as np
 
 from storage._errors import StoreError, describe
 from storage._extractors import FeatureExtractor, ImageItem
-from storage._paths import is_temp_name, path_problem
+from storage._paths import path_problem
 from storage._schema import CAPTIONS_PER_IMAGE, SPLITS, Manifest
 from storage._writer import ShardRecord, StoreWriter
 
@@ -203,7 +202,6 @@ def ingest(
     if writer.manifest is not None:
         logger.info("%s is already complete; nothing to do", writer.location.uri)
         return writer.manifest
-    _remove_interrupted_writes(writer)
     images_root = Path(images_dir)
     records: dict[str, list[ShardRecord]] = {}
     for split in SPLITS:
@@ -223,18 +221,6 @@ def ingest(
     return writer.finish(
         dataset=dataset.name, feature_extractor=extractor.describe(), splits=records, extras=extras
     )
-
-
-def _remove_interrupted_writes(writer: StoreWriter) -> None:
-    """Delete the temporary files of shard (or manifest) writes that a killed run left
-    behind; the shards themselves are renamed into place whole, so they are kept. Like
-    the rest of a resume, this assumes one build at a time per store."""
-    location = writer.location
-    for folder in ("", "images", "captions"):
-        for name in location.list_files(folder):
-            if is_temp_name(posixpath.basename(name)):
-                logger.info("removing %s, left by an interrupted build", location.display(name))
-                location.delete(name)
 
 
 def _write_shard(
