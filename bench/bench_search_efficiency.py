@@ -7,21 +7,25 @@ Goal (issue 7, item 5): ASHA + TPE comes within 1% of the grid's best dev R@10 m
 front (dev R@10 mean best, dev semantic best) against the grid's.
 
     python bench/bench_search_efficiency.py [--images 2000] [--scale 16] [--epochs 4]
-        [--margins 0.1,0.2,0.3,0.4] [--asha-trials 16] [--pareto] [--out DIR]
+        [--cycle-epochs 1] [--margins 0.1,0.2,0.3,0.4] [--asha-trials 16] [--pareto]
+        [--out DIR]
     python bench/bench_search_efficiency.py --smoke     # tiny, end to end, 2-3 minutes
 
 Every search is the package's own (``gridsearch.driver.run_search`` with settings from
 ``gridsearch.settings.parse_args``), in this process, one after another, each with a
 fresh local Ray (no dashboard), 2 trials at once with 1 CPU each, MLflow in sqlite and
-the Tune/Optuna storage all under ``--out`` (a temporary directory by default):
+the Tune/Optuna storage all under ``--out`` (a temporary directory by default). Every
+trial has the same ``--cycle-epochs`` (learning-rate cycle and snapshot interval; the paper
+runs 32 epochs in 4-epoch cycles, the CPU-sized bench a few epochs in 1-epoch cycles):
 
 - the grid: the paper's 8 models (``PAPER_VARIANTS``: n 512/1024/2048 x GRU/LSTM with
   attention, and max pooling at n=1024), n divided by ``--scale``, crossed with
   ``--margins``; Optuna's grid sampler over (``variant``, ``margin``), as ``paper_grid``
   does over ``variant``; FIFO, every trial to ``--epochs``;
-- ASHA + TPE: the project's defaults (``--scheduler asha``: grace period epoch 1,
-  reduction factor 2, max ``--epochs``; Optuna's TPE, seed ``--seed``) over the *same
-  discrete choices*, variant x margin (both categorical), ``--asha-trials`` trials;
+- ASHA + TPE: the project's defaults (``--scheduler asha``: trials compared at the ends of
+  learning-rate cycles, epochs ``--cycle-epochs`` x 2**k, reduction factor 2, max
+  ``--epochs``; Optuna's TPE, seed ``--seed``) over the *same discrete choices*, variant x
+  margin (both categorical), ``--asha-trials`` trials;
 - with ``--pareto``: ``--objective both --scheduler fifo`` (multi-objective TPE) with as
   many full trials as fit in the trial-epochs the ASHA search used.
 
@@ -93,11 +97,13 @@ def scaled_variants(scale: int) -> dict[str, dict[str, Any]]:
     return out
 
 
-def register_spaces(variants: dict[str, dict[str, Any]], margins: tuple[float, ...]) -> None:
+def register_spaces(
+    variants: dict[str, dict[str, Any]], margins: tuple[float, ...], cycle: int
+) -> None:
     """The two spaces, put into the named-space registry for this process only (the driver
     looks ``--space`` up there); they differ only in the grid, which selects the sampler."""
     suggest = VariantMargin(variants, margins)
-    fixed = {"batch_size": BATCH_SIZE}
+    fixed = {"batch_size": BATCH_SIZE, "cycle_epochs": cycle, "snapshot_interval": cycle}
     what = f"{len(variants)} paper models (n scaled) x margins {', '.join(map(str, margins))}"
     spaces.SPACES["bench_grid"] = SearchSpace(
         "bench_grid",
@@ -343,6 +349,9 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=2000, help="embedded world size")
     parser.add_argument("--scale", type=int, default=16, help="divides the paper's n")
     parser.add_argument("--epochs", type=int, default=4, help="epochs per trial (the cap)")
+    parser.add_argument(
+        "--cycle-epochs", type=int, default=1, help="learning-rate cycle (and snapshot interval)"
+    )
     parser.add_argument("--margins", default="0.1,0.2,0.3,0.4", help="comma-separated")
     parser.add_argument("--asha-trials", type=int, default=16)
     parser.add_argument("--seed", type=int, default=0, help="sampler and training seed")
@@ -357,21 +366,22 @@ def main() -> None:
         args.images, args.epochs, args.margins, args.asha_trials = 120, 2, "0.1,0.3", 4
         args.scale, args.pareto = 64, True
     margins = tuple(sorted({float(m) for m in args.margins.split(",")}))
-    if args.epochs < 1 or args.asha_trials < 1 or args.scale < 1:
-        parser.error("--epochs, --asha-trials and --scale must be positive")
+    if min(args.epochs, args.asha_trials, args.scale, args.cycle_epochs) < 1:
+        parser.error("--epochs, --cycle-epochs, --asha-trials and --scale must be positive")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("mlflow", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
     store = world(args.store, args.images)
     variants = scaled_variants(args.scale)
-    register_spaces(variants, margins)
+    register_spaces(variants, margins, args.cycle_epochs)
     grid_size = len(variants) * len(margins)
     out = args.out.resolve() if args.out else Path(tempfile.mkdtemp(prefix="bench-search-"))
     out.mkdir(parents=True, exist_ok=True)
     print(
         f"{grid_size} grid configs: {', '.join(variants)} x margins "
-        f"{', '.join(map(str, margins))}; batch {BATCH_SIZE}, {args.epochs} epochs, store "
+        f"{', '.join(map(str, margins))}; batch {BATCH_SIZE}, {args.epochs} epochs in "
+        f"{args.cycle_epochs}-epoch learning-rate cycles, store "
         f"{store}; everything under {out}; {os.cpu_count()} cores"
     )
     started = time.perf_counter()
