@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
-from trainables._packed_gru import packed_bidirectional_gru
+from trainables._packed_rnn import packed_bidirectional
 from trainables.config import TrainConfig
 
 ALPHABET = string.printable  # the 100 printable ASCII characters, stored with the model
@@ -94,8 +94,8 @@ class CaptionEncoder(nn.Module):
         (packing needs them there; keeping them there avoids a device sync)."""
         embedded = self.embedding(chars)
         packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
-        if isinstance(self.rnn, nn.GRU) and _hand_written_backward(chars):
-            data = packed_bidirectional_gru(packed.data, packed.batch_sizes, self.rnn)
+        if _hand_written_backward(chars):
+            data = packed_bidirectional(packed.data, packed.batch_sizes, self.rnn)
             packed_states = PackedSequence(
                 data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices
             )
@@ -113,10 +113,10 @@ class CaptionEncoder(nn.Module):
 
 
 def _hand_written_backward(chars: torch.Tensor) -> bool:
-    """Train a GRU on the CPU through ``packed_bidirectional_gru``: the same parameters
-    and equations, its forward and backward 1.4-4.7x faster at n=1024 than ``nn.GRU``'s
-    CPU kernel (see BENCHMARKS.md). Inference, LSTMs, autocast and GPUs (cuDNN) keep
-    ``nn.GRU``."""
+    """Train on the CPU through ``packed_bidirectional``: the same parameters and
+    equations as ``nn.GRU``/``nn.LSTM``, with a forward and backward several times faster
+    than their CPU kernels (see BENCHMARKS.md). Inference, autocast and GPUs (cuDNN) keep
+    torch's modules."""
     return (
         chars.device.type == "cpu"
         and torch.is_grad_enabled()

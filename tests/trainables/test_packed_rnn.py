@@ -1,4 +1,5 @@
-"""The CPU training path of the GRU (a hand-written backward) against ``nn.GRU``."""
+"""The CPU training path of the GRU and the LSTM (hand-written backwards) against
+``nn.GRU`` and ``nn.LSTM``."""
 
 from __future__ import annotations
 
@@ -6,27 +7,28 @@ import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from trainables._packed_gru import packed_bidirectional_gru
+from trainables._packed_rnn import packed_bidirectional
 from trainables.config import TrainConfig
 from trainables.model import CharEncoding, GroundedEncoder
 
 
+@pytest.mark.parametrize("cell", [torch.nn.GRU, torch.nn.LSTM])
 @pytest.mark.parametrize(
     ("hidden", "lengths"),
     [(8, [5, 1, 3, 5, 2]), (16, [7]), (4, [3, 3, 3]), (32, [1, 9, 4, 12, 2, 2, 8])],
 )
-def test_outputs_and_gradients_match_nn_gru(hidden: int, lengths: list[int]) -> None:
+def test_outputs_and_gradients_match_torch(cell: type, hidden: int, lengths: list[int]) -> None:
     torch.manual_seed(0)
-    rnn = torch.nn.GRU(6, hidden, batch_first=True, bidirectional=True).double()
+    rnn = cell(6, hidden, batch_first=True, bidirectional=True).double()
     x = torch.randn(len(lengths), max(lengths), 6, dtype=torch.float64, requires_grad=True)
     length_tensor = torch.tensor(lengths)
     results = []
-    for use_nn_gru in (True, False):
+    for use_torch in (True, False):
         packed = pack_padded_sequence(x, length_tensor, batch_first=True, enforce_sorted=False)
-        if use_nn_gru:
+        if use_torch:
             out = rnn(packed)[0].data
         else:
-            out = packed_bidirectional_gru(packed.data, packed.batch_sizes, rnn)
+            out = packed_bidirectional(packed.data, packed.batch_sizes, rnn)
         weights = torch.linspace(-1, 1, out.numel(), dtype=torch.float64).view_as(out)
         grads = torch.autograd.grad((out * weights).sum(), [x, *rnn.parameters()])
         results.append((out, grads))
@@ -36,14 +38,15 @@ def test_outputs_and_gradients_match_nn_gru(hidden: int, lengths: list[int]) -> 
         torch.testing.assert_close(have, want, rtol=0, atol=1e-12)
 
 
-def test_caption_encoder_trains_through_it_and_embeds_alike() -> None:
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
+def test_caption_encoder_trains_through_it_and_embeds_alike(rnn_type: str) -> None:
     torch.manual_seed(0)
-    model = GroundedEncoder(TrainConfig(hidden_size=16), 4)
+    model = GroundedEncoder(TrainConfig(hidden_size=16, rnn_type=rnn_type), 4)
     chars, lengths = CharEncoding().encode(["a red cube", "two", "a big blue ball, left"])
     chars_t, lengths_t = torch.from_numpy(chars).long(), torch.from_numpy(lengths)
     training = model.caption_encoder(chars_t, lengths_t)  # grad enabled: the hand-written path
     assert training.grad_fn is not None
-    with torch.inference_mode():  # nn.GRU
+    with torch.inference_mode():  # nn.GRU / nn.LSTM
         inference = model.caption_encoder(chars_t, lengths_t)
     torch.testing.assert_close(training.detach(), inference, rtol=0, atol=1e-6)
     training.sum().backward()
