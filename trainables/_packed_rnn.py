@@ -26,11 +26,22 @@ and ``nn.LSTM`` (gates ordered i, f, g, o)::
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+
+def _steps(
+    batch_sizes: list[int], offsets: list[int], last_first: bool
+) -> Iterator[tuple[slice, int]]:
+    """The packed rows of each step and how many there are, first step first or last
+    step first."""
+    order = range(len(batch_sizes) - 1, -1, -1) if last_first else range(len(batch_sizes))
+    for t in order:
+        yield slice(offsets[t], offsets[t] + batch_sizes[t]), batch_sizes[t]
 
 
 class _PackedGRU(torch.autograd.Function):
@@ -56,10 +67,8 @@ class _PackedGRU(torch.autograd.Function):
         new = gi.new_empty(gi.shape[0], n)  # the candidate state n
         h = gi.new_zeros(batch_sizes[0], n)
         w_hh_t = w_hh.t()
-        steps = range(len(batch_sizes) - 1, -1, -1) if reverse else range(len(batch_sizes))
-        for t in steps:
-            rows = slice(offsets[t], offsets[t] + batch_sizes[t])
-            hp = h[: batch_sizes[t]]
+        for rows, size in _steps(batch_sizes, offsets, last_first=reverse):
+            hp = h[:size]
             h_prev[rows] = hp
             torch.addmm(b_hh, hp, w_hh_t, out=gh[rows])
             torch.add(gi[rows, : 2 * n], gh[rows, : 2 * n], out=rz[rows]).sigmoid_()
@@ -79,18 +88,16 @@ class _PackedGRU(torch.autograd.Function):
         d_gi = grad_out.new_empty(grad_out.shape[0], 3 * n)
         d_gh = grad_out.new_empty(grad_out.shape[0], 3 * n)
         d_h = grad_out.new_zeros(batch_sizes[0], n)
-        steps = range(len(batch_sizes)) if reverse else range(len(batch_sizes) - 1, -1, -1)
-        for t in steps:
-            rows = slice(offsets[t], offsets[t] + batch_sizes[t])
+        for rows, size in _steps(batch_sizes, offsets, last_first=not reverse):
             r, z, cand = rz[rows, :n], rz[rows, n:], new[rows]
-            d = d_h[: batch_sizes[t]] + grad_out[rows]
+            d = d_h[:size] + grad_out[rows]
             d_n = d * (1 - z) * (1 - cand * cand)  # through tanh
             d_gi[rows, 2 * n :] = d_n
             d_gi[rows, n : 2 * n] = d * (h_prev[rows] - cand) * z * (1 - z)
             d_gi[rows, :n] = d_n * gh[rows, 2 * n :] * r * (1 - r)
             d_gh[rows, : 2 * n] = d_gi[rows, : 2 * n]
             torch.mul(d_n, r, out=d_gh[rows, 2 * n :])
-            torch.addmm(d * z, d_gh[rows], w_hh, out=d_h[: batch_sizes[t]])
+            torch.addmm(d * z, d_gh[rows], w_hh, out=d_h[:size])
         return d_gi, d_gh.t() @ h_prev, d_gh.sum(dim=0), None, None, None
 
 
@@ -116,10 +123,8 @@ class _PackedLSTM(torch.autograd.Function):
         h = gi.new_zeros(batch_sizes[0], n)
         c = gi.new_zeros(batch_sizes[0], n)
         w_hh_t = w_hh.t()
-        steps = range(len(batch_sizes) - 1, -1, -1) if reverse else range(len(batch_sizes))
-        for t in steps:
-            rows = slice(offsets[t], offsets[t] + batch_sizes[t])
-            hp, cp = h[: batch_sizes[t]], c[: batch_sizes[t]]
+        for rows, size in _steps(batch_sizes, offsets, last_first=reverse):
+            hp, cp = h[:size], c[:size]
             h_prev[rows] = hp
             c_prev[rows] = cp
             g = gates[rows]
@@ -144,20 +149,18 @@ class _PackedLSTM(torch.autograd.Function):
         d_gates = grad_out.new_empty(grad_out.shape[0], 4 * n)  # before the nonlinearities
         d_h = grad_out.new_zeros(batch_sizes[0], n)
         d_c = grad_out.new_zeros(batch_sizes[0], n)
-        steps = range(len(batch_sizes)) if reverse else range(len(batch_sizes) - 1, -1, -1)
-        for t in steps:
-            rows = slice(offsets[t], offsets[t] + batch_sizes[t])
+        for rows, size in _steps(batch_sizes, offsets, last_first=not reverse):
             g, tc = gates[rows], tanh_c[rows]
             i, f, cand, o = g[:, :n], g[:, n : 2 * n], g[:, 2 * n : 3 * n], g[:, 3 * n :]
-            d = d_h[: batch_sizes[t]] + grad_out[rows]
-            dc = d_c[: batch_sizes[t]].addcmul_(d * o, 1 - tc * tc)  # d_c of this step
+            d = d_h[:size] + grad_out[rows]
+            dc = d_c[:size].addcmul_(d * o, 1 - tc * tc)  # d_c of this step
             dg = d_gates[rows]
             torch.mul(d * tc, o * (1 - o), out=dg[:, 3 * n :])
             torch.mul(dc * cand, i * (1 - i), out=dg[:, :n])
             torch.mul(dc * c_prev[rows], f * (1 - f), out=dg[:, n : 2 * n])
             torch.mul(dc * i, 1 - cand * cand, out=dg[:, 2 * n : 3 * n])
             dc.mul_(f)  # d_c of the previous step
-            torch.mm(dg, w_hh, out=d_h[: batch_sizes[t]])
+            torch.mm(dg, w_hh, out=d_h[:size])
         return d_gates, d_gates.t() @ h_prev, d_gates.sum(dim=0), None, None, None
 
 
