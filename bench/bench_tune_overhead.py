@@ -59,7 +59,10 @@ def search(store: str, args: argparse.Namespace, folder: Path) -> tuple[float, f
     margins = ", ".join(str(m) for m in MARGINS[: args.trials])
     space.write_text(
         "name: overhead\n"
-        f"fixed: {{hidden_size: {args.hidden_size}, batch_size: {args.batch_size}}}\n"
+        # The plain loop's cycle and snapshots (TrainConfig's), not the CPU-sized ones.
+        f"fixed: {{hidden_size: {args.hidden_size}, batch_size: {args.batch_size}, "
+        f"cycle_epochs: {TrainConfig.cycle_epochs}, "
+        f"snapshot_interval: {TrainConfig.snapshot_interval}}}\n"
         f"params:\n  margin: {{type: categorical, choices: [{margins}]}}\n"
     )
     command = [
