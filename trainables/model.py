@@ -114,7 +114,7 @@ class CaptionEncoder(nn.Module):
 
 def _hand_written_backward(chars: torch.Tensor) -> bool:
     """Train on the CPU through ``packed_bidirectional``: the same parameters and
-    equations as ``nn.GRU``/``nn.LSTM``, with a forward and backward several times faster
+    equations as ``nn.GRU``/``nn.LSTM``, with a forward and backward 1.6-3.1x faster
     than their CPU kernels (see BENCHMARKS.md). Inference, autocast and GPUs (cuDNN) keep
     torch's modules."""
     return (
