@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy import stats
 
-from trainables.metrics import RECALL_KS
+from trainables.metrics import RECALL_KS, median_rank, recall_at
 
 
 class Difference(NamedTuple):
@@ -80,8 +80,8 @@ def _metrics(c2i: np.ndarray, i2c: np.ndarray) -> dict[str, np.ndarray]:
     out = {}
     for direction, ranks in (("c2i", captions), ("i2c", i2c)):
         for k in RECALL_KS:
-            out[f"{direction}_r{k}"] = 100.0 * np.mean(ranks <= k, axis=-1)
-        out[f"{direction}_medr"] = np.median(ranks, axis=-1)
+            out[f"{direction}_r{k}"] = recall_at(ranks, k)
+        out[f"{direction}_medr"] = median_rank(ranks)
         out[f"{direction}_meanr"] = np.mean(ranks, axis=-1)
     out["r10_mean"] = (out["c2i_r10"] + out["i2c_r10"]) / 2
     return out

@@ -9,8 +9,19 @@ un-renormalised ones: nothing is renormalised here).
 - image->caption (``i2c``): the best (lowest) rank of the image's captions among all
   captions.
 
-Ranks are 1-based and **ties count in the query's favour**: rank = 1 + the number of
-candidates scoring *strictly* higher than the correct one. R@K is in percent.
+Ranks are 1-based and **ties count against the query**: a query's rank is 1 + the number
+of wrong candidates scoring *greater than or equal to* its correct match (for c2i: every
+candidate scoring at least the correct image's score, the correct one included; for i2c
+the correct match is the image's best caption, and its own other captions are not wrong
+candidates). So a model whose embeddings are all equal (collapsed, or all zero) ranks
+every correct item last among its ties: R@K is 0 for K < N, below chance (K/N), never the
+100% that counting only strictly higher scores would give it. For any real-valued model
+exact ties are rare and both rules agree.
+
+R@K is ``hits * 100 / queries`` in percent (so 357 hits of 1,000 read 35.7, not
+35.699999999999996). The median rank is an integer, as the paper's code and VSE++ report
+it: the lower of the two middle ranks for an even number of queries, never x.5. The mean
+rank is the plain mean.
 
 Example::
 
@@ -101,7 +112,7 @@ def _prepare(
     images, captions = images.to(dtype), captions.to(dtype)
     for tensor, argument in ((images, "image_emb"), (captions, "caption_emb")):
         if not bool(torch.isfinite(tensor).all()):
-            # NaN scores would compare as "never higher" and give every query rank 1.
+            # NaN scores compare false both ways and would give nonsense ranks.
             raise ValueError(f"{argument} contains NaN or infinite values")
     return images, captions
 
@@ -117,7 +128,7 @@ def _caption_to_image_ranks(
         scores = captions[start:stop] @ images.T  # (chunk, N)
         # The correct score is read from the same matrix, so ties compare exactly.
         correct = scores.gather(1, owner[start:stop, None])
-        ranks[start:stop] = 1 + (scores > correct).sum(dim=1)
+        ranks[start:stop] = (scores >= correct).sum(dim=1)
     return ranks
 
 
@@ -131,9 +142,11 @@ def _image_to_caption_ranks(
         stop = min(start + chunk_size, images.shape[0])
         scores = images[start:stop] @ captions.T  # (chunk, per_image * N)
         own = torch.arange(start, stop, device=images.device)[:, None] * per_image + offsets
-        # min over own captions of (1 + #higher) == 1 + #(higher than the best own caption)
-        best = scores.gather(1, own).max(dim=1, keepdim=True).values
-        ranks[start:stop] = 1 + (scores > best).sum(dim=1)
+        # min over own captions of 1 + #(wrong >= it) == 1 + #(wrong >= the best own one)
+        own_scores = scores.gather(1, own)
+        best = own_scores.max(dim=1, keepdim=True).values
+        own_at_best = (own_scores >= best).sum(dim=1)
+        ranks[start:stop] = 1 + (scores >= best).sum(dim=1) - own_at_best
     return ranks
 
 
@@ -151,17 +164,18 @@ def _ranks_from_one_matrix(
         )
     columns = torch.arange(m, device=images.device)
     correct = scores[columns // per_image, columns]  # each caption's own image's score
-    # the best own caption of each image: the image's own k columns on its row
-    best = scores.view(n, n, per_image).diagonal(dim1=0, dim2=1).amax(dim=0)
-    higher = torch.zeros(m, dtype=torch.int64, device=images.device)
+    # the image's own k columns on its row, (k, N); the best of them, and how many tie it
+    own = scores.view(n, n, per_image).diagonal(dim1=0, dim2=1)
+    best = own.amax(dim=0)
+    own_at_best = (own >= best).sum(dim=0)
+    c2i = torch.zeros(m, dtype=torch.int64, device=images.device)
     i2c = torch.empty(n, dtype=torch.int64, device=images.device)
     for start in range(0, n, chunk_size):
         block = scores[start : start + chunk_size]
-        higher += (block > correct).sum(dim=0)
-        i2c[start : start + chunk_size] = 1 + (block > best[start : start + chunk_size, None]).sum(
-            dim=1
-        )
-    return 1 + higher, i2c
+        c2i += (block >= correct).sum(dim=0)
+        stop = start + chunk_size
+        i2c[start:stop] = 1 + (block >= best[start:stop, None]).sum(dim=1) - own_at_best[start:stop]
+    return c2i, i2c
 
 
 def retrieval_ranks(
@@ -177,8 +191,8 @@ def retrieval_ranks(
     torch tensors (CPU or CUDA) or numpy arrays. Up to ``SCORE_MATRIX_BYTES`` of scores
     the ``N x 5N`` matrix is computed once for both directions; beyond that at most
     ``chunk_size`` queries are scored at a time, so memory stays at ``chunk_size x 5N``
-    scores. A tie with the correct item does not count against it (rank = 1 +
-    #strictly higher scores).
+    scores. A tie with the correct item counts against it (rank = 1 + #wrong candidates
+    scoring greater than or equal to it; see the module docstring).
     """
     images, captions = _prepare(image_emb, caption_emb, captions_per_image, chunk_size)
     if images.shape[0] * captions.shape[0] * images.element_size() <= SCORE_MATRIX_BYTES:
@@ -189,16 +203,33 @@ def retrieval_ranks(
     return c2i.cpu().numpy(), i2c.cpu().numpy()
 
 
+def recall_at(ranks: np.ndarray, k: int) -> np.ndarray:
+    """R@K in percent along the last axis of 1-based ``ranks``: ``hits * 100 / queries``
+    (so 357 of 1,000 read 35.7, not 35.699999999999996). A 0-d array for 1-D ranks."""
+    ranks = np.asarray(ranks)
+    return np.count_nonzero(ranks <= k, axis=-1) * 100 / ranks.shape[-1]
+
+
+def median_rank(ranks: np.ndarray) -> np.ndarray:
+    """The median of 1-based ``ranks`` along the last axis as the paper's code and VSE++
+    report it: an integer, the lower of the two middle ranks for an even count
+    (``[1, 2, 7, 9] -> 2``), never x.5. A 0-d array for 1-D ranks."""
+    ranks = np.asarray(ranks)
+    if ranks.shape[-1] == 0:
+        raise ValueError("median_rank needs at least one rank")
+    return np.sort(ranks, axis=-1)[..., (ranks.shape[-1] - 1) // 2]
+
+
 def summarise_ranks(c2i_ranks: np.ndarray, i2c_ranks: np.ndarray) -> dict[str, float]:
-    """The ``names.RETRIEVAL`` metrics from 1-based ranks: R@K in percent, the median
-    rank (``numpy.median``: the mean of the two middle ranks for an even count) and the
-    mean rank of each direction, and ``r10_mean``."""
+    """The ``names.RETRIEVAL`` metrics from 1-based ranks: R@K in percent (``hits * 100 /
+    queries``), the median rank (``median_rank``: an integer) and the mean rank of each
+    direction, and ``r10_mean``."""
     metrics: dict[str, float] = {}
     for direction, ranks in (("c2i", c2i_ranks), ("i2c", i2c_ranks)):
         ranks = np.asarray(ranks)
         for k in RECALL_KS:
-            metrics[f"{direction}_r{k}"] = 100.0 * float(np.mean(ranks <= k))
-        metrics[f"{direction}_medr"] = float(np.median(ranks))
+            metrics[f"{direction}_r{k}"] = float(recall_at(ranks, k))
+        metrics[f"{direction}_medr"] = float(median_rank(ranks))
         metrics[f"{direction}_meanr"] = float(np.mean(ranks))
     metrics["r10_mean"] = (metrics["c2i_r10"] + metrics["i2c_r10"]) / 2
     assert tuple(metrics) == names.RETRIEVAL  # the names are defined once, in names.py
@@ -352,3 +383,16 @@ def spearman(
     """Spearman's rho: Pearson's r of the ranks, ties given their average rank."""
     a, b = _vector(x, "x"), _vector(y, "y")
     return pearson(rankdata(a), rankdata(b))
+
+
+def correlations(
+    predicted: np.ndarray, gold: np.ndarray, what: str = "correlation"
+) -> tuple[float, float]:
+    """(Pearson, Spearman) of ``predicted`` against ``gold``; (0.0, 0.0) and a logged
+    warning naming ``what`` when either side is constant (an untrained or collapsed
+    encoder can embed every sentence alike), where both are undefined."""
+    a, b = _vector(predicted, "predicted"), _vector(gold, "gold")
+    if a.size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+        _log.warning("%s: constant predictions or gold scores; correlations set to 0.0", what)
+        return 0.0, 0.0
+    return pearson(a, b), spearman(a, b)

@@ -31,19 +31,19 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 
 def reference_ranks(images: np.ndarray, captions: np.ndarray, per_image: int = 5):
-    """The protocol spelled out with loops over the full score matrix."""
+    """The protocol spelled out with loops over the full score matrix: a rank is 1 + the
+    wrong candidates scoring at least the correct one's score."""
     scores = np.asarray(images, np.float64) @ np.asarray(captions, np.float64).T
     n_images, n_captions = scores.shape
     c2i = []
     for j in range(n_captions):
         correct = scores[j // per_image, j]
-        c2i.append(1 + sum(scores[i, j] > correct for i in range(n_images)))
+        c2i.append(1 + sum(scores[i, j] >= correct for i in range(n_images) if i != j // per_image))
     i2c = []
     for i in range(n_images):
         own = range(i * per_image, (i + 1) * per_image)
-        i2c.append(
-            min(1 + sum(scores[i, c] > scores[i, j] for c in range(n_captions)) for j in own)
-        )
+        wrong = [c for c in range(n_captions) if c not in own]
+        i2c.append(min(1 + sum(scores[i, c] >= scores[i, j] for c in wrong) for j in own))
     return c2i, i2c
 
 
@@ -53,7 +53,7 @@ def reference_metrics(images: np.ndarray, captions: np.ndarray, per_image: int =
     for direction, ranks in (("c2i", c2i), ("i2c", i2c)):
         for k in (1, 5, 10):
             out[f"{direction}_r{k}"] = 100 * sum(r <= k for r in ranks) / len(ranks)
-        out[f"{direction}_medr"] = statistics.median(ranks)
+        out[f"{direction}_medr"] = statistics.median_low(ranks)
         out[f"{direction}_meanr"] = sum(ranks) / len(ranks)
     out["r10_mean"] = (out["c2i_r10"] + out["i2c_r10"]) / 2
     return out
@@ -110,7 +110,7 @@ def test_per_direction_chunks_beyond_the_score_matrix_budget(
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])
 @pytest.mark.parametrize("chunk_size", [3, 10, 1024])
-def test_ties_count_strictly_higher_only(seed: int, chunk_size: int) -> None:
+def test_ties_count_against_the_query(seed: int, chunk_size: int) -> None:
     images, captions = tied_pair(seed)
     scores = images @ captions.T
     assert len(np.unique(scores)) < scores.size / 10  # really many ties
@@ -120,11 +120,53 @@ def test_ties_count_strictly_higher_only(seed: int, chunk_size: int) -> None:
     assert_metrics_equal(got, reference_metrics(images, captions))
 
 
-def test_tie_with_correct_item_counts_for_the_query() -> None:
+def test_tie_with_correct_item_counts_against_the_query() -> None:
     images = np.zeros((3, 2))  # every score is 0: all tied
     captions = np.zeros((15, 2))
     c2i, i2c = retrieval_ranks(images, captions)
-    assert set(c2i) == {1} and set(i2c) == {1}
+    assert set(c2i) == {3} and set(i2c) == {11}  # after every wrong candidate
+
+
+@pytest.mark.parametrize("chunk_size", [7, 1024])
+@pytest.mark.parametrize(
+    "collapsed",
+    [
+        pytest.param(lambda n, d: (np.ones((n, d)), np.ones((5 * n, d))), id="all-equal"),
+        pytest.param(lambda n, d: (np.zeros((n, d)), np.zeros((5 * n, d))), id="all-zero"),
+        pytest.param(
+            lambda n, d: (np.tile([0.6, 0.8], (n, 1)), np.tile([0.6, 0.8], (5 * n, 1))),
+            id="one-normalised-vector",
+        ),
+    ],
+)
+@pytest.mark.parametrize("score_matrix", [True, False])
+def test_a_collapsed_model_never_scores_above_chance(
+    collapsed, chunk_size: int, score_matrix: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model whose embeddings are all equal knows nothing: every correct item ties with
+    every candidate and ranks last among them, so R@K = 0 (chance is K/N), never 100%."""
+    if not score_matrix:
+        monkeypatch.setattr(metrics, "SCORE_MATRIX_BYTES", 0)
+    n = 100
+    images, captions = collapsed(n, 2)
+    got = retrieval_metrics(images, captions, chunk_size=chunk_size)
+    for direction in ("c2i", "i2c"):
+        for k in (1, 5, 10):
+            assert got[f"{direction}_r{k}"] == 0.0 <= 100 * k / n
+    assert got["r10_mean"] == 0.0
+    assert got["c2i_medr"] == got["c2i_meanr"] == n  # after the n - 1 other images
+    assert got["i2c_medr"] == got["i2c_meanr"] == 5 * n - 4  # after the 5n - 5 others
+    assert_metrics_equal(got, reference_metrics(images, captions))
+
+
+def test_one_distinct_caption_among_collapsed_ones_is_found_alone() -> None:
+    """Ties only cost the tied: a model that separates one pair gets exactly that pair."""
+    n = 20
+    images, captions = np.zeros((n, 2)), np.zeros((5 * n, 2))
+    images[3] = captions[15] = [1.0, 0.0]
+    c2i, i2c = retrieval_ranks(images, captions)
+    assert c2i[15] == 1 and i2c[3] == 1
+    assert (c2i[np.arange(5 * n) != 15] == n).all()
 
 
 def test_other_captions_per_image() -> None:
@@ -157,11 +199,32 @@ def test_worst_retrieval() -> None:
     assert got["r10_mean"] == 0.0
 
 
-def test_median_of_even_count_is_numpys() -> None:
-    # 4 images: the median of the 4 i2c ranks may fall between two ranks
-    images, captions = random_pair(7, n_images=4, dim=3)
-    _, i2c = retrieval_ranks(images, captions)
-    assert retrieval_metrics(images, captions)["i2c_medr"] == float(np.median(i2c))
+@pytest.mark.parametrize(
+    ("ranks", "median"),
+    [([1, 2, 7, 9], 2), ([4, 1], 1), ([3], 3), ([5, 1, 3], 3), ([2, 2, 8, 8], 2)],
+)
+def test_median_rank_is_the_lower_middle_integer(ranks: list[int], median: int) -> None:
+    assert metrics.median_rank(np.array(ranks)) == median
+    assert metrics.median_rank(np.array([ranks, ranks])).tolist() == [median, median]
+
+
+def test_median_of_even_count_is_never_half() -> None:
+    # 4 images: the two middle i2c ranks differ, and the lower one is reported
+    for seed in range(20):
+        images, captions = random_pair(seed, n_images=4, dim=3)
+        _, i2c = retrieval_ranks(images, captions)
+        got = retrieval_metrics(images, captions)["i2c_medr"]
+        assert got == sorted(i2c)[1] and got == int(got)
+
+
+def test_recall_reads_cleanly() -> None:
+    """R@K is hits x 100 / N: 357 hits of 1,000 are 35.7 exactly as written."""
+    ranks = np.array([1] * 357 + [50] * 643)
+    got = metrics.summarise_ranks(np.repeat(ranks, 5), ranks)
+    assert repr(got["i2c_r1"]) == "35.7" and repr(got["c2i_r10"]) == "35.7"
+    assert repr(metrics.summarise_ranks(np.ones(3), np.array([1, 1, 9]))["i2c_r1"]) == (
+        repr(2 * 100 / 3)
+    )
 
 
 def test_numpy_torch_and_mixed_inputs_agree() -> None:
