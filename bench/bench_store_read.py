@@ -3,7 +3,10 @@
 Goal (issue 2): reading COCO-sized features (123,287 x 2,048 float32) from the store
 runs at >= 50% of ``np.load``'s speed. Both are timed in this run, side by side:
 warm (files in the page cache, best of ``--repeats``) and, when this process may drop
-the page cache (root on Linux), cold.
+the page cache (root on Linux), cold. Each store is read twice: as fast as it goes, and
+verified (every shard's sha256 checked against the manifest while it is read, what
+training and evaluation do unless ``--no-verify``), so the cost of verifying is the
+ratio of the two.
 
     python bench/bench_store_read.py [--images 123287] [--dir /tmp/bench-store]
     python bench/bench_store_read.py --store stores/world-coco   # an existing store's train split
@@ -106,6 +109,13 @@ def main() -> None:
             print(
                 f"[{label}] store {codec:>5} {took:.3f} s  ratio vs np.load {base / took:.2f} "
                 f"(goal >= 0.50)"
+            )
+            checked = timed(
+                lambda s=store: s.read_features("train", verify=True), args.repeats, cold
+            )
+            print(
+                f"[{label}] store {codec:>5} verified {checked:.3f} s  ratio vs np.load "
+                f"{base / checked:.2f}; verifying costs {100 * (checked / took - 1):+.0f}%"
             )
     if not can_drop:
         print("(cold runs skipped: this process may not drop the page cache)")

@@ -13,6 +13,7 @@ import posixpath
 import uuid
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 
 
@@ -50,6 +51,15 @@ class Location:
     def read_bytes(self, relative: str) -> bytes:
         with self.fs.open_input_stream(self.path(relative)) as stream:
             return bytes(stream.readall())
+
+    def read_buffer(self, relative: str) -> pa.Buffer:
+        """The whole file as one buffer without a copy: memory-mapped when local (so a
+        checksum and a Parquet decode of it read the disk once), read once otherwise."""
+        if self.is_local:
+            with pa.memory_map(self.path(relative)) as mapped:
+                return mapped.read_buffer()
+        with self.fs.open_input_stream(self.path(relative)) as stream:
+            return stream.readall()
 
     def write_bytes(self, relative: str, data: bytes) -> None:
         """Write ``data`` under a temporary name, then move it onto ``relative``."""

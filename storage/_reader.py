@@ -70,10 +70,12 @@ class FeatureStore:
     def splits(self) -> tuple[str, ...]:
         return tuple(self.manifest.splits)
 
-    def read_split(self, split: str) -> SplitData:
-        """Image ids, the feature matrix and the aligned captions of ``split``."""
-        image_ids, features = self.read_features(split)
-        caption_ids, captions = self.read_captions(split)
+    def read_split(self, split: str, *, verify: bool = False) -> SplitData:
+        """Image ids, the feature matrix and the aligned captions of ``split``. With
+        ``verify`` every shard's sha256 is checked against the manifest as it is read
+        (one read of each file: see ``read_features``)."""
+        image_ids, features = self.read_features(split, verify=verify)
+        caption_ids, captions = self.read_captions(split, verify=verify)
         expected = np.repeat(image_ids, CAPTIONS_PER_IMAGE)
         if len(caption_ids) != len(expected) or not np.array_equal(caption_ids, expected):
             raise StoreError(
@@ -82,9 +84,11 @@ class FeatureStore:
             )
         return SplitData(split, image_ids, features, captions)
 
-    def read_features(self, split: str) -> tuple[np.ndarray, np.ndarray]:
+    def read_features(self, split: str, *, verify: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """``(image_ids, features)`` of ``split``; shards are decoded in parallel straight
-        into one preallocated matrix (a single copy after decompression)."""
+        into one preallocated matrix (a single copy after decompression). With
+        ``verify`` each shard is hashed from the same buffer it is decoded from, and a
+        mismatch with the manifest's sha256 raises ``StoreError`` naming the shard."""
         info = self._split(split)
         m = self.manifest
         features = np.empty((info.images, m.feature_dim), dtype=m.feature_dtype)
@@ -94,7 +98,7 @@ class FeatureStore:
 
         def load(k: int) -> None:
             shard = info.image_shards[k]
-            table = self._read_table(shard, schema)
+            table = self._read_table(shard, schema, verify)
             start, stop = offsets[k], offsets[k + 1]
             image_ids[start:stop] = table.column("image_id").to_numpy(zero_copy_only=False)
             view = features[start:stop].reshape(-1)
@@ -112,13 +116,14 @@ class FeatureStore:
         self._parallel(load, len(info.image_shards))
         return image_ids, features
 
-    def read_captions(self, split: str) -> tuple[np.ndarray, np.ndarray]:
-        """``(image_id per caption, captions as an (N, 5) array)`` of ``split``."""
+    def read_captions(self, split: str, *, verify: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """``(image_id per caption, captions as an (N, 5) array)`` of ``split`` (``verify``:
+        as in ``read_features``)."""
         info = self._split(split)
         tables: list[pa.Table | None] = [None] * len(info.caption_shards)
 
         def load(k: int) -> None:
-            tables[k] = self._read_table(info.caption_shards[k], CAPTION_SCHEMA)
+            tables[k] = self._read_table(info.caption_shards[k], CAPTION_SCHEMA, verify)
 
         self._parallel(load, len(tables))
         table = pa.concat_tables(
@@ -140,30 +145,14 @@ class FeatureStore:
         """Check every shard (present, checksum, schema, rows) and the caption alignment;
         raise :class:`StoreError` naming the first bad shard. Returns the shard count."""
         count = 0
-        m = self.manifest
-        for split, info in m.splits.items():
-            schema = image_schema(m.feature_dim, m.feature_dtype)
-            for shards, expected_schema in (
-                (info.image_shards, schema),
-                (info.caption_shards, CAPTION_SCHEMA),
-            ):
-                for shard in shards:
-                    data = self._shard_bytes(shard)
-                    digest = hashlib.sha256(data).hexdigest()
-                    if digest != shard.sha256:
-                        raise StoreError(
-                            f"{self.location.display(shard.path)}: checksum mismatch "
-                            f"(manifest sha256 {shard.sha256[:16]}..., file "
-                            f"{digest[:16]}...); the shard is corrupt or was replaced"
-                        )
-                    self._check_table(shard, pq.read_table(pa.BufferReader(data)), expected_schema)
-                    count += 1
+        for split, info in self.manifest.splits.items():
             if sum(s.rows for s in info.image_shards) != info.images:
                 raise StoreError(
                     f"{self.location.display(MANIFEST)}: split {split!r} lists "
                     f"{info.images} images but its shards hold a different number"
                 )
-            self.read_split(split)
+            self.read_split(split, verify=True)
+            count += len(info.image_shards) + len(info.caption_shards)
         return count
 
     # -- internals -----------------------------------------------------------------
@@ -176,17 +165,26 @@ class FeatureStore:
                 f"{self.location.uri}: no split {split!r}; the store has {', '.join(self.splits)}"
             ) from None
 
-    def _shard_bytes(self, shard: ShardInfo) -> bytes:
-        if not self.location.exists(shard.path):
+    def _verified_buffer(self, shard: ShardInfo) -> pa.Buffer:
+        """The shard's bytes, checked against the manifest's sha256."""
+        data = self.location.read_buffer(shard.path)
+        digest = hashlib.sha256(memoryview(data)).hexdigest()
+        if digest != shard.sha256:
             raise StoreError(
-                f"{self.location.display(shard.path)}: shard listed in the manifest is missing"
+                f"{self.location.display(shard.path)}: checksum mismatch (manifest sha256 "
+                f"{shard.sha256[:16]}..., file {digest[:16]}...); the shard is corrupt or was "
+                "replaced (`python -m storage.inspect` checks the whole store; rebuild it)"
             )
-        return self.location.read_bytes(shard.path)
+        return data
 
-    def _read_table(self, shard: ShardInfo, schema: pa.Schema) -> pa.Table:
+    def _read_table(self, shard: ShardInfo, schema: pa.Schema, verify: bool = False) -> pa.Table:
         path = self.location.path(shard.path)
         try:
-            if self.location.is_local:
+            if verify:
+                table = pq.read_table(
+                    pa.BufferReader(self._verified_buffer(shard)), use_threads=False
+                )
+            elif self.location.is_local:
                 table = pq.read_table(path, memory_map=True, use_threads=False)
             else:
                 table = pq.read_table(path, filesystem=self.location.fs, use_threads=False)
@@ -236,6 +234,6 @@ def open_store(where: str | os.PathLike[str]) -> FeatureStore:
     return FeatureStore.open(where)
 
 
-def read_split(where: str | os.PathLike[str], split: str) -> SplitData:
+def read_split(where: str | os.PathLike[str], split: str, *, verify: bool = False) -> SplitData:
     """Read one split of the store at ``where``: see :meth:`FeatureStore.read_split`."""
-    return FeatureStore.open(where).read_split(split)
+    return FeatureStore.open(where).read_split(split, verify=verify)

@@ -14,6 +14,7 @@ import pytest
 from storage import FeatureStore, StoreError, StoreWriter, open_store
 from storage import inspect as inspect_cli
 from storage._schema import BUILD_STATE, MANIFEST
+from tests.corrupt import flip_byte
 
 DIM = 16
 FINGERPRINT = {"source": "test", "seed": 1}
@@ -151,6 +152,37 @@ def test_checksum_mismatch_names_the_shard(store: Path, capsys: pytest.CaptureFi
     err = capsys.readouterr().err
     assert "train-00001.parquet: checksum mismatch" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("shard", ["images/train-00001.parquet", "captions/val-00000.parquet"])
+@pytest.mark.parametrize("position", [0.0, 0.3, 0.5, 0.97, 1.0])
+def test_one_flipped_byte_anywhere_is_caught_by_a_verified_read(
+    store: Path, shard: str, position: float
+) -> None:
+    """Wherever the byte is (magic, data page, footer), a verified read names the shard;
+    so do ``verify`` and ``storage.inspect``."""
+    flip_byte(store / shard, position)
+    split = shard.split("/")[1].split("-")[0]
+    opened = open_store(store)
+    with pytest.raises(StoreError, match=rf"{shard}: checksum mismatch"):
+        opened.read_split(split, verify=True)
+    with pytest.raises(StoreError, match=rf"{shard}: checksum mismatch"):
+        opened.verify()
+
+
+def test_an_unverified_read_trusts_the_bytes(tmp_path: Path) -> None:
+    """What ``--no-verify`` gives up: a flipped byte inside the feature data (stored
+    uncompressed, the default) reads back as another number, silently."""
+    write_store(tmp_path / "s", {"train": 8}, compression="none")
+    before = open_store(tmp_path / "s").read_split("train").features
+    shard = tmp_path / "s" / "images" / "train-00001.parquet"
+    raw = shard.read_bytes()
+    offset = raw.index(before[5, 3].tobytes()) + 3  # row 1 of shard 1: its exponent byte
+    shard.write_bytes(raw[:offset] + bytes([raw[offset] ^ 0x40]) + raw[offset + 1 :])
+    after = open_store(tmp_path / "s").read_split("train").features
+    assert np.argwhere(before != after).tolist() == [[5, 3]]
+    with pytest.raises(StoreError, match=r"train-00001\.parquet: checksum mismatch"):
+        open_store(tmp_path / "s").read_split("train", verify=True)
 
 
 def test_wrong_dimension_is_rejected_by_name(store: Path) -> None:
