@@ -18,9 +18,8 @@ from gridsearch.summary import TrialOutcome, pareto_front
 from trainables import names
 from trainables.metrics import pearson_ci, recall_ci
 
-TEST_RETRIEVAL = names.key(names.TEST, "r10_mean")
-_STS = names.key(names.DEV, "sts12_16_pearson")
-_SICKR = names.key(names.DEV, "sickr_pearson")
+ENSEMBLE_RETRIEVAL = names.FINISHED  # the snapshot ensemble's test R@10 mean
+_DEV_PARTS = tuple(names.key(names.DEV, part) for part in names.DEV_SEMANTIC_PARTS)
 
 
 class SensitivityMetric(NamedTuple):
@@ -32,7 +31,7 @@ class SensitivityMetric(NamedTuple):
 SENSITIVITY_METRICS = (
     SensitivityMetric(names.BEST_RETRIEVAL, "best dev R@10 mean (%)", "val"),
     SensitivityMetric(names.BEST_SEMANTIC, "best dev semantic (r)", ""),
-    SensitivityMetric(TEST_RETRIEVAL, "test R@10 mean (%)", "test"),
+    SensitivityMetric(ENSEMBLE_RETRIEVAL, "test R@10 mean, ensemble (%)", "test"),
 )
 
 
@@ -151,13 +150,13 @@ def sensitivity(record: SearchRecord) -> pd.DataFrame:
 
 
 def semantic_interval(parts: pd.Series, pair_counts: dict[str, int]) -> tuple[float, float]:
-    """Approximate 95% interval of ``semantic = (sts12_16_pearson + sickr_pearson) / 2``
-    (the parts at the epoch it peaked): each part's Fisher-z interval (STS12-16 taken as
-    one correlation over all its pairs, SICK-R over its test pairs), endpoints averaged.
-    Averaging endpoints assumes the two errors move together, so it is conservative."""
+    """Approximate 95% interval of ``dev/semantic``, the mean of the cosine Pearsons on
+    STS-B dev and SICK-R trial (the parts at the epoch it peaked): each part's Fisher-z
+    interval over its dev pairs, endpoints averaged. Averaging endpoints assumes the two
+    errors move together, so it is conservative."""
     bounds = []
-    for key, name in ((_STS, "sts12_16_pearson"), (_SICKR, "sickr_pearson")):
-        r, n = parts.get(key, math.nan), pair_counts.get(name, 0)
+    for key in _DEV_PARTS:
+        r, n = parts.get(key, math.nan), pair_counts.get(key, 0)
         if not _missing(r) and n > 3:
             bounds.append(pearson_ci(float(r), n))
     if not bounds:
@@ -200,11 +199,12 @@ def best_trials(record: SearchRecord, metrics: Mapping[str, str]) -> list[tuple[
     """``(trial_id, why)`` of the finished trial (one with test metrics) with the best
     value of each metric (``metrics``: name -> how to say it), deduplicated, in order:
     the models the paper tables show."""
-    if TEST_RETRIEVAL not in record.trials:
+    if ENSEMBLE_RETRIEVAL not in record.trials:
         return []
-    finished = record.trials[record.trials[TEST_RETRIEVAL].notna()]
+    finished = record.trials[record.trials[ENSEMBLE_RETRIEVAL].notna()]
     chosen: dict[str, str] = {}
     for metric, label in metrics.items():
+        names.selectable(metric)  # the best rows are chosen on dev values only
         if metric not in finished or finished[metric].isna().all():
             continue
         trial_id = str(finished.loc[finished[metric].idxmax(), "trial_id"])

@@ -32,8 +32,9 @@ logger = logging.getLogger(__name__)
 HISTORY_KEYS = (
     names.PRIMARY_RETRIEVAL,
     names.PRIMARY_SEMANTIC,
-    names.key(names.DEV, "sts12_16_pearson"),
-    names.key(names.DEV, "sickr_pearson"),
+    *(names.key(names.DEV, part) for part in names.DEV_SEMANTIC_PARTS),
+    names.key(names.TEST, "r10_mean"),
+    names.key(names.TEST, "semantic"),
     names.LOSS,
 )
 CONTINUOUS, CATEGORICAL = "continuous", "categorical"
@@ -164,6 +165,8 @@ def _trial_row(run: Run, kinds: dict[str, str]) -> dict[str, Any]:
     }
     for name, kind in kinds.items():
         row[name] = _typed(run.data.params.get(name), kind)
+    # how STS-B was scored, for the semantic table (runs before it existed: SentEval's)
+    row["stsb_encoding"] = run.data.params.get("stsb_encoding", "senteval")
     row.update(run.data.metrics)  # the latest value of each: the final best, test/...
     return row
 
@@ -276,6 +279,9 @@ def _semantic_sets(
             counts[key], labels[key] = len(pairs), (year, subtask)
     counts["sts12_16_pearson"] = total
     for task in bench.supervised.values():
-        key = f"{task.name.lower().replace('-', '')}_pearson"
-        counts[key], labels[key] = len(task.test), (task.name, "test")
+        prefix = names.task_prefix(task.name)
+        counts[f"{prefix}_pearson"] = counts[f"{prefix}_cosine_pearson"] = len(task.test)
+        labels[f"{prefix}_pearson"] = (task.name, "test")
+        labels[f"{prefix}_cosine_pearson"] = (task.name, "test, cosine")
+        counts[names.key(names.DEV, f"{prefix}_cosine_pearson")] = len(task.dev)
     return counts, labels

@@ -20,23 +20,15 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from analysis._data import AnalysisError, trial_label
-from storage.senteval import SemanticBenchmark, SupervisedTask
+from storage.senteval import SemanticBenchmark, SentencePairs
 from trainables import names
 from trainables.config import TrainConfig
 from trainables.data import EncodedSplit, TrainingData
 from trainables.loop import Trainer
 from trainables.metrics import retrieval_ranks
 from trainables.model import GroundedEncoder
-from trainables.semantic import (
-    EmbeddingTable,
-    RelatednessProtocol,
-    _cosine,
-    _cpu_threads,
-    _expected_score,
-    _fit,
-    from_class_scale,
-    relatedness_targets,
-)
+from trainables.relatedness import predict_relatedness
+from trainables.semantic import EmbeddingTable, cosine_similarity
 
 ENSEMBLE_FILE = "ensemble.pt"
 
@@ -103,46 +95,28 @@ Scores: TypeAlias = dict[str, tuple[np.ndarray, np.ndarray]]
 
 def semantic_scores(ensemble: Ensemble, bench: SemanticBenchmark) -> Scores:
     """Per pair: the cosine similarity of the two sentences' embeddings for every STS
-    subtask, and the supervised protocol's test predictions for STS-B and SICK-R (as
-    ``trainables.semantic.supervised_relatedness`` computes them, same seed)."""
+    subtask and for the STS-B and SICK-R test pairs, and the supervised protocol's test
+    predictions for STS-B and SICK-R (``trainables.relatedness.predict_relatedness``, with
+    the trial's seed and STS-B encoding, so the same numbers as its test metrics)."""
     table = EmbeddingTable.build(ensemble.trainer.embed_fn(ensemble.models), bench.sentences())
     scores: Scores = {}
+
+    def cosine(pairs: SentencePairs) -> tuple[np.ndarray, np.ndarray]:
+        return cosine_similarity(table(pairs.sentences1), table(pairs.sentences2)), pairs.gold
+
     for year, subtasks in bench.sts.items():
         for subtask, pairs in subtasks.items():
-            sims = _cosine(table(pairs.sentences1), table(pairs.sentences2))
-            scores[names.subtask_key(year, subtask, "pearson")] = (sims, pairs.gold)
+            scores[names.subtask_key(year, subtask, "pearson")] = cosine(pairs)
     for task in bench.supervised.values():
-        key = f"{task.name.lower().replace('-', '')}_pearson"
-        scores[key] = (_relatedness_predictions(table, task, ensemble), task.test.gold)
-    return scores
-
-
-def _relatedness_predictions(
-    table: EmbeddingTable, task: SupervisedTask, ensemble: Ensemble
-) -> np.ndarray:
-    """The test predictions of ``supervised_relatedness`` (which returns only their
-    correlations), with the same steps, seed and device as the trial's evaluation."""
-    device = ensemble.trainer.device
-
-    def features(sentences1: tuple[str, ...], sentences2: tuple[str, ...]) -> torch.Tensor:
-        u = table(sentences1).to(device, torch.float32)
-        v = table(sentences2).to(device, torch.float32)
-        return torch.cat([(u - v).abs(), u * v, torch.ones_like(u[:, :1])], dim=1)
-
-    target = relatedness_targets(task.train.gold, task.score_range).astype(np.float32)
-    with _cpu_threads(1, device):  # the evaluator's default, so the fit is the same
-        weights = _fit(
-            (
-                features(task.train.sentences1, task.train.sentences2),
-                torch.tensor(target, device=device),
-            ),
-            (
-                features(task.dev.sentences1, task.dev.sentences2),
-                torch.tensor(task.dev.gold, device=device),
-            ),
-            RelatednessProtocol(),
-            torch.Generator().manual_seed(ensemble.config.seed),
-            task.name,
+        prefix = names.task_prefix(task.name)
+        encoding = ensemble.config.stsb_encoding if task.name == "STS-B" else "senteval"
+        predicted = predict_relatedness(
+            table,
+            task,
+            device=ensemble.trainer.device,
+            seed=ensemble.config.seed,
+            encoding=encoding,
         )
-        test = _expected_score(weights, features(task.test.sentences1, task.test.sentences2))
-    return from_class_scale(test.double().cpu().numpy(), task.score_range)
+        scores[f"{prefix}_pearson"] = (predicted, task.test.gold)
+        scores[f"{prefix}_cosine_pearson"] = cosine(task.test)
+    return scores

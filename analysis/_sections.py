@@ -48,7 +48,7 @@ def trials_section(record: SearchRecord, out: Output) -> Section:
     shown = record.trials[columns].copy()
     best_epochs = _compute.best_semantic_epochs(record)
     shown["epochs"] = shown["trial_id"].map(record.history.groupby("trial_id")["epoch"].max())
-    for key in (names.BEST_RETRIEVAL, names.BEST_SEMANTIC, _compute.TEST_RETRIEVAL):
+    for key in (names.BEST_RETRIEVAL, names.BEST_SEMANTIC, _compute.ENSEMBLE_RETRIEVAL):
         shown[key] = record.trials.get(key, math.nan)
     shown["best semantic epoch"] = shown["trial_id"].map(best_epochs)
     out.csv(shown, "trials")

@@ -28,7 +28,9 @@ RETRIEVAL_COLUMNS = (
 )
 _DIRECTIONS = {"c2i": "Caption to Image", "i2c": "Image to Caption"}
 _MEASURES = {"r1": "R@1", "r5": "R@5", "r10": "R@10", "medr": "med r"}
-_SUPERVISED = ("stsb_pearson", "sickr_pearson")
+# Table 5 ends with STS-B and SICK-R by SentEval's supervised protocol; then, beyond the
+# paper, the same test pairs by cosine similarity (the protocol of SimCSE and MTEB).
+_SUPERVISED = ("stsb_pearson", "sickr_pearson", "stsb_cosine_pearson", "sickr_cosine_pearson")
 _AGGREGATE = re.compile(r"^sts\d\d_pearson$|_pearson_mean$|^sts12_16_pearson$")
 
 
@@ -55,7 +57,7 @@ def retrieval_table(record: SearchRecord, chosen: Sequence[tuple[str, str]]) -> 
     for trial_id, why in chosen:
         row: dict[str, object] = {"model": trial_id, "source": f"ours: {why}"}
         for name in RETRIEVAL_COLUMNS:
-            value = float(trials.loc[trial_id].get(names.key(names.TEST, name), math.nan))
+            value = float(trials.loc[trial_id].get(names.key(names.ENSEMBLE, name), math.nan))
             row[name] = value
             if not name.endswith("medr"):
                 low, high = recall_ci(value, n) if n and not math.isnan(value) else (math.nan,) * 2
@@ -83,9 +85,9 @@ def semantic_table(record: SearchRecord, chosen: Sequence[tuple[str, str]]) -> P
     the paper's char-GRU column for the same training data set alongside."""
     trials = record.trials.set_index("trial_id")
     present = {
-        c.removeprefix(f"{names.TEST}/")
+        c.removeprefix(f"{names.ENSEMBLE}/")
         for c in trials.columns
-        if c.startswith(f"{names.TEST}/") and c.endswith("_pearson")
+        if c.startswith(f"{names.ENSEMBLE}/") and c.endswith("_pearson")
     }
     keys = [k for k in record.semantic_labels if k in present and k not in _SUPERVISED]
     keys += sorted(k for k in present - set(keys) - set(_SUPERVISED) if not _AGGREGATE.search(k))
@@ -93,9 +95,11 @@ def semantic_table(record: SearchRecord, chosen: Sequence[tuple[str, str]]) -> P
     rows = []
     for key in keys:
         task, subtask = record.semantic_labels.get(key, _label(key))
+        if key == "stsb_pearson":  # the encoding changes the number: say which it is
+            subtask = f"{subtask}, {_stsb_encodings(trials, chosen)} encoding"
         n = record.pair_counts.get(key)
         for trial_id, why in chosen:
-            r = float(trials.loc[trial_id].get(names.key(names.TEST, key), math.nan))
+            r = float(trials.loc[trial_id].get(names.key(names.ENSEMBLE, key), math.nan))
             low, high = pearson_ci(r, n) if n and n > 3 else (math.nan, math.nan)
             rows.append(
                 _semantic_row(task, subtask, key, n, trial_id, f"ours: {why}", r, low, high)
@@ -139,6 +143,13 @@ def _semantic_row(
         "ci_low": low,
         "ci_high": high,
     }
+
+
+def _stsb_encodings(trials: pd.DataFrame, chosen: Sequence[tuple[str, str]]) -> str:
+    """The STS-B encodings (``stsb_encoding``) the chosen trials were scored with."""
+    column = trials.get("stsb_encoding")
+    used = {"senteval" if column is None else str(column.loc[t]) for t, _ in chosen}
+    return "/".join(sorted(used)) or "senteval"
 
 
 def _label(key: str) -> tuple[str, str]:

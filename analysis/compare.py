@@ -171,6 +171,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     parser.add_argument("--no-semantic", action="store_true", help="retrieval only")
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip checking the split's shards against the store manifest's sha256",
+    )
     parser.add_argument("--csv", type=Path, default=None, help="also write the rows as CSV")
     return parser
 
@@ -207,7 +212,8 @@ def _run(args: argparse.Namespace) -> tuple[str, dict[str, pd.DataFrame]]:
         raise AnalysisError(f"{args.run_a}: its search recorded no data store; pass --data STORE")
     split_name = SPLITS[args.split]
     try:
-        split = EncodedSplit.from_split(open_store(data).read_split(split_name), CharEncoding())
+        stored = open_store(data).read_split(split_name, verify=not args.no_verify)
+        split = EncodedSplit.from_split(stored, CharEncoding())
     except (StoreError, OSError) as err:
         raise AnalysisError(f"--data {data}: {err}") from None
     a, b = (

@@ -122,6 +122,8 @@ _PAIRS = {
 }
 STSB_TEST_PAIRS = 1379
 SICKR_TEST_PAIRS = 4927
+STSB_DEV_PAIRS = 1500  # SPEC section 4: sts-dev.csv
+SICKR_DEV_PAIRS = 500  # SICK_trial.txt
 
 
 def _semantic(cell: str) -> SemanticReference:
@@ -161,8 +163,11 @@ OFFICIAL_PAIRS: dict[str, int] = {
     for year, rows in _TABLE5.items()
     for (subtask, *_), count in zip(rows, _PAIRS[year], strict=True)
 }
-OFFICIAL_PAIRS["stsb_pearson"] = STSB_TEST_PAIRS
-OFFICIAL_PAIRS["sickr_pearson"] = SICKR_TEST_PAIRS
+OFFICIAL_PAIRS["stsb_pearson"] = OFFICIAL_PAIRS["stsb_cosine_pearson"] = STSB_TEST_PAIRS
+OFFICIAL_PAIRS["sickr_pearson"] = OFFICIAL_PAIRS["sickr_cosine_pearson"] = SICKR_TEST_PAIRS
+# The dev score's parts (keyed with their split: the same names on test have other counts).
+OFFICIAL_PAIRS[names.key(names.DEV, "stsb_cosine_pearson")] = STSB_DEV_PAIRS
+OFFICIAL_PAIRS[names.key(names.DEV, "sickr_cosine_pearson")] = SICKR_DEV_PAIRS
 # Row labels (task, subtask) of the semantic table, in Table 5's order.
 OFFICIAL_LABELS: dict[str, tuple[str, str]] = {
     names.subtask_key(year, subtask, "pearson"): (year, subtask)
@@ -171,6 +176,8 @@ OFFICIAL_LABELS: dict[str, tuple[str, str]] = {
 }
 OFFICIAL_LABELS["stsb_pearson"] = ("STS-B", "test")
 OFFICIAL_LABELS["sickr_pearson"] = ("SICK-R", "test")
+OFFICIAL_LABELS["stsb_cosine_pearson"] = ("STS-B", "test, cosine")
+OFFICIAL_LABELS["sickr_cosine_pearson"] = ("SICK-R", "test, cosine")
 
 # The paper's stable range of the hinge margin (section 3.3): best at 0.2, "relatively
 # stable in the range 0.15 <= alpha <= 0.25", degrading quickly outside.

@@ -34,9 +34,9 @@ import torch
 from _common import REPO, machine, world  # puts the repository on sys.path
 
 from trainables.config import TrainConfig
-from trainables.data import TrainingData
+from trainables.data import TrainingData, default_senteval
 from trainables.loop import Trainer
-from trainables.train import default_senteval, make_semantic
+from trainables.semantic import make_semantic
 
 MARGINS = (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5)
 

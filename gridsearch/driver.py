@@ -41,8 +41,8 @@ from storage.build import build_synthetic
 from storage.senteval import SemanticBenchmark, load_senteval
 from trainables import names
 from trainables.config import TrainConfig
-from trainables.data import TrainingData
-from trainables.train import default_senteval
+from trainables.data import TrainingData, default_senteval
+from trainables.semantic import DevSemanticEvaluator
 from trainables.tune import grounded_trainable
 
 logger = logging.getLogger(__name__)
@@ -53,10 +53,11 @@ def search_trainable(
     data: TrainingData | str,
     senteval: SemanticBenchmark | None,
     gpu_share: float | None,
+    verify: bool,
 ) -> None:
     """The trial: the thin trainable, minus the helper parameters that OptunaSearch adds to
     every config (e.g. ``variant`` of paper_grid; the space already decoded them)."""
-    grounded_trainable(train_keys(config), data, senteval, gpu_share)
+    grounded_trainable(train_keys(config), data, senteval, gpu_share, verify)
 
 
 def run_search(settings: SearchSettings, started: float) -> None:
@@ -69,16 +70,12 @@ def run_search(settings: SearchSettings, started: float) -> None:
     experiment_path = f"{settings.storage_path.rstrip('/')}/{settings.experiment}"
     _check_experiment_path(experiment_path, resume=args.resume)
     client = _tracking_client(settings)
-    store, senteval = _data(settings)  # before Ray: forked render workers must not carry it
+    store, senteval, data = _data(settings)  # before Ray: forked render workers must not carry it
+    benchmark = _benchmark(senteval, args.objective)
     dashboard = start_ray(args)
     try:
         resources = resources_for(args)
         fixed = fixed_settings(args, resources)
-        # Shipped through Ray's object store: copied once to each node that runs trials.
-        data: TrainingData | str = (
-            store if args.data_via == "uri" else TrainingData.from_store(store)
-        )
-        benchmark = _benchmark(senteval)
         experiment_id = ensure_experiment(
             client, settings.experiment, settings.runs_dir / "mlartifacts"
         )
@@ -99,6 +96,7 @@ def run_search(settings: SearchSettings, started: float) -> None:
                 data=data,
                 senteval=benchmark,
                 gpu_share=resources["gpu"] if 0 < resources["gpu"] < 1 else None,
+                verify=not args.no_verify,
             ),
             {"cpu": resources["cpu"], "gpu": resources["gpu"]},
         )
@@ -162,15 +160,26 @@ def _close_optuna_leftovers(settings: SearchSettings) -> None:
         study.tell(trial.number, state=optuna.trial.TrialState.FAIL)
 
 
-def _benchmark(senteval: str | None) -> SemanticBenchmark | None:
+def _benchmark(senteval: str | None, objective: str) -> SemanticBenchmark | None:
     """The semantic sets, loaded once here and shipped with the data, so that no worker
-    node needs the directory."""
-    if senteval is None:
-        return None
-    try:
-        return load_senteval(senteval)
-    except StoreError as err:
-        raise SearchError(f"--senteval: {err}") from None
+    node needs the directory; a semantic objective needs their dev sets."""
+    benchmark = None
+    if senteval is not None:
+        try:
+            benchmark = load_senteval(senteval)
+        except StoreError as err:
+            raise SearchError(f"--senteval: {err}") from None
+    if objective != "retrieval" and (benchmark is None or not DevSemanticEvaluator(benchmark)):
+        raise SearchError(
+            f"--objective {objective}: the semantic objective is the dev score on STS-B dev "
+            "and SICK-R trial, and "
+            + (
+                "no semantic sets were given (--senteval DIR)"
+                if benchmark is None
+                else f"{senteval} has neither STS/STSBenchmark nor SICK"
+            )
+        )
+    return benchmark
 
 
 def _load_space(settings: SearchSettings) -> SearchSpace:
@@ -195,25 +204,34 @@ def _check_experiment_path(path: str, *, resume: bool) -> None:
         )
 
 
-def _data(settings: SearchSettings) -> tuple[str, str | None]:
-    """The store to train on (validated) and the semantic sets to evaluate on."""
+def _data(settings: SearchSettings) -> tuple[str, str | None, TrainingData | str]:
+    """The store to train on, the semantic sets to evaluate on, and what the trials get:
+    the data read here once (``--data-via object-store``; Ray ships it once per node) or
+    the store's URI (``uri``; every trial reads it). Either way every shard is checked
+    against the manifest's sha256 (unless ``--no-verify``) before any trial starts."""
     args = settings.args
+    verify = not args.no_verify
     try:
         if args.data:
             # Trials run in other directories (and on other nodes): no relative paths.
             store = args.data if "://" in args.data else str(Path(args.data).resolve())
-            FeatureStore.open(store).verify()
         else:
             smoke = args.smoke_test
             store = str(settings.runs_dir / ("world-smoke" if smoke else "world"))
             print(f"data: the embedded world in {store} (built once, then reused)", flush=True)
             build_synthetic(store, images=SMOKE_WORLD_IMAGES if smoke else 2000, seed=0)
         senteval = args.senteval or default_senteval(store)
+        data: TrainingData | str = store
+        if args.data_via == "uri":
+            if verify:
+                FeatureStore.open(store).verify()
+        else:
+            data = TrainingData.from_store(store, verify=verify)
     except StoreError as err:
-        raise SearchError(f"--data: {err}") from None
+        raise SearchError(f"{'--data' if args.data else 'the embedded world'}: {err}") from None
     if senteval is not None and not Path(senteval).is_dir():
         raise SearchError(f"--senteval {senteval}: not a directory")
-    return store, senteval
+    return store, senteval, data
 
 
 def _tracking_client(settings: SearchSettings) -> Any:
@@ -454,7 +472,7 @@ def _outcomes(results: Any, space: SearchSpace) -> list[TrialOutcome]:
             "failed"
             if result.error
             else "finished"
-            if names.key(names.TEST, "r10_mean") in metrics
+            if names.is_finished(metrics)
             else "stopped_early"
         )
         config = train_keys(result.config or {})

@@ -59,9 +59,9 @@ class ProgressPrinter(Callback):
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
     ) -> None:
         result = trial.last_result or {}
-        done = names.key(names.TEST, "r10_mean") in result
+        done = names.is_finished(result)
         status = (
-            f"done    test R@10 mean {result[names.key(names.TEST, 'r10_mean')]:.1f}"
+            f"done    test R@10 mean {result[names.FINISHED]:.1f} (ensemble)"
             if done
             else f"stopped early after epoch {int(result.get('epoch', 0))}"
         )

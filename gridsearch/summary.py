@@ -57,7 +57,7 @@ def format_summary(outcomes: Sequence[TrialOutcome], objective: str) -> str:
     for label, metric in (("retrieval", names.BEST_RETRIEVAL), ("semantic", names.BEST_SEMANTIC)):
         best = best_trial(outcomes, metric)
         if best is not None:
-            test = best.metrics.get(names.key(names.TEST, "r10_mean"))
+            test = best.metrics.get(names.FINISHED)
             lines.append(
                 f"best {label:<9} {best.trial_id}: {metric} {best.metrics[metric]:.3f}"
                 + (f", test R@10 mean {test:.1f}" if test is not None else "")

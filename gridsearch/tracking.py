@@ -178,7 +178,7 @@ class TrialTracker(Callback):
     def on_trial_complete(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
     ) -> None:
-        finished = names.key(names.TEST, "r10_mean") in (trial.last_result or {})
+        finished = names.is_finished(trial.last_result or {})
         self._request_close(
             trial,
             "finished" if finished else "stopped_early",
@@ -420,7 +420,7 @@ class TrialTracker(Callback):
             close: tuple[str, str, str | None]
             if result.error is not None:
                 close = ("failed", "FAILED", str(result.error))
-            elif names.key(names.TEST, "r10_mean") in (result.metrics or {}):
+            elif names.is_finished(result.metrics or {}):
                 close = ("finished", "FINISHED", None)
             elif complete:
                 close = ("stopped_early", "KILLED", None)

@@ -1,4 +1,5 @@
-"""A tiny embedded world, built once per test session through the real build path."""
+"""Shared by every test package: a tiny embedded world, built once per test session
+through the real build path."""
 
 from __future__ import annotations
 

@@ -26,10 +26,9 @@ import torch
 from storage import StoreError
 from storage.senteval import load_senteval
 from trainables import names
-from trainables.data import EncodedSplit, TrainingData
+from trainables.data import EncodedSplit, TrainingData, default_senteval
 from trainables.metrics import retrieval_metrics
 from trainables.semantic import SemanticEvaluator
-from trainables.train import default_senteval
 
 NGRAM_DIM = 4096
 

@@ -21,6 +21,7 @@ LOSSES = ("hinge", "pearson")
 REDUCTIONS = ("sum", "mean")
 NEGATIVES = ("all", "hardest")
 PRECISIONS = ("fp32", "bf16")
+STSB_ENCODINGS = ("senteval", "rescaled")
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,12 @@ class TrainConfig:
     snapshot_interval: int = 4  # keep a snapshot at the end of every this-many epochs
     ensemble_size: int = 2  # snapshots with the best dev R@10 mean summed into the ensemble
     # -- evaluation --
-    semantic_every: int = 1  # evaluate the semantic sets every this-many epochs (0 = never)
+    # the test battery every this-many epochs and for the ensemble; the dev semantic
+    # score (selection) every epoch; 0 = no semantic evaluation at all
+    semantic_every: int = 1
+    # STS-B's 0-5 scores in SentEval's classifier: "senteval" (as SentEval, the default)
+    # or "rescaled" (mapped onto 1-5 first; see trainables.relatedness)
+    stsb_encoding: str = "senteval"
     eval_batch_size: int = 1024  # captions encoded at once during evaluation
     # -- run --
     seed: int = 0  # seeds the initialisation and the batch order
@@ -63,6 +69,7 @@ class TrainConfig:
         _check_choice("reduction", self.reduction, REDUCTIONS)
         _check_choice("negatives", self.negatives, NEGATIVES)
         _check_choice("precision", self.precision, PRECISIONS)
+        _check_choice("stsb_encoding", self.stsb_encoding, STSB_ENCODINGS)
         for name in (
             "hidden_size",
             "char_embedding_dim",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -58,11 +59,15 @@ class TrainingData:
         return int(self.train.features.shape[1])
 
     @classmethod
-    def from_store(cls, where: str) -> TrainingData:
+    def from_store(cls, where: str, *, verify: bool = True) -> TrainingData:
+        """Read the three splits of the store at ``where``. With ``verify`` (the default)
+        every shard is checked against the manifest's sha256 while it is read, and a
+        corrupt or replaced shard raises ``StoreError`` naming it; ``verify=False`` skips
+        the hashing (see BENCHMARKS.md for what it costs)."""
         store = FeatureStore.open(where)
         encoding = CharEncoding()
         splits = {
-            name: EncodedSplit.from_split(store.read_split(name), encoding)
+            name: EncodedSplit.from_split(store.read_split(name, verify=verify), encoding)
             for name in ("train", "val", "test")
         }
         if encoding.unknown_count:
@@ -88,3 +93,11 @@ def epoch_batches(num_images: int, batch_size: int, seed: int, epoch: int) -> np
     images = order[: per_pass * batch_size].reshape(per_pass, batch_size)
     passes = [images * CAPTIONS_PER_IMAGE + k for k in range(CAPTIONS_PER_IMAGE)]
     return np.concatenate(passes, axis=0)
+
+
+def default_senteval(store: str) -> str | None:
+    """The semantic sets that came with a store (the embedded world's), if any."""
+    extras = FeatureStore.open(store).manifest.extras
+    if "senteval" not in extras:
+        return None
+    return str(Path(store) / extras["senteval"])

@@ -26,15 +26,21 @@ import torch
 from trainables import names
 from trainables.config import TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches
+from trainables.device import resolve_device
 from trainables.loss import make_loss
 from trainables.metrics import retrieval_metrics
 from trainables.model import CharEncoding, GroundedEncoder
 from trainables.schedule import cyclic_cosine_lr
+from trainables.semantic import (
+    DevSemanticEvaluator,
+    EmbeddingTable,
+    SemanticEvaluation,
+    SemanticEvaluator,
+)
 
 logger = logging.getLogger(__name__)
 
 EmbedFn = Callable[[Sequence[str]], torch.Tensor]
-SemanticFn = Callable[[EmbedFn], dict[str, float]]
 
 
 class NonFiniteLossError(RuntimeError):
@@ -46,15 +52,6 @@ class Snapshot:
     epoch: int
     score: float  # dev R@10 mean at that epoch
     state: dict[str, torch.Tensor]  # the model's weights, on the CPU
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device: {name!r} requested but no CUDA GPU is available")
-    return device
 
 
 class _DeviceSplit:
@@ -69,7 +66,7 @@ class _DeviceSplit:
 
 class Trainer:
     def __init__(
-        self, config: TrainConfig, data: TrainingData, semantic: SemanticFn | None = None
+        self, config: TrainConfig, data: TrainingData, semantic: SemanticEvaluation | None = None
     ) -> None:
         self.config = config
         self.device = resolve_device(config.device)
@@ -101,8 +98,8 @@ class Trainer:
     def run(self) -> Iterator[dict[str, float]]:
         """Yield one dict of metrics per epoch, each epoch once: epoch 0 (untrained), then
         every trained epoch (a resumed run continues after its last reported epoch). The
-        last epoch's dict also holds the ensemble's test metrics (``test/...``,
-        ``ensemble/...``)."""
+        last epoch's dict also holds the snapshot ensemble's test metrics
+        (``ensemble/...``)."""
         while len(self.history) <= self.config.epochs:  # history holds epochs 0..self.epoch
             metrics = self.evaluate_epoch(self.train_one_epoch() if self.history else {})
             if self.epoch == self.config.epochs:
@@ -120,9 +117,9 @@ class Trainer:
         seconds = time.perf_counter() - started
         return {
             names.LOSS: float(losses.mean()),
-            "train/lr": self.optimizer.param_groups[0]["lr"],
-            "time/train_s": seconds,
-            "train/captions_per_s": len(plan) * cfg.batch_size / max(seconds, 1e-9),
+            names.LEARNING_RATE: self.optimizer.param_groups[0]["lr"],
+            names.TRAIN_SECONDS: seconds,
+            names.CAPTIONS_PER_S: len(plan) * cfg.batch_size / max(seconds, 1e-9),
         }
 
     def train_batches(self, plan: np.ndarray) -> torch.Tensor:
@@ -179,27 +176,25 @@ class Trainer:
     # -- evaluation ------------------------------------------------------------
 
     def evaluate_epoch(self, train_metrics: dict[str, float]) -> dict[str, float]:
-        """Dev retrieval (and the semantic sets when due) for the current epoch, and the
-        snapshot bookkeeping at the end of every ``snapshot_interval`` epochs."""
+        """The current model after an epoch: dev retrieval and the dev semantic score
+        (selection), test retrieval and, every ``semantic_every`` epochs, the test
+        battery (reporting); the best dev values so far; and a snapshot at the end of
+        every ``snapshot_interval`` epochs, chosen on dev R@10 mean."""
         started = time.perf_counter()
         metrics: dict[str, float] = {"epoch": float(self.epoch), **train_metrics}
-        with torch.inference_mode():
-            images, captions = self.embed_split(self.val_split, [self.model])
-            retrieval = retrieval_metrics(images, captions)
-        metrics.update({names.key(names.DEV, k): float(v) for k, v in retrieval.items()})
+        models = [self.model]
         every = self.config.semantic_every
-        if self.semantic is not None and every and self.epoch % every == 0:
-            metrics.update(
-                {
-                    names.key(names.DEV, k): float(v)
-                    for k, v in self.semantic(self.embed_fn([self.model])).items()
-                }
-            )
+        battery_due = bool(every) and self.epoch % every == 0
+        metrics.update(self._retrieval(self.val_split, models, names.DEV))
+        metrics.update(self._retrieval(self.test_split, models, names.TEST))
+        metrics.update(
+            self._semantic(models, dev=True, battery=names.TEST if battery_due else None)
+        )
         for name in (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC):
             seen = [h[name] for h in self.history if name in h] + [metrics.get(name, math.nan)]
             if not all(math.isnan(v) for v in seen):
                 metrics[names.best(name)] = float(np.nanmax(seen))
-        metrics["time/eval_s"] = time.perf_counter() - started
+        metrics[names.EVAL_SECONDS] = time.perf_counter() - started
         if self.epoch and self.epoch % self.config.snapshot_interval == 0:
             self._keep_snapshot(metrics[names.PRIMARY_RETRIEVAL])
         return metrics
@@ -212,22 +207,43 @@ class Trainer:
 
     def ensemble_metrics(self) -> dict[str, float]:
         """Test metrics of the ensemble of the best snapshots (embeddings summed on both
-        sides, not renormalised); the current model when no snapshot was taken."""
+        sides, not renormalised), under ``ensemble/``; the current model when no snapshot
+        was taken."""
         models = [self._model_from(s.state) for s in self.snapshots] or [self.model]
-        metrics: dict[str, float] = {"ensemble/size": float(len(models))}
+        metrics: dict[str, float] = {names.ENSEMBLE_SIZE: float(len(models))}
         for k, snap in enumerate(self.snapshots):
-            metrics[f"ensemble/epoch_{k + 1}"] = float(snap.epoch)
+            metrics[names.ensemble_epoch(k + 1)] = float(snap.epoch)
+        metrics.update(self._retrieval(self.test_split, models, names.ENSEMBLE))
+        metrics.update(self._semantic(models, dev=False, battery=names.ENSEMBLE))
+        return metrics
+
+    def _retrieval(
+        self, split: _DeviceSplit, models: Sequence[GroundedEncoder], prefix: str
+    ) -> dict[str, float]:
         with torch.inference_mode():
-            images, captions = self.embed_split(self.test_split, models)
-            retrieval = retrieval_metrics(images, captions)
-        metrics.update({names.key(names.TEST, k): float(v) for k, v in retrieval.items()})
-        if self.semantic is not None and self.config.semantic_every:
-            metrics.update(
-                {
-                    names.key(names.TEST, k): float(v)
-                    for k, v in self.semantic(self.embed_fn(models)).items()
-                }
-            )
+            images, captions = self.embed_split(split, models)
+            values = retrieval_metrics(images, captions)
+        return {names.key(prefix, k): float(v) for k, v in values.items()}
+
+    def _semantic(
+        self, models: Sequence[GroundedEncoder], *, dev: bool, battery: str | None
+    ) -> dict[str, float]:
+        """The dev semantic score (``dev``) and the test battery under the name prefix
+        ``battery`` (when given), every sentence embedded once for both."""
+        if self.semantic is None:
+            return {}
+        evaluators: list[tuple[str, DevSemanticEvaluator | SemanticEvaluator]] = []
+        if dev and self.semantic.dev:
+            evaluators.append((names.DEV, self.semantic.dev))
+        if battery is not None:
+            evaluators.append((battery, self.semantic.test))
+        sentences = [s for _, evaluator in evaluators for s in evaluator.sentences]
+        if not sentences:
+            return {}
+        table = EmbeddingTable.build(self.embed_fn(models), sentences)
+        metrics: dict[str, float] = {}
+        for prefix, evaluator in evaluators:
+            metrics.update({names.key(prefix, k): float(v) for k, v in evaluator(table).items()})
         return metrics
 
     def _model_from(self, state: dict[str, torch.Tensor]) -> GroundedEncoder:

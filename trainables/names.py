@@ -1,19 +1,45 @@
 """Metric names, defined once and used everywhere downstream: Tune's ``metric=``,
 MLflow keys, analysis columns and report tables.
 
-A reported metric is ``"<split>/<name>"``: ``split`` is ``dev`` (evaluated after every
-epoch on the store's ``val`` split and the semantic sets) or ``test`` (the final
-snapshot ensemble). ``name`` is one of the names below.
+A reported metric is ``"<split>/<name>"``, and the split says what may be done with it:
+
+- ``dev``: after every epoch, the current model on **dev data only** (the store's ``val``
+  split, STS-B dev and SICK-R trial). Everything that selects reads these and nothing
+  else: the search's objectives, ASHA, the sampler, snapshot choice, the best trial, the
+  Pareto front and the report's "best" rows.
+- ``test``: after every epoch, the current model on the **test data** (the store's
+  ``test`` split every epoch, the semantic battery every ``semantic_every`` epochs), for
+  the trade-off curves of the paper's Fig. 4. Reporting only: never selected on.
+- ``ensemble``: once, after the last epoch, the snapshot ensemble on the test data: the
+  numbers the paper's tables report (plus ``ensemble/size`` and ``ensemble/epoch_<k>``).
+
+Retrieval ranks count ties against the query and the median rank is the lower middle
+integer (see ``trainables.metrics``), so a collapsed model scores R@K = 0, never 100%.
+
+The two semantic scores are combined differently, for different jobs:
+
+- ``dev/semantic`` = mean of the **cosine Pearson** on STS-B dev and on SICK-R trial
+  (``DEV_SEMANTIC_PARTS``): unsupervised, cheap enough for every epoch, and sharing no
+  sentence pair with any reported set. It is what the search's semantic objective
+  (``dev/semantic_best``) maximises. With only one of the two sets, that one.
+- ``test/semantic`` and ``ensemble/semantic`` = ``(sts12_16_pearson + sickr_pearson) / 2``,
+  the paper's Fig. 4 combination of STS12-16 (unsupervised cosine) and SICK-R (SentEval's
+  supervised protocol) on their test data; with only one of them, that one; with
+  neither, ``stsb_pearson``.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 DEV = "dev"
 TEST = "test"
+ENSEMBLE = "ensemble"
+SPLITS = (DEV, TEST, ENSEMBLE)
 
-# Retrieval (SPEC section 5): R@K in percent, ranks 1-based; c2i = caption->image query.
+# Retrieval (SPEC section 5): R@K in percent, ranks 1-based with ties counted against the
+# query; medr the lower middle rank (an integer); c2i = caption->image query.
 RETRIEVAL = (
     "c2i_r1",
     "c2i_r5",
@@ -30,26 +56,40 @@ RETRIEVAL = (
 
 # Semantic (SPEC section 5): Pearson/Spearman x 1 (not x100), in [-1, 1].
 STS_YEARS = ("sts12", "sts13", "sts14", "sts15", "sts16")
+SUPERVISED_TASKS = ("stsb", "sickr")  # STS-B and SICK-R, as metric-name prefixes
+# The dev score's parts: unsupervised cosine similarity on STS-B dev and SICK-R trial.
+DEV_SEMANTIC_PARTS = tuple(f"{task}_cosine_pearson" for task in SUPERVISED_TASKS)
+DEV_SEMANTIC = (
+    *(f"{task}_cosine_{stat}" for task in SUPERVISED_TASKS for stat in ("pearson", "spearman")),
+    "semantic",  # mean of DEV_SEMANTIC_PARTS: the search's semantic objective
+)
+# The reported battery, on test data (per STS subtask also ``subtask_key`` names).
 SEMANTIC = (
     *(f"{year}_pearson" for year in STS_YEARS),  # per year: pair-weighted mean over subtasks
     *(f"{year}_pearson_mean" for year in STS_YEARS),  # per year: plain mean over subtasks
     "sts12_16_pearson",  # mean of the five per-year pair-weighted Pearsons
-    "stsb_pearson",
-    "stsb_spearman",
-    "stsb_mse",
-    "sickr_pearson",
-    "sickr_spearman",
-    "sickr_mse",
-    "semantic",  # the combined score of the trade-off curves (see trainables.semantic)
+    # SentEval's supervised protocol (a classifier on [|u-v|, u*v]), test split
+    *(f"{task}_{stat}" for task in SUPERVISED_TASKS for stat in ("pearson", "spearman", "mse")),
+    # the unsupervised cosine protocol of post-2019 work (SimCSE, MTEB), test split
+    *(f"{task}_cosine_{stat}" for task in SUPERVISED_TASKS for stat in ("pearson", "spearman")),
+    "semantic",  # (sts12_16_pearson + sickr_pearson) / 2: the paper's Fig. 4 combination
 )
 
 LOSS = "train/loss"
+LEARNING_RATE = "train/lr"
+CAPTIONS_PER_S = "train/captions_per_s"
+TRAIN_SECONDS = "time/train_s"
+EVAL_SECONDS = "time/eval_s"
+ENSEMBLE_SIZE = f"{ENSEMBLE}/size"
+
 PRIMARY_RETRIEVAL = f"{DEV}/r10_mean"
 PRIMARY_SEMANTIC = f"{DEV}/semantic"
 # The search's objectives: the best value of a dev metric over the epochs so far (the
 # paper selects on dev retrieval; the semantic score peaks early, so its best matters).
 BEST_RETRIEVAL = f"{PRIMARY_RETRIEVAL}_best"
 BEST_SEMANTIC = f"{PRIMARY_SEMANTIC}_best"
+# Present in a trial's report once its last epoch ran: the ensemble's test R@10 mean.
+FINISHED = f"{ENSEMBLE}/r10_mean"
 
 
 def best(metric: str) -> str:
@@ -62,8 +102,34 @@ def key(split: str, name: str) -> str:
     return f"{split}/{name}"
 
 
+def ensemble_epoch(k: int) -> str:
+    """The epoch of the ensemble's ``k``-th snapshot (1-based): ``ensemble/epoch_1``."""
+    return f"{ENSEMBLE}/epoch_{k}"
+
+
 def subtask_key(year: str, subtask: str, statistic: str) -> str:
     """Per-subtask STS metric name: ``subtask_key("STS12", "surprise.OnWN", "pearson")
     == "sts12_surprise_onwn_pearson"``."""
     slug = re.sub(r"[^a-z0-9]+", "_", subtask.lower()).strip("_")
     return f"{year.lower()}_{slug}_{statistic}"
+
+
+def task_prefix(task: str) -> str:
+    """A supervised task's metric prefix: ``task_prefix("STS-B") == "stsb"``."""
+    return re.sub(r"[^a-z0-9]", "", task.lower())
+
+
+def is_finished(metrics: Mapping[str, object]) -> bool:
+    """Whether a trial's report holds its ensemble's test metrics (its last epoch ran)."""
+    return FINISHED in metrics
+
+
+def selectable(metric: str) -> str:
+    """``metric`` if a search may select on it (a dev metric or the best of one), else
+    ``ValueError``: test and ensemble values are for reporting only."""
+    if not metric.startswith(f"{DEV}/"):
+        raise ValueError(
+            f"{metric!r} cannot be selected on: only {DEV}/ metrics (dev data) may be; "
+            f"{TEST}/ and {ENSEMBLE}/ metrics are computed on test data, for reporting"
+        )
+    return metric

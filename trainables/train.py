@@ -21,37 +21,15 @@ from pathlib import Path
 
 import torch
 
-from storage import FeatureStore, StoreError
+from storage import StoreError
 from storage._atomic import write_bytes_atomic
-from storage.senteval import SemanticBenchmark, load_senteval
 from trainables import names
 from trainables.config import TrainConfig
-from trainables.data import TrainingData
-from trainables.loop import NonFiniteLossError, SemanticFn, Trainer, resolve_device
-from trainables.semantic import SemanticEvaluator
+from trainables.data import TrainingData, default_senteval
+from trainables.loop import NonFiniteLossError, Trainer
+from trainables.semantic import make_semantic
 
 logger = logging.getLogger(__name__)
-
-
-def default_senteval(store: str) -> str | None:
-    """The semantic sets that came with a store (the embedded world's), if any."""
-    extras = FeatureStore.open(store).manifest.extras
-    if "senteval" not in extras:
-        return None
-    return str(Path(store) / extras["senteval"])
-
-
-def make_semantic(
-    senteval: str | SemanticBenchmark | None, config: TrainConfig
-) -> SemanticFn | None:
-    """The semantic evaluator for ``senteval`` (a SentEval ``data/downstream`` directory,
-    or the benchmark already loaded from one) on the training device; ``None`` when there
-    is nothing to evaluate."""
-    if senteval is None or config.semantic_every == 0:
-        return None
-    benchmark = senteval if isinstance(senteval, SemanticBenchmark) else load_senteval(senteval)
-    device = resolve_device(config.device)
-    return SemanticEvaluator(benchmark, device=device, seed=config.seed)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -68,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
         "semantic sets, if it has any)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object per epoch")
+    parser.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip checking every shard's sha256 against the manifest while reading (saves "
+        "about a third of the store read; a corrupt shard then trains silently)",
+    )
     parser.add_argument(
         "--checkpoint",
         type=Path,
@@ -91,14 +75,20 @@ def _line(metrics: dict[str, float]) -> str:
     if names.LOSS in metrics:
         parts.append(f"loss {metrics[names.LOSS]:8.3f}")
     parts += _scores(metrics, names.DEV)
-    if "time/train_s" in metrics:
+    if names.TRAIN_SECONDS in metrics:
         parts.append(
-            f"({metrics['time/train_s']:.1f} s train, {metrics['time/eval_s']:.1f} s eval)"
+            f"({metrics[names.TRAIN_SECONDS]:.1f} s train, "
+            f"{metrics[names.EVAL_SECONDS]:.1f} s eval)"
         )
     line = "  ".join(parts)
-    if names.key(names.TEST, "r10_mean") in metrics:
-        epochs = [str(int(v)) for k, v in metrics.items() if k.startswith("ensemble/epoch_")]
-        test = "  ".join(_scores(metrics, names.TEST))
+    if names.is_finished(metrics):
+        size = int(metrics[names.ENSEMBLE_SIZE])
+        epochs = [
+            str(int(metrics[names.ensemble_epoch(k + 1)]))
+            for k in range(size)
+            if names.ensemble_epoch(k + 1) in metrics
+        ]
+        test = "  ".join(_scores(metrics, names.ENSEMBLE))
         line += f"\ntest, ensemble of epochs {', '.join(epochs) or '(final model)'}:  {test}"
     return line
 
@@ -127,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     try:
         config = TrainConfig.from_dict(overrides)
-        data = TrainingData.from_store(args.data)
+        data = TrainingData.from_store(args.data, verify=not args.no_verify)
         senteval = args.senteval or default_senteval(args.data)
         trainer = Trainer(config, data, make_semantic(senteval, config))
         if args.checkpoint is not None and args.checkpoint.exists():

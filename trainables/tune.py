@@ -27,7 +27,7 @@ from storage.senteval import SemanticBenchmark
 from trainables.config import TrainConfig
 from trainables.data import TrainingData
 from trainables.loop import Trainer
-from trainables.train import make_semantic
+from trainables.semantic import make_semantic
 
 CHECKPOINT_FILE = "trainer.pt"
 
@@ -37,14 +37,16 @@ def grounded_trainable(
     data: TrainingData | str,
     senteval: SemanticBenchmark | str | None = None,
     gpu_share: float | None = None,
+    verify: bool = True,
 ) -> None:
     """``gpu_share``: this trial's fraction of a GPU packed with others; its memory is
-    capped to that share so one trial cannot starve the rest."""
+    capped to that share so one trial cannot starve the rest. ``verify``: check a store
+    read by the trial itself against its manifest's checksums."""
     train_config = TrainConfig.from_dict(config)
     if gpu_share is not None and torch.cuda.is_available():
         torch.cuda.set_per_process_memory_fraction(gpu_share)
     if isinstance(data, str):
-        data = _read_store(data)
+        data = _read_store(data, verify)
     trainer = Trainer(train_config, data, make_semantic(senteval, train_config))
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
@@ -57,6 +59,6 @@ def grounded_trainable(
 
 
 @functools.lru_cache(maxsize=1)
-def _read_store(uri: str) -> TrainingData:
+def _read_store(uri: str, verify: bool) -> TrainingData:
     """A store read by the trial itself, once per worker process."""
-    return TrainingData.from_store(uri)
+    return TrainingData.from_store(uri, verify=verify)

@@ -129,30 +129,45 @@ def _stsb_file(pairs: list[ScenePair], split: str) -> str:
 def write_semantic_sets(
     out_dir: str | os.PathLike[str], seed: int, sizes: SemanticSizes
 ) -> dict[str, int]:
-    """Write every set and ``suite.json`` under ``out_dir``; returns pairs per set."""
+    """Write every set and ``suite.json`` under ``out_dir``; returns pairs per set.
+
+    The dev sets (SICK trial, STS-B dev) select models, so none of their pairs may be a
+    reported one: a dev pair that also occurs (in either order) in STS12-16 or a test
+    split is left out of its dev set (at the default sizes none does)."""
     root = Path(out_dir)
     counts: dict[str, int] = {}
-    for year, subtasks in STS_SUBTASKS.items():
-        for subtask in subtasks:
-            pairs = make_pairs(seed, f"{year}/{subtask}", sizes.sts_pairs, subtask)
-            inputs, gold = _sts_files(pairs)
-            folder = root / "STS" / f"{year}-en-test"
-            write_text_atomic(folder / f"STS.input.{subtask}.txt", inputs)
-            write_text_atomic(folder / f"STS.gs.{subtask}.txt", gold)
-            counts[f"{year}/{subtask}"] = len(pairs)
-    first_id = 1
+    sts = {
+        (year, subtask): make_pairs(seed, f"{year}/{subtask}", sizes.sts_pairs, subtask)
+        for year, subtasks in STS_SUBTASKS.items()
+        for subtask in subtasks
+    }
     sick_names = ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt")
-    for filename, count in zip(sick_names, sizes.sick, strict=True):
-        pairs = make_pairs(seed, f"SICK/{filename}", count, "mixed")
+    sick = [
+        make_pairs(seed, f"SICK/{filename}", count, "mixed")
+        for filename, count in zip(sick_names, sizes.sick, strict=True)
+    ]
+    stsb = [
+        make_pairs(seed, f"STS-B/{split}", count, "mixed")
+        for split, count in zip(("train", "dev", "test"), sizes.stsb, strict=True)
+    ]
+    reported = {_pair_key(p) for pairs in (*sts.values(), sick[2], stsb[2]) for p in pairs}
+    sick[1], stsb[1] = (_without(dev, reported) for dev in (sick[1], stsb[1]))
+    for (year, subtask), pairs in sts.items():
+        inputs, gold = _sts_files(pairs)
+        folder = root / "STS" / f"{year}-en-test"
+        write_text_atomic(folder / f"STS.input.{subtask}.txt", inputs)
+        write_text_atomic(folder / f"STS.gs.{subtask}.txt", gold)
+        counts[f"{year}/{subtask}"] = len(pairs)
+    first_id = 1
+    for filename, pairs in zip(sick_names, sick, strict=True):
         write_text_atomic(root / "SICK" / filename, _sick_file(pairs, first_id))
-        first_id += count
-        counts[f"SICK-R/{filename}"] = count
-    for split, count in zip(("train", "dev", "test"), sizes.stsb, strict=True):
-        pairs = make_pairs(seed, f"STS-B/{split}", count, "mixed")
+        first_id += len(pairs)
+        counts[f"SICK-R/{filename}"] = len(pairs)
+    for split, pairs in zip(("train", "dev", "test"), stsb, strict=True):
         write_text_atomic(
             root / "STS" / "STSBenchmark" / f"sts-{split}.csv", _stsb_file(pairs, split)
         )
-        counts[f"STS-B/{split}"] = count
+        counts[f"STS-B/{split}"] = len(pairs)
     suite = {
         "name": SUITE_NAME,
         "sts": {year: list(subtasks) for year, subtasks in STS_SUBTASKS.items()},
@@ -161,3 +176,14 @@ def write_semantic_sets(
     write_json_atomic(root / "suite.json", suite)
     logger.info("wrote semantic sets under %s: %s", root, asdict(sizes))
     return counts
+
+
+def _pair_key(pair: ScenePair) -> frozenset[str]:
+    return frozenset((pair.sentence1, pair.sentence2))
+
+
+def _without(dev: list[ScenePair], reported: set[frozenset[str]]) -> list[ScenePair]:
+    kept = [p for p in dev if _pair_key(p) not in reported]
+    if len(kept) < len(dev):
+        logger.info("left %d dev pair(s) out: they also occur in a test set", len(dev) - len(kept))
+    return kept

@@ -13,7 +13,7 @@ from trainables import names
 from trainables.metrics import pearson_ci, recall_ci
 
 R, S = names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC
-STS, SICK = names.key(names.DEV, "sts12_16_pearson"), names.key(names.DEV, "sickr_pearson")
+STSB, SICK = (names.key(names.DEV, part) for part in names.DEV_SEMANTIC_PARTS)
 
 
 def _history(trial_id: str, points: list[tuple[float, float]]) -> list[dict[str, object]]:
@@ -67,8 +67,8 @@ def test_best_semantic_epoch_marks_the_peak_of_each_curve() -> None:
 
 def test_sensitivity_intervals_are_the_recall_and_fisher_z_intervals() -> None:
     history = [
-        {"trial_id": "a", "epoch": 0, R: 10.0, S: 0.5, STS: 0.6, SICK: 0.4},
-        {"trial_id": "a", "epoch": 1, R: 40.0, S: 0.55, STS: 0.7, SICK: 0.4},
+        {"trial_id": "a", "epoch": 0, R: 10.0, S: 0.5, STSB: 0.6, SICK: 0.4},
+        {"trial_id": "a", "epoch": 1, R: 40.0, S: 0.55, STSB: 0.7, SICK: 0.4},
     ]
     record = make_record(
         [
@@ -78,21 +78,21 @@ def test_sensitivity_intervals_are_the_recall_and_fisher_z_intervals() -> None:
                 "rnn_type": "gru",
                 names.BEST_RETRIEVAL: 40.0,
                 names.BEST_SEMANTIC: 0.55,
-                names.key(names.TEST, "r10_mean"): 50.0,
+                names.FINISHED: 50.0,
             },
             {"trial_id": "b", "margin": 0.4, "rnn_type": "lstm", names.BEST_RETRIEVAL: 20.0},
         ],
         history,
         param_kinds={"margin": CONTINUOUS, "rnn_type": CATEGORICAL},
         split_images={"val": 100, "test": 1000},
-        pair_counts={"sts12_16_pearson": 500, "sickr_pearson": 200},
+        pair_counts={STSB: 500, SICK: 200, "sickr_pearson": 4000},  # the dev parts' pairs
     )
     table = _compute.sensitivity(record)
     margin = table[table["param"] == "margin"].set_index(["trial_id", "metric"])
     assert len(margin) == 4  # trial b has neither a semantic score nor test metrics
     row = margin.loc[("a", names.BEST_RETRIEVAL)]
     assert (row["ci_low"], row["ci_high"]) == pytest.approx(recall_ci(40.0, 100))
-    row = margin.loc[("a", names.key(names.TEST, "r10_mean"))]
+    row = margin.loc[("a", names.FINISHED)]
     assert (row["ci_low"], row["ci_high"]) == pytest.approx(recall_ci(50.0, 1000))
     sts, sick = pearson_ci(0.7, 500), pearson_ci(0.4, 200)  # the parts at epoch 1, the peak
     row = margin.loc[("a", names.BEST_SEMANTIC)]
@@ -123,7 +123,7 @@ def test_margin_range_check_compares_inside_and_outside_the_papers_range() -> No
 
 
 def test_best_trials_are_finished_and_deduplicated() -> None:
-    test_r10 = names.key(names.TEST, "r10_mean")
+    test_r10 = names.FINISHED
     record = make_record(
         [
             {"trial_id": "a", names.BEST_RETRIEVAL: 90.0, names.BEST_SEMANTIC: 0.9},  # unfinished

@@ -11,6 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from analysis import compare, report
 from tests.analysis.conftest import RealSearch
+from tests.corrupt import corrupt_copy
 from trainables import names
 
 pytestmark = pytest.mark.slow
@@ -59,7 +60,7 @@ def test_report_of_a_real_search(real_search: RealSearch, tmp_path: Path, capsys
     retrieval = pd.read_csv(tmp_path / "tables" / "table_retrieval.csv")
     _, parent, metrics, _ = _runs(real_search)
     for row in retrieval.itertuples():
-        assert row.c2i_r1 == metrics[row.model][names.key(names.TEST, "c2i_r1")]
+        assert row.c2i_r1 == metrics[row.model][names.key(names.ENSEMBLE, "c2i_r1")]
 
     client, parent, _, _ = _runs(real_search)
     logged = {a.path for a in client.list_artifacts(parent, "report")}
@@ -81,11 +82,11 @@ def test_compare_two_trials_reproduces_their_logged_test_metrics(
     assert "Steiger" in out and "sickr_pearson" in out
     rows = pd.read_csv(csv).set_index("metric")
     for name in ("c2i_r1", "i2c_r10", "i2c_medr", "r10_mean"):  # the same ensembles, rebuilt
-        assert rows.loc[name, "a"] == pytest.approx(metrics[a][names.key(names.TEST, name)])
-        assert rows.loc[name, "b"] == pytest.approx(metrics[b][names.key(names.TEST, name)])
+        assert rows.loc[name, "a"] == pytest.approx(metrics[a][names.key(names.ENSEMBLE, name)])
+        assert rows.loc[name, "b"] == pytest.approx(metrics[b][names.key(names.ENSEMBLE, name)])
     semantic = rows[rows["kind"] == "semantic"]
-    for key in ("sickr_pearson", "stsb_pearson", "sts12_typos_pearson"):
-        assert semantic.loc[key, "r_a"] == pytest.approx(metrics[a][names.key(names.TEST, key)])
+    for key in ("sickr_pearson", "stsb_pearson", "sts12_typos_pearson", "stsb_cosine_pearson"):
+        assert semantic.loc[key, "r_a"] == pytest.approx(metrics[a][names.key(names.ENSEMBLE, key)])
     assert semantic["p_steiger"].between(0, 1).all()
 
 
@@ -98,6 +99,19 @@ def test_compare_a_trial_with_itself_finds_no_difference(
     assert compare.main([*argv, "--resamples", "500", "--csv", str(csv), "--device", "cpu"]) == 0
     rows = pd.read_csv(csv)
     assert (rows["diff"] == 0).all() and (rows["p_bootstrap"] == 1.0).all()
+
+
+@pytest.mark.parametrize("shard", ["images/test-00000.parquet", "captions/test-00000.parquet"])
+def test_compare_refuses_a_corrupt_shard(
+    real_search: RealSearch, tmp_path: Path, capsys, shard: str
+) -> None:
+    trial = sorted(_runs(real_search)[2])[0]
+    store = corrupt_copy(real_search.runs_dir / "world-smoke", tmp_path / "store", shard)
+    argv = [trial, trial, "--runs-dir", str(real_search.runs_dir), "--data", str(store)]
+    assert compare.main([*argv, "--no-semantic", "--resamples", "10"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --data {store}: ")
+    assert f"{shard}: checksum mismatch" in err[0]
 
 
 def test_compare_unknown_run(real_search: RealSearch, capsys) -> None:

@@ -28,7 +28,7 @@ def _epochs(retrieval: list[float], semantic: list[float] | None = None) -> list
 
 
 def _finished(trial_id: str, margin: float, semantic: bool = True) -> dict[str, object]:
-    test = {names.key(names.TEST, k): v for k, v in (("r10_mean", 60.0), ("c2i_r1", 20.0))}
+    test = {names.key(names.ENSEMBLE, k): v for k, v in (("r10_mean", 60.0), ("c2i_r1", 20.0))}
     return {
         "trial_id": trial_id,
         "outcome": "finished",

@@ -22,7 +22,7 @@ MSRPAR = names.subtask_key("STS12", "MSRpar", "pearson")
 
 
 def _record(dataset: str | None, **kwargs: object):
-    trial = {"trial_id": "t1", **{names.key(names.TEST, k): v for k, v in TEST_METRICS.items()}}
+    trial = {"trial_id": "t1", **{names.key(names.ENSEMBLE, k): v for k, v in TEST_METRICS.items()}}
     return make_record(
         [trial, {"trial_id": "t2"}],
         dataset=dataset,
@@ -88,7 +88,7 @@ def test_semantic_table_rows_in_table5_layout_with_fisher_z_intervals() -> None:
 
 
 def test_semantic_table_of_a_suite_that_is_not_senteval() -> None:
-    trial = {"trial_id": "t1", names.key(names.TEST, "sts13_long_sentences_pearson"): 0.25}
+    trial = {"trial_id": "t1", names.key(names.ENSEMBLE, "sts13_long_sentences_pearson"): 0.25}
     record = make_record(
         [trial], dataset="flickr8k", pair_counts={"sts13_long_sentences_pearson": 60}
     )

@@ -29,9 +29,9 @@ from storage.build import build_synthetic  # noqa: E402
 from tests.gridsearch.faults import Driver, MlflowServer, node_running  # noqa: E402
 from trainables import names  # noqa: E402
 from trainables.config import TrainConfig  # noqa: E402
-from trainables.data import TrainingData  # noqa: E402
+from trainables.data import TrainingData, default_senteval  # noqa: E402
 from trainables.loop import Trainer  # noqa: E402
-from trainables.train import default_senteval, make_semantic  # noqa: E402
+from trainables.semantic import make_semantic  # noqa: E402
 from trainables.tune import grounded_trainable  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -297,6 +297,33 @@ def test_the_senteval_loader_reads_the_sets(world: WorldFiles) -> None:
     assert set(bench.supervised) == {"SICK-R", "STS-B"}
 
 
+@pytest.mark.parametrize("images", [120, 2000])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_dev_sets_share_no_pair_with_any_test_set(tmp_path: Path, images: int, seed: int) -> None:
+    """The dev semantic score (STS-B dev, SICK-R trial) must not see a reported pair: no
+    sentence pair of a dev set, in either order, occurs in STS12-16 or a test split."""
+    from storage.synthetic._semantic import semantic_sizes, write_semantic_sets
+
+    write_semantic_sets(tmp_path, seed, semantic_sizes(images))
+    bench = load_senteval(tmp_path)
+
+    def pairs(sets) -> set[frozenset[str]]:
+        return {frozenset(p) for s in sets for p in zip(s.sentences1, s.sentences2, strict=True)}
+
+    dev = pairs(task.dev for task in bench.supervised.values())
+    test = pairs([task.test for task in bench.supervised.values()])
+    test |= pairs(p for year in bench.sts.values() for p in year.values())
+    assert len(dev) > 50 and not dev & test
+
+
+def test_a_dev_pair_that_is_also_reported_is_left_out() -> None:
+    from storage.synthetic._semantic import _without, make_pairs
+
+    pairs = make_pairs(0, "STS-B/dev", 5, "mixed")
+    reported = {frozenset((pairs[1].sentence2, pairs[1].sentence1))}  # either order
+    assert _without(pairs, reported) == [pairs[0], *pairs[2:]]
+
+
 def test_held_out_forms_never_occur_in_training_captions() -> None:
     captions = [c for group in caption_scenes(generate_scenes(3000, 5), 5) for c in group]
     patterns = {**HELD_OUT_FORMS, **{p: p for p in held_out_phrases()}}

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from storage import StoreError
+from tests.corrupt import corrupt_copy
 from trainables import names
 from trainables.config import TrainConfig
-from trainables.data import TrainingData
+from trainables.data import TrainingData, default_senteval
 from trainables.loop import NonFiniteLossError, Trainer
-from trainables.train import default_senteval, main, make_semantic
+from trainables.relatedness import RelatednessProtocol
+from trainables.semantic import make_semantic
+from trainables.train import main
 
 SMALL = dict(
     hidden_size=8,
@@ -37,16 +43,75 @@ def test_run_reports_epoch_zero_every_epoch_and_the_ensemble(data: TrainingData)
     assert [r["epoch"] for r in reports] == [0.0, 1.0, 2.0, 3.0]
     assert names.LOSS not in reports[0] and names.LOSS in reports[1]
     for report in reports:
-        assert set(names.key(names.DEV, k) for k in names.RETRIEVAL) <= set(report)
+        for split in (names.DEV, names.TEST):  # dev to select on, test for the curves
+            assert set(names.key(split, k) for k in names.RETRIEVAL) <= set(report)
         assert report[names.BEST_RETRIEVAL] == max(
             r[names.PRIMARY_RETRIEVAL] for r in reports[: int(report["epoch"]) + 1]
         )
-    assert not any(k.startswith("test/") for r in reports[:-1] for k in r)
+    assert not any(names.is_finished(r) for r in reports[:-1])
+    assert not any(k.startswith("ensemble/") for r in reports[:-1] for k in r)
     final = reports[-1]
-    assert set(names.key(names.TEST, k) for k in names.RETRIEVAL) <= set(final)
+    assert set(names.key(names.ENSEMBLE, k) for k in names.RETRIEVAL) <= set(final)
     assert final["ensemble/size"] == 2.0
     best = sorted(reports[1:], key=lambda r: -r[names.PRIMARY_RETRIEVAL])[:2]
     assert {final["ensemble/epoch_1"], final["ensemble/epoch_2"]} == {r["epoch"] for r in best}
+
+
+def _with_shuffled_test_data(data: TrainingData, seed: int) -> TrainingData:
+    """``data`` whose test split pairs every caption with a random image's features."""
+    test = data.test
+    order = np.random.default_rng(seed).permutation(test.num_images)
+    shuffled = dataclasses.replace(test, features=np.ascontiguousarray(test.features[order]))
+    return dataclasses.replace(data, test=shuffled)
+
+
+def test_selection_reads_dev_data_only(tiny_world: Path, data: TrainingData) -> None:
+    """Shuffle every test gold score and the test split's image-caption pairing: every
+    dev metric, the best-so-far objectives and the ensemble's snapshots stay exactly the
+    same; only test and ensemble values move."""
+    from storage.senteval import load_senteval
+    from tests.trainables.test_semantic import shuffled_test_golds
+
+    bench = load_senteval(default_senteval(str(tiny_world)))
+    config = TrainConfig(**{**SMALL, "semantic_every": 2, "epochs": 3})
+    fast = RelatednessProtocol(max_epoch=0)
+    runs = []
+    for benchmark, train_data in (
+        (bench, data),
+        (shuffled_test_golds(bench, seed=1), _with_shuffled_test_data(data, seed=1)),
+    ):
+        semantic = make_semantic(benchmark, config)
+        semantic.test.protocol = fast  # one round of the classifier: the rule is the same
+        runs.append(list(Trainer(config, train_data, semantic).run()))
+    honest, shuffled = runs
+    for a, b in zip(honest, shuffled, strict=True):
+        selection = {
+            k: v for k, v in a.items() if k.startswith("dev/") or k.startswith("ensemble/epoch")
+        }
+        assert selection == {k: b[k] for k in selection}
+        assert names.PRIMARY_SEMANTIC in a and names.BEST_SEMANTIC in a
+    assert honest[-1]["ensemble/epoch_1"] == shuffled[-1]["ensemble/epoch_1"]
+    moved = [
+        k
+        for k in honest[-1]
+        if k.startswith(("test/", "ensemble/")) and honest[-1][k] != shuffled[-1][k]
+    ]
+    assert names.key(names.TEST, "r10_mean") in moved and names.FINISHED in moved
+    assert names.key(names.ENSEMBLE, "sts12_16_pearson") in moved
+
+
+def test_the_test_battery_runs_every_semantic_every_epochs(
+    tiny_world: Path, data: TrainingData
+) -> None:
+    config = TrainConfig(**{**SMALL, "semantic_every": 2, "epochs": 3})
+    semantic = make_semantic(default_senteval(str(tiny_world)), config)
+    semantic.test.protocol = RelatednessProtocol(max_epoch=0)
+    reports = list(Trainer(config, data, semantic).run())
+    battery = names.key(names.TEST, "sts12_16_pearson")
+    assert [battery in r for r in reports] == [True, False, True, False]
+    assert all(names.PRIMARY_SEMANTIC in r for r in reports)  # the dev score: every epoch
+    assert names.key(names.ENSEMBLE, "semantic") in reports[-1]
+    assert set(names.key(names.DEV, k) for k in names.DEV_SEMANTIC) <= set(reports[1])
 
 
 def test_resume_from_a_checkpoint_gives_the_same_metrics(data: TrainingData) -> None:
@@ -126,7 +191,7 @@ def test_cli_prints_json_per_epoch_with_semantic_metrics(
     assert [line["epoch"] for line in lines] == [0, 1, 2]
     assert all(names.PRIMARY_SEMANTIC in line for line in lines)
     assert lines[2][names.BEST_SEMANTIC] == max(line[names.PRIMARY_SEMANTIC] for line in lines)
-    assert names.key(names.TEST, "semantic") in lines[-1]
+    assert names.key(names.ENSEMBLE, "semantic") in lines[-1]
     assert (tmp_path / "c.pt").exists()
     # Resuming a finished run has nothing left to report.
     assert main(args) == 0
@@ -142,6 +207,33 @@ def test_cli_rejects_bad_values_by_name(
     assert "not a feature store" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("shard", ["images/train-00000.parquet", "captions/test-00000.parquet"])
+@pytest.mark.parametrize("position", [0.1, 0.5, 0.99])
+def test_a_corrupt_shard_stops_training_naming_it(
+    tiny_world: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    shard: str,
+    position: float,
+) -> None:
+    store = corrupt_copy(tiny_world, tmp_path / "store", shard, position)
+    checkpoint = tmp_path / "c.pt"
+    args = ["--data", str(store), "--hidden-size", "8", "--batch-size", "8", "--epochs", "1"]
+    assert main([*args, "--checkpoint", str(checkpoint)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "Traceback" not in err[0]
+    assert f"{shard}: checksum mismatch" in err[0]
+    assert not checkpoint.exists()  # nothing trained
+    with pytest.raises(StoreError, match=f"{shard}: checksum mismatch"):
+        TrainingData.from_store(str(store))
+
+
+def test_no_verify_reads_a_corrupt_store(tiny_world: Path, tmp_path: Path) -> None:
+    store = corrupt_copy(tiny_world, tmp_path / "store")
+    data = TrainingData.from_store(str(store), verify=False)
+    assert data.train.num_images == TrainingData.from_store(str(tiny_world)).train.num_images
+
+
 def test_store_brings_its_semantic_sets(tiny_world: Path) -> None:
     senteval = default_senteval(str(tiny_world))
     assert senteval is not None and Path(senteval, "suite.json").exists()
@@ -154,6 +246,6 @@ def test_bf16_autocast_stays_close_to_fp32(data: TrainingData) -> None:
         trainer = Trainer(TrainConfig(**{**SMALL, "epochs": 1, "precision": precision}), data)
         reports[precision] = list(trainer.run())
     fp32, bf16 = reports["fp32"][1], reports["bf16"][1]
-    assert names.key(names.TEST, "r10_mean") in bf16
+    assert names.is_finished(bf16)
     assert bf16[names.LOSS] == pytest.approx(fp32[names.LOSS], rel=0.05)
     assert abs(bf16[names.PRIMARY_RETRIEVAL] - fp32[names.PRIMARY_RETRIEVAL]) < 10

@@ -23,21 +23,19 @@ from storage.senteval import (
 )
 from tests.storage.test_senteval import _write, write_official_tree
 from trainables import names, semantic
+from trainables.config import TrainConfig
+from trainables.relatedness import RelatednessProtocol
 from trainables.semantic import (
+    DevSemanticEvaluator,
     EmbeddingTable,
-    RelatednessProtocol,
     SemanticEvaluator,
-    _Adam,
-    _gradient,
-    from_class_scale,
-    relatedness_targets,
+    cosine_similarity,
+    dev_semantic_score,
+    make_semantic,
     semantic_score,
     sts_metrics,
-    supervised_relatedness,
-    to_class_scale,
 )
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 SIZES = {("STS12", "MSRpar"): 9, ("STS12", "MSRvid"): 5, ("STS13", "FNWN"): 12}
 
 
@@ -170,152 +168,6 @@ def test_embedding_table_reuses_itself() -> None:
         table(["c"])
 
 
-@pytest.mark.parametrize(
-    ("score", "score_range", "expected"),
-    [
-        (3.4, (1.0, 5.0), [0, 0, 0.6, 0.4, 0]),
-        (1.0, (1.0, 5.0), [1, 0, 0, 0, 0]),
-        (2.0, (1.0, 5.0), [0, 1, 0, 0, 0]),
-        (4.75, (1.0, 5.0), [0, 0, 0, 0.25, 0.75]),
-        (5.0, (1.0, 5.0), [0, 0, 0, 0, 1]),
-        (0.0, (0.0, 5.0), [1, 0, 0, 0, 0]),  # STS-B: [0, 5] -> [1, 5], 0 -> 1
-        (0.4, (0.0, 5.0), [0.68, 0.32, 0, 0, 0]),  # -> 1.32
-        (2.5, (0.0, 5.0), [0, 0, 1, 0, 0]),  # -> 3
-        (5.0, (0.0, 5.0), [0, 0, 0, 0, 1]),
-    ],
-)
-def test_relatedness_targets_by_hand(score, score_range, expected) -> None:
-    target = relatedness_targets(np.array([score]), score_range)
-    np.testing.assert_allclose(target, [expected], atol=1e-12)
-    assert target.sum() == pytest.approx(1.0)
-    class_score = to_class_scale(np.array([score]), score_range)
-    assert target @ np.arange(1, 6) == pytest.approx(class_score)
-    assert from_class_scale(class_score, score_range) == pytest.approx([score])
-
-
-def test_scores_outside_the_range_are_rejected() -> None:
-    with pytest.raises(ValueError, match=r"scores must lie in \(1.0, 5.0\), got \[0.5, 3.0\]"):
-        relatedness_targets(np.array([0.5, 3.0]), (1.0, 5.0))
-
-
-def test_training_step_matches_autograd_and_torch_adam() -> None:
-    """The hand-written step against SentEval's model: Linear + Softmax, summed MSE, Adam."""
-    rng = np.random.default_rng(0)
-    x = torch.from_numpy(rng.normal(size=(64, 9))).float()
-    x[:, -1] = 1.0  # the bias column
-    target = torch.from_numpy(relatedness_targets(rng.uniform(1, 5, 64), (1.0, 5.0))).float()
-    linear = torch.nn.Linear(8, 5)
-    weights = torch.cat([linear.weight, linear.bias[:, None]], dim=1).detach().clone()
-    optimizer = torch.optim.Adam(linear.parameters(), lr=1e-3)
-    adam = _Adam(weights, lr=1e-3)
-    for step in range(30):
-        batch = slice(2 * step, 2 * step + 34)
-        loss = torch.nn.functional.mse_loss(
-            torch.softmax(linear(x[batch, :-1]), dim=1), target[batch], reduction="sum"
-        )
-        optimizer.zero_grad()
-        loss.backward()
-        expected_grad = torch.cat([linear.weight.grad, linear.bias.grad[:, None]], dim=1)
-        grad = _gradient(weights, x[batch], target[batch])
-        torch.testing.assert_close(grad, expected_grad, rtol=1e-5, atol=1e-6)
-        optimizer.step()
-        adam.step(grad)
-    expected = torch.cat([linear.weight, linear.bias[:, None]], dim=1).detach()
-    torch.testing.assert_close(weights, expected, rtol=1e-5, atol=1e-6)
-
-
-def synthetic_task(
-    seed: int,
-    *,
-    learnable: bool,
-    dim: int = 12,
-    name: str = "SICK-R",
-    sizes: tuple[int, int, int] = (600, 150, 400),
-):
-    """Random sentence embeddings; gold scores a linear function of the features
-    [|u - v|, u * v] rescaled into the score range, or independent random scores."""
-    rng = np.random.default_rng(seed)
-    score_range = (1.0, 5.0) if name == "SICK-R" else (0.0, 5.0)
-    weights = rng.normal(size=2 * dim)
-    vectors: dict[str, np.ndarray] = {}
-    splits = []
-    for split, n in zip(("train", "dev", "test"), sizes, strict=True):
-        s1 = tuple(f"{split} {i} a" for i in range(n))
-        s2 = tuple(f"{split} {i} b" for i in range(n))
-        u, v = rng.normal(size=(n, dim)), rng.normal(size=(n, dim))
-        vectors.update(zip(s1, u, strict=True))
-        vectors.update(zip(s2, v, strict=True))
-        score = np.c_[np.abs(u - v), u * v] @ weights if learnable else rng.normal(size=n)
-        splits.append((s1, s2, score))
-    everything = np.concatenate([score for _, _, score in splits])
-    low, high = score_range
-    pairs = [
-        SentencePairs(
-            f"{name}/{split}",
-            s1,
-            s2,
-            low + (high - low) * (score - everything.min()) / np.ptp(everything),
-        )
-        for split, (s1, s2, score) in zip(("train", "dev", "test"), splits, strict=True)
-    ]
-    task = SupervisedTask(name, *pairs, score_range=score_range)
-    return task, lambda sentences: np.stack([vectors[s] for s in sentences])
-
-
-def test_learns_a_linear_function_of_the_features() -> None:
-    task, embed = synthetic_task(0, learnable=True)
-    got = supervised_relatedness(embed, task)
-    assert set(got) == {"sickr_pearson", "sickr_spearman", "sickr_mse"}
-    assert got["sickr_pearson"] > 0.8 and got["sickr_spearman"] > 0.8
-    assert got["sickr_mse"] < 0.5
-
-
-def test_random_scores_give_no_correlation() -> None:
-    task, embed = synthetic_task(1, learnable=False)
-    got = supervised_relatedness(embed, task)
-    assert abs(got["sickr_pearson"]) < 0.15
-
-
-def test_stsb_scores_below_one_and_mse_on_the_gold_scale() -> None:
-    task, embed = synthetic_task(2, learnable=True, name="STS-B")
-    assert task.train.gold.min() == 0.0  # the scores SentEval's encoding cannot hold
-    got = supervised_relatedness(embed, task)
-    assert set(got) == {"stsb_pearson", "stsb_spearman", "stsb_mse"}
-    assert got["stsb_pearson"] > 0.8
-    assert got["stsb_mse"] < 0.5 * np.var(task.test.gold)  # predictions mapped back to [0, 5]
-
-
-def test_deterministic_for_a_seed() -> None:
-    task, embed = synthetic_task(3, learnable=True, sizes=(200, 60, 100))
-    protocol = RelatednessProtocol(max_epochs=150)
-    first = supervised_relatedness(embed, task, seed=7, protocol=protocol)
-    assert supervised_relatedness(embed, task, seed=7, protocol=protocol) == first
-    assert supervised_relatedness(embed, task, seed=8, protocol=protocol) != first
-
-
-def test_rounds_and_early_stopping(caplog: pytest.LogCaptureFixture) -> None:
-    task, embed = synthetic_task(4, learnable=False, sizes=(100, 40, 50))
-    with caplog.at_level(logging.DEBUG, logger="trainables.semantic"):
-        supervised_relatedness(embed, task, protocol=RelatednessProtocol(max_epochs=120))
-    assert "SICK-R: 120 epochs" in caplog.text  # 50 + 50 + 20: the cap cuts the last round
-    caplog.clear()
-    constant = lambda sentences: np.ones((len(sentences), 3))  # noqa: E731
-    with caplog.at_level(logging.DEBUG, logger="trainables.semantic"):
-        got = supervised_relatedness(constant, task)
-    assert "SICK-R: 200 epochs" in caplog.text  # the dev Pearson is NaN: 4 rounds, no gain
-    assert got["sickr_pearson"] == got["sickr_spearman"] == 0.0
-    assert "SICK-R/test: constant predictions" in caplog.text
-    assert math.isfinite(got["sickr_mse"])
-
-
-@cuda
-def test_cuda_runs_and_matches_cpu() -> None:
-    task, embed = synthetic_task(5, learnable=True, sizes=(300, 80, 200))
-    cpu = supervised_relatedness(embed, task)
-    gpu = supervised_relatedness(embed, task, device="cuda")
-    assert gpu["sickr_pearson"] == pytest.approx(cpu["sickr_pearson"], abs=0.02)
-
-
 def test_semantic_score() -> None:
     assert semantic_score({"sts12_16_pearson": 0.5, "sickr_pearson": 0.8}) == pytest.approx(0.65)
     assert semantic_score({"sts12_16_pearson": 0.5, "stsb_pearson": 0.1}) == 0.5
@@ -325,7 +177,7 @@ def test_semantic_score() -> None:
 
 
 def test_evaluator_on_the_official_tree(semantic_data: SemanticBenchmark) -> None:
-    evaluator = SemanticEvaluator(semantic_data, protocol=RelatednessProtocol(max_epochs=100))
+    evaluator = SemanticEvaluator(semantic_data, protocol=RelatednessProtocol(max_epoch=50))
     assert (evaluator.primary_metric, evaluator.greater_is_better) == ("semantic", True)
     embed = RandomEmbed(3)
     got = evaluator(embed)
@@ -334,6 +186,103 @@ def test_evaluator_on_the_official_tree(semantic_data: SemanticBenchmark) -> Non
     assert set(got) == sts_keys | {n for n in names.SEMANTIC if not n.startswith("sts1")}
     assert got["semantic"] == pytest.approx((got["sts12_16_pearson"] + got["sickr_pearson"]) / 2)
     assert all(isinstance(v, float) for v in got.values())
+    for task, prefix in (("STS-B", "stsb"), ("SICK-R", "sickr")):  # cosine on the test pairs
+        pairs = semantic_data.supervised[task].test
+        sims = [
+            _cosine(embed, a, b) for a, b in zip(pairs.sentences1, pairs.sentences2, strict=True)
+        ]
+        expected = scipy.stats.pearsonr(sims, pairs.gold)[0]
+        assert got[f"{prefix}_cosine_pearson"] == pytest.approx(expected, abs=1e-12)
+
+
+def _cosine(embed: RandomEmbed, a: str, b: str) -> float:
+    u, v = embed.vectors[a], embed.vectors[b]
+    return float(u @ v / (np.linalg.norm(u) * np.linalg.norm(v)))
+
+
+def test_dev_score_reads_dev_pairs_only(semantic_data: SemanticBenchmark) -> None:
+    """dev/semantic: cosine Pearson and Spearman on STS-B dev and SICK-R trial, and their
+    Pearsons' mean; only those pairs' sentences are embedded."""
+    evaluator = DevSemanticEvaluator(semantic_data)
+    embed = RandomEmbed(5)
+    got = evaluator(embed)
+    assert set(got) == set(names.DEV_SEMANTIC)
+    dev = {
+        "stsb": semantic_data.supervised["STS-B"].dev,
+        "sickr": semantic_data.supervised["SICK-R"].dev,
+    }
+    embedded = {s for call in embed.calls for s in call}
+    assert embedded == {s for p in dev.values() for s in (*p.sentences1, *p.sentences2)}
+    for prefix, pairs in dev.items():
+        sims = [
+            _cosine(embed, a, b) for a, b in zip(pairs.sentences1, pairs.sentences2, strict=True)
+        ]
+        assert got[f"{prefix}_cosine_pearson"] == pytest.approx(
+            scipy.stats.pearsonr(sims, pairs.gold)[0], abs=1e-12
+        )
+        assert got[f"{prefix}_cosine_spearman"] == pytest.approx(
+            scipy.stats.spearmanr(sims, pairs.gold)[0], abs=1e-12
+        )
+    assert got["semantic"] == pytest.approx(
+        (got["stsb_cosine_pearson"] + got["sickr_cosine_pearson"]) / 2
+    )
+
+
+def test_dev_score_ignores_every_test_gold_score(semantic_data: SemanticBenchmark) -> None:
+    """Shuffle (and negate) every test gold score: the dev score cannot move, the battery
+    does."""
+    shuffled = shuffled_test_golds(semantic_data, seed=0)
+    assert DevSemanticEvaluator(shuffled)(RandomEmbed(6)) == DevSemanticEvaluator(semantic_data)(
+        RandomEmbed(6)
+    )
+    battery = SemanticEvaluator(semantic_data, supervised=())(RandomEmbed(6))
+    assert SemanticEvaluator(shuffled, supervised=())(RandomEmbed(6)) != battery
+
+
+def shuffled_test_golds(bench: SemanticBenchmark, seed: int) -> SemanticBenchmark:
+    """``bench`` with every test set's gold scores permuted and reflected (train and dev
+    sets untouched)."""
+    rng = np.random.default_rng(seed)
+
+    def shuffle(pairs: SentencePairs) -> SentencePairs:
+        low, high = (1.0, 5.0) if pairs.name.startswith("SICK") else (0.0, 5.0)
+        gold = low + high - rng.permutation(pairs.gold)
+        return SentencePairs(pairs.name, pairs.sentences1, pairs.sentences2, gold)
+
+    sts = {y: {s: shuffle(p) for s, p in subs.items()} for y, subs in bench.sts.items()}
+    supervised = {
+        name: SupervisedTask(name, t.train, t.dev, shuffle(t.test), t.score_range)
+        for name, t in bench.supervised.items()
+    }
+    return SemanticBenchmark(bench.root, bench.suite, sts, supervised)
+
+
+def test_dev_semantic_score() -> None:
+    assert dev_semantic_score(
+        {"stsb_cosine_pearson": 0.5, "sickr_cosine_pearson": 0.8, "sickr_pearson": 0.0}
+    ) == pytest.approx(0.65)
+    assert dev_semantic_score({"sickr_cosine_pearson": 0.8}) == 0.8
+    assert math.isnan(dev_semantic_score({"sts12_16_pearson": 0.9}))
+
+
+def test_make_semantic(semantic_data: SemanticBenchmark) -> None:
+    config = TrainConfig(device="cpu", seed=3, stsb_encoding="rescaled")
+    evaluation = make_semantic(semantic_data, config)
+    assert evaluation is not None
+    assert evaluation.test.stsb_encoding == "rescaled" and evaluation.test.seed == 3
+    assert set(evaluation.sentences) == set(evaluation.dev.sentences) | set(
+        evaluation.test.sentences
+    )
+    assert make_semantic(semantic_data, config.replace(semantic_every=0)) is None
+    assert make_semantic(None, config) is None
+    with pytest.raises(ValueError, match="stsb_encoding: got 'raw'"):
+        SemanticEvaluator(semantic_data, stsb_encoding="raw")
+
+
+def test_cosine_similarity_of_zero_vectors_is_zero() -> None:
+    a = torch.tensor([[0.0, 0.0], [1.0, 0.0]])
+    b = torch.tensor([[1.0, 1.0], [2.0, 0.0]])
+    np.testing.assert_allclose(cosine_similarity(a, b), [0.0, 1.0])
 
 
 def test_evaluator_supervised_selection(semantic_data: SemanticBenchmark, tmp_path: Path) -> None:
