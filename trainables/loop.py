@@ -266,7 +266,7 @@ class Trainer:
         model.eval()
         order = torch.argsort(lengths, descending=True)
         out = torch.empty(len(lengths), self.config.embedding_dim, device=self.device)
-        size = self.config.eval_batch_size
+        size = self.config.eval_batch_size or (1024 if self.device.type == "cuda" else 256)
         for start in range(0, len(order), size):
             rows = order[start : start + size]
             width = int(lengths[rows[0]])
