@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 from scipy import stats
 
-from trainables.metrics import RECALL_KS, median_rank, recall_at
+from trainables.stats import RECALL_KS, median_rank, recall_at
 
 
 class Difference(NamedTuple):
@@ -113,25 +113,11 @@ def paired_bootstrap(
         )
     grid_a, grid_b = c2i_a.reshape(n, -1), c2i_b.reshape(n, -1)
     observed_a, observed_b = _metrics(grid_a, i2c_a), _metrics(grid_b, i2c_b)
-    rng = np.random.default_rng(seed)
-    draws: dict[str, list[np.ndarray]] = {name: [] for name in observed_a}
-    for start in range(0, resamples, chunk):
-        rows = rng.integers(0, n, size=(min(chunk, resamples - start), n))
-        boot_a, boot_b = _metrics(grid_a[rows], i2c_a[rows]), _metrics(grid_b[rows], i2c_b[rows])
-        for name in draws:
-            draws[name].append(boot_b[name] - boot_a[name])
+    draws = _bootstrap_differences(
+        (grid_a, i2c_a), (grid_b, i2c_b), list(observed_a), resamples, seed, chunk
+    )
     results = []
-    for name, parts in draws.items():
-        d = np.concatenate(parts)
-        below, above = (
-            (np.sum(d <= 0) + 1) / (resamples + 1),
-            (np.sum(d >= 0) + 1) / (resamples + 1),
-        )
-        p_mcnemar = math.nan
-        if "_r" in name and name != "r10_mean":
-            k = int(name.rsplit("_r", 1)[1])
-            a, b = (c2i_a, c2i_b) if name.startswith("c2i") else (i2c_a, i2c_b)
-            p_mcnemar = mcnemar_exact(a <= k, b <= k)
+    for name, d in draws.items():
         a_value, b_value = float(observed_a[name]), float(observed_b[name])
         results.append(
             Difference(
@@ -141,8 +127,51 @@ def paired_bootstrap(
                 b_value - a_value,
                 float(np.percentile(d, 2.5)),
                 float(np.percentile(d, 97.5)),
-                float(min(1.0, 2 * min(below, above))),
-                p_mcnemar,
+                _bootstrap_p(d, resamples),
+                _mcnemar_p(name, (c2i_a, i2c_a), (c2i_b, i2c_b)),
             )
         )
     return results
+
+
+def _bootstrap_p(d: np.ndarray, resamples: int) -> float:
+    """Two-sided ``2 min(P(d <= 0), P(d >= 0))`` with the +1 correction, capped at 1."""
+    below, above = (
+        (np.sum(d <= 0) + 1) / (resamples + 1),
+        (np.sum(d >= 0) + 1) / (resamples + 1),
+    )
+    return float(min(1.0, 2 * min(below, above)))
+
+
+def _mcnemar_p(
+    name: str, ranks_a: tuple[np.ndarray, np.ndarray], ranks_b: tuple[np.ndarray, np.ndarray]
+) -> float:
+    """McNemar's exact p on the hits of metric ``name`` if it is an R@K of one direction
+    (``c2i_r5``, ``i2c_r1``, ...), else NaN; ``ranks_*`` are ``(c2i (5N,), i2c (N,))``."""
+    if "_r" not in name or name == "r10_mean":
+        return math.nan
+    k = int(name.rsplit("_r", 1)[1])
+    a, b = (ranks_a[0], ranks_b[0]) if name.startswith("c2i") else (ranks_a[1], ranks_b[1])
+    return mcnemar_exact(a <= k, b <= k)
+
+
+def _bootstrap_differences(
+    ranks_a: tuple[np.ndarray, np.ndarray],
+    ranks_b: tuple[np.ndarray, np.ndarray],
+    names: list[str],
+    resamples: int,
+    seed: int,
+    chunk: int,
+) -> dict[str, np.ndarray]:
+    """B - A of each metric in ``names`` on ``resamples`` resamples of the images, drawn
+    ``chunk`` at a time; ``ranks_*`` are ``(c2i (N, 5), i2c (N,))``, an image per row."""
+    (grid_a, i2c_a), (grid_b, i2c_b) = ranks_a, ranks_b
+    n = len(i2c_a)
+    rng = np.random.default_rng(seed)
+    draws: dict[str, list[np.ndarray]] = {name: [] for name in names}
+    for start in range(0, resamples, chunk):
+        rows = rng.integers(0, n, size=(min(chunk, resamples - start), n))
+        boot_a, boot_b = _metrics(grid_a[rows], i2c_a[rows]), _metrics(grid_b[rows], i2c_b[rows])
+        for name in draws:
+            draws[name].append(boot_b[name] - boot_a[name])
+    return {name: np.concatenate(parts) for name, parts in draws.items()}

@@ -158,54 +158,11 @@ class StoreWriter:
         truncated_images: int = 0,
     ) -> ShardRecord:
         """Write the caption shard, then the image shard, each atomically."""
-        n = len(image_ids)
-        if features.shape != (n, self.feature_dim):
-            raise StoreError(
-                f"shard {split}-{index}: features of shape {features.shape}, "
-                f"expected ({n}, {self.feature_dim})"
-            )
-        if any(len(c) != CAPTIONS_PER_IMAGE for c in captions) or len(captions) != n:
-            raise StoreError(
-                f"shard {split}-{index}: expected {CAPTIONS_PER_IMAGE} captions "
-                f"for each of {n} images"
-            )
-        caption_table = pa.table(
-            {
-                "image_id": pa.array(
-                    np.repeat(np.asarray(image_ids, dtype=object), CAPTIONS_PER_IMAGE), pa.string()
-                ),
-                "caption_index": pa.array(np.tile(np.arange(CAPTIONS_PER_IMAGE, dtype=np.int8), n)),
-                "caption": pa.array([c for five in captions for c in five], pa.string()),
-            },
-            schema=CAPTION_SCHEMA,
-        )
-        schema = image_schema(self.feature_dim, self.feature_dtype)
-        schema = schema.with_metadata(
-            {
-                **schema.metadata,
-                b"skipped_images": json.dumps(list(skipped_images)),
-                b"truncated_images": str(truncated_images),
-            }
-        )
-        with np.errstate(over="ignore"):
-            raw = np.ascontiguousarray(features, dtype=self.feature_dtype)
-        if not np.isfinite(raw).all():
-            bad = image_ids[int(np.flatnonzero(~np.isfinite(raw).all(axis=1))[0])]
-            raise StoreError(
-                f"shard {split}-{index}: the features of image {bad!r} are not finite "
-                f"as {self.feature_dtype}"
-                + (
-                    " (beyond float16's range: build with --dtype float32)"
-                    if self.feature_dtype == "float16"
-                    else ""
-                )
-            )
-        feature_column = pa.FixedSizeBinaryArray.from_buffers(
-            schema.field("feature").type, n, [None, pa.py_buffer(raw)]
-        )
-        image_table = pa.table(
-            {"image_id": pa.array(list(image_ids), pa.string()), "feature": feature_column},
-            schema=schema,
+        where = f"shard {split}-{index}"
+        self._check_shard_shapes(where, len(image_ids), features, captions)
+        caption_table = _caption_table(image_ids, captions)
+        image_table = self._image_table(
+            where, image_ids, features, skipped_images, truncated_images
         )
         captions_info = self._write_table(
             shard_name("captions", split, index), caption_table, compression="zstd"
@@ -216,6 +173,64 @@ class StoreWriter:
             compression={"image_id": "zstd", "feature": self.feature_compression},
         )
         return ShardRecord(images_info, captions_info, tuple(skipped_images), truncated_images)
+
+    def _check_shard_shapes(
+        self, where: str, n: int, features: np.ndarray, captions: Sequence[Sequence[str]]
+    ) -> None:
+        """Refuse features that are not ``(n, feature_dim)`` or captions not five per image."""
+        if features.shape != (n, self.feature_dim):
+            raise StoreError(
+                f"{where}: features of shape {features.shape}, expected ({n}, {self.feature_dim})"
+            )
+        if any(len(c) != CAPTIONS_PER_IMAGE for c in captions) or len(captions) != n:
+            raise StoreError(
+                f"{where}: expected {CAPTIONS_PER_IMAGE} captions for each of {n} images"
+            )
+
+    def _image_table(
+        self,
+        where: str,
+        image_ids: Sequence[str],
+        features: np.ndarray,
+        skipped_images: Sequence[str],
+        truncated_images: int,
+    ) -> pa.Table:
+        """The image shard's table: ids and features stored as fixed-size binary, with the
+        shard's skipped and truncated images in the schema's metadata."""
+        schema = image_schema(self.feature_dim, self.feature_dtype)
+        schema = schema.with_metadata(
+            {
+                **schema.metadata,
+                b"skipped_images": json.dumps(list(skipped_images)),
+                b"truncated_images": str(truncated_images),
+            }
+        )
+        raw = self._stored_features(where, image_ids, features)
+        feature_column = pa.FixedSizeBinaryArray.from_buffers(
+            schema.field("feature").type, len(image_ids), [None, pa.py_buffer(raw)]
+        )
+        return pa.table(
+            {"image_id": pa.array(list(image_ids), pa.string()), "feature": feature_column},
+            schema=schema,
+        )
+
+    def _stored_features(
+        self, where: str, image_ids: Sequence[str], features: np.ndarray
+    ) -> np.ndarray:
+        """The features as stored (contiguous, in the store's dtype), which must be finite."""
+        with np.errstate(over="ignore"):
+            raw = np.ascontiguousarray(features, dtype=self.feature_dtype)
+        if not np.isfinite(raw).all():
+            bad = image_ids[int(np.flatnonzero(~np.isfinite(raw).all(axis=1))[0])]
+            raise StoreError(
+                f"{where}: the features of image {bad!r} are not finite as {self.feature_dtype}"
+                + (
+                    " (beyond float16's range: build with --dtype float32)"
+                    if self.feature_dtype == "float16"
+                    else ""
+                )
+            )
+        return raw
 
     def _write_table(self, name: str, table: pa.Table, compression: Any) -> ShardInfo:
         sink = pa.BufferOutputStream()
@@ -253,6 +268,21 @@ class StoreWriter:
         self.location.delete(BUILD_STATE)
         self.manifest = manifest
         return manifest
+
+
+def _caption_table(image_ids: Sequence[str], captions: Sequence[Sequence[str]]) -> pa.Table:
+    """The caption shard's table: a row per caption, each image's five in order."""
+    n = len(image_ids)
+    return pa.table(
+        {
+            "image_id": pa.array(
+                np.repeat(np.asarray(image_ids, dtype=object), CAPTIONS_PER_IMAGE), pa.string()
+            ),
+            "caption_index": pa.array(np.tile(np.arange(CAPTIONS_PER_IMAGE, dtype=np.int8), n)),
+            "caption": pa.array([c for five in captions for c in five], pa.string()),
+        },
+        schema=CAPTION_SCHEMA,
+    )
 
 
 def _split_info(records: list[ShardRecord]) -> SplitInfo:

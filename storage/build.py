@@ -31,6 +31,12 @@ from storage._writer import StoreWriter
 from storage.inspect import summary
 from storage.karpathy import KNOWN_DATASETS, ingest, read_karpathy_json
 
+__all__ = [
+    "build_karpathy",
+    "build_synthetic",
+    "main",
+]
+
 WORLD_DIR = "world"  # where the embedded world's source files live inside its store
 
 
@@ -171,40 +177,50 @@ def _common_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m storage.build", description=__doc__.split("\n")[0]
-    )
-    sub = parser.add_subparsers(dest="source", required=True)
-    real = sub.add_parser("karpathy", help="Flickr8k/Flickr30k/COCO from Karpathy's JSON")
-    real.add_argument("--json", required=True, help="dataset_{flickr8k,flickr30k,coco}.json")
-    real.add_argument("--images", required=True, help="directory holding the images")
-    real.add_argument(
+def _karpathy_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", required=True, help="dataset_{flickr8k,flickr30k,coco}.json")
+    parser.add_argument("--images", required=True, help="directory holding the images")
+    parser.add_argument(
         "--dataset",
         choices=KNOWN_DATASETS,
         default=None,
         help="data set name (default: from the JSON or its file name)",
     )
-    real.add_argument(
+    parser.add_argument(
         "--skip-unreadable",
         action="store_true",
         help="leave out missing/unreadable images (counted in the manifest) instead of stopping",
     )
-    _common_options(real)
-    world = sub.add_parser("synthetic", help="the embedded grounded world")
-    world.add_argument("--images", type=int, default=2000, help="number of scenes (images)")
-    world.add_argument("--seed", type=int, default=0, help="world seed")
-    world.add_argument(
+    _common_options(parser)
+
+
+def _synthetic_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--images", type=int, default=2000, help="number of scenes (images)")
+    parser.add_argument("--seed", type=int, default=0, help="world seed")
+    parser.add_argument(
         "--features",
         choices=("scene", "resnet"),
         default="scene",
         help="scene projection (default) or ResNet-152 on the rendered images",
     )
-    _common_options(world)
-    args = parser.parse_args(argv)
-    if args.shard_size < 1:
-        parser.error(f"--shard-size must be positive, got {args.shard_size}")
-    common = dict(
+    _common_options(parser)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m storage.build", description=__doc__.split("\n")[0]
+    )
+    sub = parser.add_subparsers(dest="source", required=True)
+    _karpathy_options(
+        sub.add_parser("karpathy", help="Flickr8k/Flickr30k/COCO from Karpathy's JSON")
+    )
+    _synthetic_options(sub.add_parser("synthetic", help="the embedded grounded world"))
+    return parser
+
+
+def _common_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments that both builds take, from the parsed options."""
+    return dict(
         weights=args.weights,
         device=args.device,
         batch_size=args.batch_size,
@@ -214,22 +230,39 @@ def main(argv: list[str] | None = None) -> int:
         feature_compression=args.feature_compression,
     )
 
+
+def _run_karpathy(args: argparse.Namespace) -> Manifest:
+    return build_karpathy(
+        args.json,
+        args.images,
+        args.out,
+        dataset=args.dataset,
+        skip_unreadable=args.skip_unreadable,
+        **_common_settings(args),
+    )
+
+
+def _run_synthetic(args: argparse.Namespace) -> Manifest:
+    if args.images < 10:
+        raise StoreError(f"--images: expected at least 10 scenes, got {args.images}")
+    return build_synthetic(
+        args.out,
+        images=args.images,
+        seed=args.seed,
+        features=args.features,
+        **_common_settings(args),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if args.shard_size < 1:
+        parser.error(f"--shard-size must be positive, got {args.shard_size}")
+
     def body() -> int:
-        if args.source == "karpathy":
-            manifest = build_karpathy(
-                args.json,
-                args.images,
-                args.out,
-                dataset=args.dataset,
-                skip_unreadable=args.skip_unreadable,
-                **common,
-            )
-        else:
-            if args.images < 10:
-                raise StoreError(f"--images: expected at least 10 scenes, got {args.images}")
-            manifest = build_synthetic(
-                args.out, images=args.images, seed=args.seed, features=args.features, **common
-            )
+        run = _run_karpathy if args.source == "karpathy" else _run_synthetic
+        manifest = run(args)
         print(summary(manifest, args.out))
         return 0
 

@@ -30,6 +30,15 @@ from torchvision.transforms import functional as TF
 from storage._errors import StoreError
 from storage._extractors import ImageItem
 
+__all__ = [
+    "RESNET152_FILENAME",
+    "ResNetExtractor",
+    "default_weights_path",
+    "load_image_rgb",
+    "resolve_weights",
+    "ten_crop_transform",
+]
+
 logger = logging.getLogger(__name__)
 
 RESNET152_FILENAME = "resnet152-394f9c45.pth"  # torchvision's IMAGENET1K_V1 checkpoint

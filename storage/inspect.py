@@ -14,6 +14,11 @@ from storage._cli import run_cli
 from storage._reader import FeatureStore
 from storage._schema import Manifest
 
+__all__ = [
+    "main",
+    "summary",
+]
+
 
 def summary(manifest: Manifest, where: str) -> str:
     """The human-readable manifest summary that ``inspect`` and ``build`` print."""

@@ -36,6 +36,13 @@ from storage._paths import path_problem
 from storage._schema import CAPTIONS_PER_IMAGE, SPLITS, Manifest
 from storage._writer import ShardRecord, StoreWriter
 
+__all__ = [
+    "KNOWN_DATASETS",
+    "ingest",
+    "read_karpathy_json",
+    "resolve_image_path",
+]
+
 logger = logging.getLogger(__name__)
 
 KNOWN_DATASETS = ("flickr8k", "flickr30k", "coco", "synthetic")

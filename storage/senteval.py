@@ -31,33 +31,35 @@ Example (``encode`` stands for any sentence encoder)::
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from storage._errors import StoreError, describe
-from storage._paths import NAME_RULE, name_problem
+from storage._suite import HINT, OFFICIAL_STS, OFFICIAL_SUPERVISED, Suite, check_root, load_suite
+
+__all__ = [
+    "OFFICIAL_STS",
+    "OFFICIAL_SUPERVISED",
+    "SemanticBenchmark",
+    "SentencePairs",
+    "Suite",
+    "SupervisedTask",
+    "load_senteval",
+    "load_sickr",
+    "load_sts_year",
+    "load_stsb",
+    "load_suite",
+]
 
 _log = logging.getLogger(__name__)
 
-OFFICIAL_STS: dict[str, tuple[str, ...]] = {
-    "STS12": ("MSRpar", "MSRvid", "SMTeuroparl", "surprise.OnWN", "surprise.SMTnews"),
-    "STS13": ("FNWN", "headlines", "OnWN"),  # SMT is excluded by its licence
-    "STS14": ("deft-forum", "deft-news", "headlines", "images", "OnWN", "tweet-news"),
-    "STS15": ("answers-forums", "answers-students", "belief", "headlines", "images"),
-    "STS16": ("answer-answer", "headlines", "plagiarism", "postediting", "question-question"),
-}
-OFFICIAL_SUPERVISED: tuple[str, ...] = ("STS-B", "SICK-R")
-
 _STS_RANGE = (0.0, 5.0)  # STS12-16 and STS-B gold scores
 _SICK_RANGE = (1.0, 5.0)  # SICK relatedness
-_HINT = "--senteval should point at SentEval's data/downstream directory (with STS/ and SICK/)"
 
 
 @dataclass(frozen=True, eq=False)
@@ -92,15 +94,6 @@ class SupervisedTask:
     score_range: tuple[float, float]  # (0, 5) for STS-B, (1, 5) for SICK-R
 
 
-@dataclass(frozen=True)
-class Suite:
-    """Which tasks a directory holds."""
-
-    name: str  # "senteval" for the official suite, else suite.json's name
-    sts: dict[str, tuple[str, ...]]  # year dir prefix (e.g. "STS12") -> subtasks
-    supervised: tuple[str, ...]  # subset of OFFICIAL_SUPERVISED
-
-
 @dataclass(frozen=True, eq=False)
 class SemanticBenchmark:
     """Everything a suite lists, loaded."""
@@ -130,7 +123,7 @@ def _read_lines(path: Path, needed_by: str, *, keep_empty_tail: bool = False) ->
     where an empty line is an unscored pair; see ``_reconcile``).
     """
     if not path.is_file():
-        raise StoreError(f"{describe(path)}: missing file, needed by {needed_by}; {_HINT}")
+        raise StoreError(f"{describe(path)}: missing file, needed by {needed_by}; {HINT}")
     data = path.read_bytes()
     try:
         text = data.decode("utf-8-sig")
@@ -184,7 +177,7 @@ def load_sts_year(
     root: str | os.PathLike[str], year: str, subtasks: Sequence[str]
 ) -> dict[str, SentencePairs]:
     """Load ``STS/<year>-en-test/STS.{input,gs}.<subtask>.txt`` for each subtask."""
-    folder = _check_root(root) / "STS" / f"{year}-en-test"
+    folder = check_root(root) / "STS" / f"{year}-en-test"
     loaded: dict[str, SentencePairs] = {}
     for subtask in subtasks:
         name = f"{year}/{subtask}"
@@ -277,88 +270,22 @@ def _supervised(
 
 def load_stsb(root: str | os.PathLike[str]) -> SupervisedTask:
     """Load ``STS/STSBenchmark/sts-{train,dev,test}.csv`` (5,749 / 1,500 / 1,379 pairs)."""
-    folder = _check_root(root) / "STS" / "STSBenchmark"
+    folder = check_root(root) / "STS" / "STSBenchmark"
     paths = (folder / "sts-train.csv", folder / "sts-dev.csv", folder / "sts-test.csv")
     return _supervised("STS-B", paths, header=False, columns=(5, 6, 4), bounds=_STS_RANGE)
 
 
 def load_sickr(root: str | os.PathLike[str]) -> SupervisedTask:
     """Load ``SICK/SICK_{train,trial,test_annotated}.txt`` (4,500 / 500 / 4,927 pairs)."""
-    folder = _check_root(root) / "SICK"
+    folder = check_root(root) / "SICK"
     names = ("SICK_train.txt", "SICK_trial.txt", "SICK_test_annotated.txt")  # trial = dev
     paths = (folder / names[0], folder / names[1], folder / names[2])
     return _supervised("SICK-R", paths, header=True, columns=(1, 2, 3), bounds=_SICK_RANGE)
 
 
-def _check_root(root: str | os.PathLike[str]) -> Path:
-    path = Path(root)
-    if not path.is_dir():
-        state = "is not a directory" if path.exists() else "does not exist"
-        raise StoreError(f"{describe(path)}: the SentEval directory {state}; {_HINT}")
-    return path
-
-
-def _name_list(value: Any, path: Path, field: str) -> tuple[str, ...]:
-    """A non-empty list of distinct names, each usable as a file or directory name (years
-    name ``STS/<year>-en-test``, subtasks ``STS.input.<subtask>.txt``)."""
-    ok = isinstance(value, list) and value and all(isinstance(v, str) for v in value)
-    if not ok or len(set(value)) != len(value):
-        raise StoreError(
-            f"{describe(path, field=field)}: expected a non-empty list of distinct names, "
-            f"got {value!r}"
-        )
-    for name in value:
-        problem = name_problem(name)
-        if problem is not None:
-            raise StoreError(
-                f"{describe(path, field=field)}: expected names made of {NAME_RULE} (they "
-                f"become file and directory names), got {name!r}, which {problem}"
-            )
-    return tuple(value)
-
-
-def load_suite(root: str | os.PathLike[str]) -> Suite:
-    """The suite ``root/suite.json`` declares, or the official SentEval suite without one."""
-    path = _check_root(root) / "suite.json"
-    if not path.exists():
-        return Suite("senteval", dict(OFFICIAL_STS), OFFICIAL_SUPERVISED)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise StoreError(f"{describe(path)}: expected a JSON object ({err})") from None
-    expected = {"name", "sts", "supervised"}
-    if not isinstance(raw, dict) or set(raw) != expected:
-        got = sorted(raw) if isinstance(raw, dict) else type(raw).__name__
-        raise StoreError(
-            f"{describe(path)}: expected an object with exactly the fields "
-            f"{sorted(expected)}, got {got}"
-        )
-    name, sts, supervised = raw["name"], raw["sts"], raw["supervised"]
-    if not isinstance(name, str) or not name:
-        where = describe(path, field="name")
-        raise StoreError(f"{where}: expected a non-empty string, got {name!r}")
-    if not isinstance(sts, dict):
-        raise StoreError(
-            f"{describe(path, field='sts')}: expected an object mapping year (e.g. 'STS12') "
-            f"to a list of subtasks, got {sts!r}"
-        )
-    if sts:
-        _name_list(list(sts), path, "sts")  # year keys name directories too
-    years = {year: _name_list(subs, path, f"sts.{year}") for year, subs in sts.items()}
-    known = isinstance(supervised, list) and all(s in OFFICIAL_SUPERVISED for s in supervised)
-    if not known or len(set(supervised)) != len(supervised):
-        raise StoreError(
-            f"{describe(path, field='supervised')}: expected a list of distinct names from "
-            f"{list(OFFICIAL_SUPERVISED)}, got {supervised!r}"
-        )
-    if not years and not supervised:
-        raise StoreError(f"{describe(path)}: expected at least one task in 'sts' or 'supervised'")
-    return Suite(name, years, tuple(supervised))
-
-
 def load_senteval(root: str | os.PathLike[str]) -> SemanticBenchmark:
     """Load every task the directory's suite lists (see ``load_suite``)."""
-    path = _check_root(root)
+    path = check_root(root)
     suite = load_suite(path)
     sts = {year: load_sts_year(path, year, subtasks) for year, subtasks in suite.sts.items()}
     loaders = {"STS-B": load_stsb, "SICK-R": load_sickr}
