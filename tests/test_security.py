@@ -37,7 +37,9 @@ def _keyword(call: ast.Call, name: str) -> object:
 def test_the_scan_sees_the_packages() -> None:
     assert len(SOURCES) > 40
     loads = [c for p in SOURCES for name, c in _calls(p) if name == "torch.load"]
-    assert len(loads) >= 3  # the rule below is not vacuous
+    # the rule below is not vacuous: trainables/checkpoint.py reads every checkpoint and
+    # ensemble, storage/features.py the ResNet weights
+    assert len(loads) >= 2
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -30,6 +30,15 @@ from trainables.data import EncodedSplit, TrainingData, default_senteval
 from trainables.metrics import retrieval_metrics
 from trainables.semantic import SemanticEvaluator
 
+__all__ = [
+    "NGRAM_DIM",
+    "NgramRidge",
+    "baselines",
+    "char_ngram_features",
+    "main",
+]
+
+
 NGRAM_DIM = 4096
 
 

@@ -15,6 +15,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = [
+    "LOSSES",
+    "NEGATIVES",
+    "POOLINGS",
+    "PRECISIONS",
+    "REDUCTIONS",
+    "RNN_TYPES",
+    "STSB_ENCODINGS",
+    "TrainConfig",
+]
+
+
 RNN_TYPES = ("gru", "lstm")
 POOLINGS = ("attention", "max")
 LOSSES = ("hinge", "pearson")

@@ -16,6 +16,14 @@ import numpy as np
 from storage import CAPTIONS_PER_IMAGE, FeatureStore, SplitData
 from trainables.model import CharEncoding
 
+__all__ = [
+    "EncodedSplit",
+    "TrainingData",
+    "default_senteval",
+    "epoch_batches",
+]
+
+
 logger = logging.getLogger(__name__)
 
 

@@ -12,9 +12,9 @@ and the lengths that packing needs are read from a host copy.
 
 from __future__ import annotations
 
-import io
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -23,10 +23,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainables import names
+from trainables import checkpoint, names
 from trainables.config import TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches
 from trainables.device import resolve_device
+from trainables.embedding import embed_captions, embed_images, embed_sentences
 from trainables.loss import make_loss
 from trainables.metrics import retrieval_metrics
 from trainables.model import CharEncoding, GroundedEncoder
@@ -38,9 +39,20 @@ from trainables.semantic import (
     SemanticEvaluator,
 )
 
+__all__ = [
+    "NonFiniteLossError",
+    "Snapshot",
+    "Trainer",
+]
+
+
 logger = logging.getLogger(__name__)
 
 EmbedFn = Callable[[Sequence[str]], torch.Tensor]
+
+
+# what a resumed run may change: where it runs and how long (the rest must match exactly)
+_MAY_CHANGE_ON_RESUME = ("device", "epochs", "threads", "eval_batch_size")
 
 
 class NonFiniteLossError(RuntimeError):
@@ -255,36 +267,27 @@ class Trainer:
         self, split: _DeviceSplit, models: Sequence[GroundedEncoder]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Image and caption embeddings of ``split``, summed over ``models``."""
-        images = sum(m.eval().image_encoder(split.features) for m in models)
-        captions = sum(self._encode_rows(m, split.chars, split.lengths) for m in models)
-        return images, captions  # type: ignore[return-value]
-
-    def _encode_rows(
-        self, model: GroundedEncoder, chars: torch.Tensor, lengths: torch.Tensor
-    ) -> torch.Tensor:
-        """Encode every caption row, in length-sorted chunks (little padding), in order."""
-        model.eval()
-        order = torch.argsort(lengths, descending=True)
-        out = torch.empty(len(lengths), self.config.embedding_dim, device=self.device)
-        size = self.config.eval_batch_size or (1024 if self.device.type == "cuda" else 256)
-        for start in range(0, len(order), size):
-            rows = order[start : start + size]
-            width = int(lengths[rows[0]])
-            with self._autocast():
-                emb = model.caption_encoder(
-                    chars[rows.to(self.device), :width].long(), lengths[rows]
-                )
-            out[rows.to(self.device)] = emb.float()
-        return out
+        images = embed_images(models, split.features)
+        captions = embed_captions(
+            models,
+            split.chars,
+            split.lengths,
+            batch_size=self.config.eval_batch_size,
+            precision=self.config.precision,
+        )
+        return images, captions
 
     def embed_fn(self, models: Sequence[GroundedEncoder]) -> EmbedFn:
         """Sentences -> caption embeddings summed over ``models`` (for the semantic sets)."""
 
         def embed(sentences: Sequence[str]) -> torch.Tensor:
-            chars, lengths = self._encoding.encode(list(sentences))
-            with torch.inference_mode():
-                rows = torch.from_numpy(chars).to(self.device)
-                return sum(self._encode_rows(m, rows, torch.from_numpy(lengths)) for m in models)  # type: ignore[return-value]
+            return embed_sentences(
+                models,
+                sentences,
+                batch_size=self.config.eval_batch_size,
+                precision=self.config.precision,
+                encoding=self._encoding,
+            )
 
         return embed
 
@@ -292,8 +295,9 @@ class Trainer:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue exactly: weights, optimiser, schedule position,
-        RNG states, history and snapshots. Loadable with ``weights_only=True``."""
+        RNG states, history and snapshots, in ``trainables.checkpoint``'s format."""
         return {
+            **checkpoint.training_state_header(),
             "config": self.config.to_dict(),
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -312,10 +316,17 @@ class Trainer:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         saved = TrainConfig.from_dict(state["config"])
-        if saved.replace(device=self.config.device, epochs=self.config.epochs) != self.config:
-            raise ValueError(
-                "the checkpoint was written with a different config; resume with "
-                "the same settings (only device and epochs may change)"
+        changed = [
+            f"{name} (checkpoint {getattr(saved, name)!r}, now {getattr(self.config, name)!r})"
+            for name in TrainConfig.field_names()
+            if name not in _MAY_CHANGE_ON_RESUME
+            and getattr(saved, name) != getattr(self.config, name)
+        ]
+        if changed:
+            raise checkpoint.CheckpointError(
+                f"the checkpoint was written with a different config: {'; '.join(changed)}; "
+                f"resume with the same settings (only {', '.join(_MAY_CHANGE_ON_RESUME)} may "
+                "change)"
             )
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
@@ -327,11 +338,11 @@ class Trainer:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
 
     def save_checkpoint(self) -> bytes:
-        buffer = io.BytesIO()
-        torch.save(self.state_dict(), buffer)
-        return buffer.getvalue()
+        return checkpoint.to_bytes(self.state_dict())
 
-    def load_checkpoint(self, data: bytes) -> None:
-        self.load_state_dict(
-            torch.load(io.BytesIO(data), map_location=self.device, weights_only=True)
-        )
+    def load_checkpoint(self, data: bytes | str | os.PathLike[str], what: str = "") -> None:
+        """Continue from a training state (``save_checkpoint``'s bytes, or a file of them);
+        a file that is not one, or of another config, is a ``CheckpointError`` naming
+        ``what`` (default: the file)."""
+        what = what or (os.fspath(data) if not isinstance(data, bytes) else "checkpoint")
+        self.load_state_dict(checkpoint.load_training_state(data, self.device, what))

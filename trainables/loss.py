@@ -11,6 +11,12 @@ from torch import nn
 
 from trainables.config import TrainConfig
 
+__all__ = [
+    "HingeLoss",
+    "PearsonLoss",
+    "make_loss",
+]
+
 
 class HingeLoss(nn.Module):
     """The bidirectional hinge (triplet) loss with in-batch negatives.

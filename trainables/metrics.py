@@ -38,21 +38,48 @@ Example::
 from __future__ import annotations
 
 import logging
-import math
-from collections.abc import Sequence
 from typing import TypeAlias
 
 import numpy as np
 import torch
-from scipy.stats import rankdata
 
 from trainables import names
+from trainables.stats import (
+    RECALL_KS,
+    Z95,
+    correlations,
+    median_rank,
+    pearson,
+    pearson_ci,
+    recall_at,
+    recall_ci,
+    spearman,
+)
+
+__all__ = [
+    "RECALL_KS",
+    "RECALL_NAMES",
+    "RETRIEVAL_CI",
+    "Z95",
+    "ci_key",
+    "coco_1k",
+    "coco_5k",
+    "correlations",
+    "median_rank",
+    "pearson",
+    "pearson_ci",
+    "recall_at",
+    "recall_ci",
+    "retrieval_metrics",
+    "retrieval_metrics_with_ci",
+    "retrieval_ranks",
+    "spearman",
+    "summarise_ranks",
+]
 
 _log = logging.getLogger(__name__)
 
 Embeddings: TypeAlias = torch.Tensor | np.ndarray
-Z95 = 1.96  # two-sided 95% normal quantile, as the paper uses
-RECALL_KS = (1, 5, 10)
 # Up to this size the whole N x kN score matrix is computed once and both directions
 # read it (one matrix product instead of two: MSCOCO-5k's 25,000 x 5,000 float32 scores
 # are 477 MiB); larger problems score chunk_size queries at a time for each direction.
@@ -203,23 +230,6 @@ def retrieval_ranks(
     return c2i.cpu().numpy(), i2c.cpu().numpy()
 
 
-def recall_at(ranks: np.ndarray, k: int) -> np.ndarray:
-    """R@K in percent along the last axis of 1-based ``ranks``: ``hits * 100 / queries``
-    (so 357 of 1,000 read 35.7, not 35.699999999999996). A 0-d array for 1-D ranks."""
-    ranks = np.asarray(ranks)
-    return np.count_nonzero(ranks <= k, axis=-1) * 100 / ranks.shape[-1]
-
-
-def median_rank(ranks: np.ndarray) -> np.ndarray:
-    """The median of 1-based ``ranks`` along the last axis as the paper's code and VSE++
-    report it: an integer, the lower of the two middle ranks for an even count
-    (``[1, 2, 7, 9] -> 2``), never x.5. A 0-d array for 1-D ranks."""
-    ranks = np.asarray(ranks)
-    if ranks.shape[-1] == 0:
-        raise ValueError("median_rank needs at least one rank")
-    return np.sort(ranks, axis=-1)[..., (ranks.shape[-1] - 1) // 2]
-
-
 def summarise_ranks(c2i_ranks: np.ndarray, i2c_ranks: np.ndarray) -> dict[str, float]:
     """The ``names.RETRIEVAL`` metrics from 1-based ranks: R@K in percent (``hits * 100 /
     queries``), the median rank (``median_rank``: an integer) and the mean rank of each
@@ -247,22 +257,6 @@ def retrieval_metrics(
     for the protocol and ``retrieval_ranks`` for the arguments)."""
     c2i, i2c = retrieval_ranks(image_emb, caption_emb, captions_per_image, chunk_size=chunk_size)
     return summarise_ranks(c2i, i2c)
-
-
-def recall_ci(recall: float, n: int) -> tuple[float, float]:
-    """95% interval of a recall in percent: the normal approximation to the proportion,
-    ``p +- 1.96 sqrt(p (1 - p) / n)``, clipped to [0, 100].
-
-    ``n`` is the number of *images*, in both directions, as in the paper's Tables 2-3
-    (its +-intervals are reproduced exactly this way): the five captions of an image are
-    not independent queries, so counting images is the conservative choice for c2i.
-    The interval has zero width at 0% and 100%.
-    """
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    p = recall / 100.0
-    half = Z95 * math.sqrt(max(p * (1.0 - p), 0.0) / n)
-    return max(0.0, 100.0 * (p - half)), min(100.0, 100.0 * (p + half))
 
 
 def _with_ci(metrics: dict[str, float], n_images: int) -> dict[str, float]:
@@ -334,65 +328,3 @@ def coco_5k(
         _log.warning("coco_5k: %d images, not the standard 5,000", len(image_emb))
     metric_fn = retrieval_metrics_with_ci if with_ci else retrieval_metrics
     return metric_fn(image_emb, caption_emb, captions_per_image, chunk_size=chunk_size)
-
-
-def pearson_ci(r: float, n: int) -> tuple[float, float]:
-    """95% interval of a Pearson r from ``n`` pairs by the Fisher z transform:
-    ``tanh(atanh(r) +- 1.96 / sqrt(n - 3))`` (reproduces the paper's Table 5).
-
-    ``r`` of exactly +-1 gives the degenerate interval ``(r, r)``; NaN gives NaNs.
-    """
-    if n <= 3:
-        raise ValueError(f"n must be > 3 for a Fisher-z interval, got {n}")
-    if math.isnan(r):
-        return math.nan, math.nan
-    if not -1.0 <= r <= 1.0:
-        raise ValueError(f"r must lie in [-1, 1], got {r}")
-    if abs(r) == 1.0:
-        return r, r
-    z, half = math.atanh(r), Z95 / math.sqrt(n - 3)
-    return math.tanh(z - half), math.tanh(z + half)
-
-
-def _vector(values: Sequence[float] | np.ndarray | torch.Tensor, argument: str) -> np.ndarray:
-    if isinstance(values, torch.Tensor):
-        values = values.detach().cpu().numpy()
-    array = np.asarray(values, dtype=np.float64)
-    if array.ndim != 1:
-        raise ValueError(f"{argument} must be 1-D, got shape {array.shape}")
-    return array
-
-
-def pearson(
-    x: Sequence[float] | np.ndarray | torch.Tensor, y: Sequence[float] | np.ndarray | torch.Tensor
-) -> float:
-    """Pearson's r in float64; NaN when either input is constant (r is undefined)."""
-    a, b = _vector(x, "x"), _vector(y, "y")
-    if a.shape != b.shape or a.size < 2:
-        raise ValueError(f"x and y must have one equal length >= 2, got {a.shape} and {b.shape}")
-    a, b = a - a.mean(), b - b.mean()
-    denominator = math.sqrt(float(a @ a) * float(b @ b))
-    if denominator == 0.0:
-        return math.nan
-    return max(-1.0, min(1.0, float(a @ b) / denominator))
-
-
-def spearman(
-    x: Sequence[float] | np.ndarray | torch.Tensor, y: Sequence[float] | np.ndarray | torch.Tensor
-) -> float:
-    """Spearman's rho: Pearson's r of the ranks, ties given their average rank."""
-    a, b = _vector(x, "x"), _vector(y, "y")
-    return pearson(rankdata(a), rankdata(b))
-
-
-def correlations(
-    predicted: np.ndarray, gold: np.ndarray, what: str = "correlation"
-) -> tuple[float, float]:
-    """(Pearson, Spearman) of ``predicted`` against ``gold``; (0.0, 0.0) and a logged
-    warning naming ``what`` when either side is constant (an untrained or collapsed
-    encoder can embed every sentence alike), where both are undefined."""
-    a, b = _vector(predicted, "predicted"), _vector(gold, "gold")
-    if a.size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
-        _log.warning("%s: constant predictions or gold scores; correlations set to 0.0", what)
-        return 0.0, 0.0
-    return pearson(a, b), spearman(a, b)

@@ -20,6 +20,19 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from trainables._packed_rnn import packed_bidirectional
 from trainables.config import TrainConfig
 
+__all__ = [
+    "ALPHABET",
+    "PAD_INDEX",
+    "UNKNOWN_INDEX",
+    "VOCAB_SIZE",
+    "CaptionEncoder",
+    "CharEncoding",
+    "GroundedEncoder",
+    "ImageEncoder",
+    "VectorialAttention",
+]
+
+
 ALPHABET = string.printable  # the 100 printable ASCII characters, stored with the model
 PAD_INDEX = 0  # padding (never a character: the authors' code mapped '0' here; we don't)
 UNKNOWN_INDEX = len(ALPHABET) + 1  # any character outside ALPHABET
@@ -140,6 +153,7 @@ class GroundedEncoder(nn.Module):
 
     def __init__(self, config: TrainConfig, feature_dim: int = 2048) -> None:
         super().__init__()
+        self.embedding_dim = config.embedding_dim  # both sides: 2n
         self.image_encoder = ImageEncoder(feature_dim, config.embedding_dim)
         self.caption_encoder = CaptionEncoder(config)
 

@@ -33,6 +33,38 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+__all__ = [
+    "BEST_RETRIEVAL",
+    "BEST_SEMANTIC",
+    "CAPTIONS_PER_S",
+    "DEV",
+    "DEV_SEMANTIC",
+    "DEV_SEMANTIC_PARTS",
+    "ENSEMBLE",
+    "ENSEMBLE_SIZE",
+    "EVAL_SECONDS",
+    "FINISHED",
+    "LEARNING_RATE",
+    "LOSS",
+    "PRIMARY_RETRIEVAL",
+    "PRIMARY_SEMANTIC",
+    "RETRIEVAL",
+    "SEMANTIC",
+    "SPLITS",
+    "STS_YEARS",
+    "SUPERVISED_TASKS",
+    "TEST",
+    "TRAIN_SECONDS",
+    "best",
+    "ensemble_epoch",
+    "is_finished",
+    "key",
+    "selectable",
+    "subtask_key",
+    "task_prefix",
+]
+
+
 DEV = "dev"
 TEST = "test"
 ENSEMBLE = "ensemble"

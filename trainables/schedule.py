@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import math
 
+__all__ = [
+    "cyclic_cosine_lr",
+]
+
 
 def cyclic_cosine_lr(iteration: int, cycle: int, lr_min: float, lr_max: float) -> float:
     """``lr_min + (lr_max - lr_min) * 0.5 * (1 + cos(pi * (1 + 2 * iteration / cycle)))``.

@@ -29,6 +29,11 @@ from trainables.data import TrainingData, default_senteval
 from trainables.loop import NonFiniteLossError, Trainer
 from trainables.semantic import make_semantic
 
+__all__ = [
+    "main",
+]
+
+
 logger = logging.getLogger(__name__)
 
 
@@ -121,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         senteval = args.senteval or default_senteval(args.data)
         trainer = Trainer(config, data, make_semantic(senteval, config))
         if args.checkpoint is not None and args.checkpoint.exists():
-            trainer.load_checkpoint(args.checkpoint.read_bytes())
+            trainer.load_checkpoint(args.checkpoint)
             logger.info("resumed from %s at epoch %d", args.checkpoint, trainer.epoch)
         logger.info(
             "training on %s: %d train images, device %s, %s",

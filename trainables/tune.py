@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +25,15 @@ import torch
 from ray import tune
 
 from storage.senteval import SemanticBenchmark
+from trainables.checkpoint import TRAINER_FILE
 from trainables.config import TrainConfig
 from trainables.data import TrainingData
 from trainables.loop import Trainer
 from trainables.semantic import make_semantic
 
-CHECKPOINT_FILE = "trainer.pt"
+__all__ = [
+    "grounded_trainable",
+]
 
 
 def grounded_trainable(
@@ -38,11 +42,15 @@ def grounded_trainable(
     senteval: SemanticBenchmark | str | None = None,
     gpu_share: float | None = None,
     verify: bool = True,
+    helpers: Collection[str] = (),
 ) -> None:
     """``gpu_share``: this trial's fraction of a GPU packed with others; its memory is
     capped to that share so one trial cannot starve the rest. ``verify``: check a store
-    read by the trial itself against its manifest's checksums."""
-    train_config = TrainConfig.from_dict(config)
+    read by the trial itself against its manifest's checksums. ``helpers``: the keys of
+    ``config`` that are the search space's own parameters, not TrainConfig's (Optuna puts
+    them beside the TrainConfig keys they were decoded into); every other key must be a
+    TrainConfig field."""
+    train_config = TrainConfig.from_dict({k: v for k, v in config.items() if k not in helpers})
     if gpu_share is not None and torch.cuda.is_available():
         torch.cuda.set_per_process_memory_fraction(gpu_share)
     if isinstance(data, str):
@@ -51,10 +59,10 @@ def grounded_trainable(
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
-            trainer.load_checkpoint((Path(folder) / CHECKPOINT_FILE).read_bytes())
+            trainer.load_checkpoint(Path(folder) / TRAINER_FILE)
     for metrics in trainer.run():
         with tempfile.TemporaryDirectory() as folder:
-            (Path(folder) / CHECKPOINT_FILE).write_bytes(trainer.save_checkpoint())
+            (Path(folder) / TRAINER_FILE).write_bytes(trainer.save_checkpoint())
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
 
 

@@ -1,0 +1,204 @@
+"""The two files a run leaves, and the only code that reads or writes them.
+
+**Training state** (``TRAINER_FILE``: Tune's checkpoints, ``trainables.train --checkpoint``):
+everything to continue a run exactly. **Ensemble** (``ENSEMBLE_FILE``: the MLflow artifact
+of every trial): the weights that produced a trial's reported test metrics, and what is
+needed to rebuild and use them. Both are ``torch.save`` dictionaries of tensors, strings
+and numbers, loaded with ``weights_only=True`` (no pickled code is ever run):
+
+====================  ==================================================================
+key                   value
+====================  ==================================================================
+``format``            ``"grounded-training-state"`` or ``"grounded-ensemble"``
+``schema_version``    ``SCHEMA_VERSION`` (files written before it existed read as 0)
+``config``            ``dataclasses.asdict(TrainConfig)``: every field, flat
+``alphabet``          the characters of the model's input (``trainables.model.ALPHABET``)
+``snapshots``         ``[{"epoch", "score", "state"}]``: a model's ``state_dict`` per kept
+                      snapshot, ``score`` its dev R@10 mean (NaN when not a snapshot)
+training state only   ``model``, ``optimizer`` (state dicts), ``epoch``, ``step`` (trained
+                      so far), ``history`` (the metrics of every reported epoch), ``rng``
+                      (``{"torch", "cuda"}`` generator states)
+ensemble only         ``weights``: where the snapshots come from, ``"snapshots"`` (the
+                      best ``ensemble_size`` by dev R@10 mean) or ``"final model"`` (no
+                      snapshot was taken: the model the test metrics came from)
+====================  ==================================================================
+
+A file of another format, of a newer schema, truncated or not a torch file at all is a
+``CheckpointError`` naming what it is and what was expected.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from trainables.config import TrainConfig
+from trainables.model import ALPHABET, GroundedEncoder
+
+__all__ = [
+    "ENSEMBLE_FILE",
+    "SCHEMA_VERSION",
+    "TRAINER_FILE",
+    "CheckpointError",
+    "EnsembleWeights",
+    "from_bytes",
+    "load_ensemble",
+    "load_training_state",
+    "to_bytes",
+    "training_state_header",
+]
+
+SCHEMA_VERSION = 1
+TRAINING_STATE = "grounded-training-state"
+ENSEMBLE = "grounded-ensemble"
+TRAINER_FILE = "trainer.pt"  # a Tune checkpoint directory's training state
+ENSEMBLE_FILE = "ensemble.pt"  # a trial's MLflow artifact
+_TRAINING_KEYS = ("config", "model", "optimizer", "epoch", "step", "history", "snapshots", "rng")
+_ENSEMBLE_KEYS = ("config", "alphabet", "snapshots")
+
+
+class CheckpointError(ValueError):
+    """A file that is not a readable checkpoint or ensemble of this code's format."""
+
+
+def to_bytes(state: Mapping[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(dict(state), buffer)
+    return buffer.getvalue()
+
+
+def from_bytes(
+    data: bytes | str | os.PathLike[str],
+    expected: str,
+    *,
+    map_location: str | torch.device = "cpu",
+    what: str = "checkpoint",
+) -> dict[str, Any]:
+    """The dictionary in ``data`` (bytes or a file), checked to be of format ``expected``
+    and of a schema this code reads; ``what`` names it in errors."""
+    if not isinstance(data, bytes):
+        try:
+            data = Path(data).read_bytes()
+        except OSError as err:
+            raise CheckpointError(f"{what}: cannot be read ({err.strerror or err})") from None
+    try:
+        state = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except Exception as err:  # torch raises many kinds for a truncated or foreign file
+        # torch's own message would advise weights_only=False, i.e. running the file's
+        # pickled code: never pass that on
+        raise CheckpointError(
+            f"{what}: not a readable {expected} file: truncated, or not written by this "
+            f"package ({type(err).__name__} while reading it with weights_only=True)"
+        ) from None
+    if not isinstance(state, dict):
+        raise CheckpointError(
+            f"{what}: expected a {expected} dictionary, got {type(state).__name__}"
+        )
+    return _checked(state, expected, what)
+
+
+def _checked(state: dict[str, Any], expected: str, what: str) -> dict[str, Any]:
+    found = state.get("format", expected)  # files from before the field: take their keys
+    version = state.get("schema_version", 0)
+    if found != expected:
+        raise CheckpointError(f"{what}: a {found} file, expected a {expected} file")
+    if not isinstance(version, int) or version > SCHEMA_VERSION:
+        raise CheckpointError(
+            f"{what}: {expected} schema version {version!r}; this code reads versions up to "
+            f"{SCHEMA_VERSION} (written by a newer version of this package?)"
+        )
+    keys = _TRAINING_KEYS if expected == TRAINING_STATE else _ENSEMBLE_KEYS
+    missing = [key for key in keys if key not in state]
+    if missing:
+        raise CheckpointError(f"{what}: a {expected} file without {', '.join(missing)}")
+    return state
+
+
+def training_state_header() -> dict[str, Any]:
+    """The keys a training state starts with (the Trainer adds the rest)."""
+    return {"format": TRAINING_STATE, "schema_version": SCHEMA_VERSION}
+
+
+def load_training_state(
+    data: bytes | str | os.PathLike[str], device: str | torch.device = "cpu", what: str = ""
+) -> dict[str, Any]:
+    """A training state written by ``Trainer.save_checkpoint``, tensors on ``device``."""
+    return from_bytes(data, TRAINING_STATE, map_location=device, what=what or "checkpoint")
+
+
+@dataclass(frozen=True, eq=False)
+class EnsembleWeights:
+    """An ensemble file in memory: the snapshots' weights and what rebuilds them."""
+
+    config: TrainConfig
+    alphabet: str
+    snapshots: list[dict[str, Any]]  # {"epoch", "score", "state"}, best first
+    weights: str = "snapshots"  # "snapshots" or "final model" (see the module docstring)
+
+    @classmethod
+    def from_training_state(cls, state: Mapping[str, Any]) -> EnsembleWeights:
+        """The ensemble a run's test metrics came from: its kept snapshots, or the final
+        model when it took none (``Trainer.ensemble_metrics``)."""
+        config = TrainConfig.from_dict(state["config"])
+        alphabet = str(state.get("alphabet", ALPHABET))
+        if state["snapshots"]:
+            return cls(config, alphabet, list(state["snapshots"]))
+        final = {"epoch": int(state["epoch"]), "score": math.nan, "state": state["model"]}
+        return cls(config, alphabet, [final], weights="final model")
+
+    @property
+    def epochs(self) -> list[int]:
+        return [int(s["epoch"]) for s in self.snapshots]
+
+    @property
+    def feature_dim(self) -> int:
+        """The CNN feature size the image encoder takes (read from its weights)."""
+        return int(self.snapshots[0]["state"]["image_encoder.linear.weight"].shape[1])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": ENSEMBLE,
+            "schema_version": SCHEMA_VERSION,
+            "config": self.config.to_dict(),
+            "alphabet": self.alphabet,
+            "snapshots": self.snapshots,
+            "weights": self.weights,
+        }
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        Path(path).write_bytes(to_bytes(self.to_dict()))
+        return Path(path)
+
+    def models(self, device: str | torch.device = "cpu") -> list[GroundedEncoder]:
+        """One evaluation-mode model per snapshot, on ``device``."""
+        built = []
+        for snapshot in self.snapshots:
+            model = GroundedEncoder(self.config, self.feature_dim)
+            model.load_state_dict(snapshot["state"])
+            built.append(model.to(device).eval())
+        return built
+
+
+def load_ensemble(data: bytes | str | os.PathLike[str], what: str = "") -> EnsembleWeights:
+    """An ensemble file (``ENSEMBLE_FILE``), checked; tensors on the CPU."""
+    what = what or (str(data) if not isinstance(data, bytes) else "ensemble")
+    state = from_bytes(data, ENSEMBLE, what=what)
+    if not state["snapshots"]:
+        raise CheckpointError(f"{what}: an ensemble file with no weights in it")
+    try:
+        config = TrainConfig.from_dict(state["config"])
+    except ValueError as err:
+        raise CheckpointError(f"{what}: its config is not a TrainConfig ({err})") from None
+    return EnsembleWeights(
+        config,
+        str(state["alphabet"]),
+        list(state["snapshots"]),
+        str(state.get("weights", "snapshots")),
+    )
