@@ -16,7 +16,7 @@ from analysis.reference import MARGIN_STABLE_RANGE
 from gridsearch.curves import TradeoffCurve, tradeoff_curve
 from gridsearch.summary import TrialOutcome, pareto_front
 from trainables import names
-from trainables.metrics import pearson_ci, recall_ci
+from trainables.stats import pearson_ci, recall_ci
 
 ENSEMBLE_RETRIEVAL = names.FINISHED  # the snapshot ensemble's test R@10 mean
 _DEV_PARTS = tuple(names.key(names.DEV, part) for part in names.DEV_SEMANTIC_PARTS)

@@ -22,7 +22,9 @@ from mlflow.entities import Run
 from mlflow.tracking import MlflowClient
 
 from analysis.reference import OFFICIAL_LABELS, OFFICIAL_PAIRS
-from gridsearch.tracking import OUTCOME_TAG, ROLE_TAG, TRIAL_TAG, TrackingError, check_reachable
+from gridsearch._layout import RunsLayout
+from gridsearch._store import TrackingError, check_reachable
+from gridsearch._tags import OUTCOME_TAG, ROLE_SEARCH, ROLE_TAG, ROLE_TRIAL, TRIAL_TAG
 from trainables import names
 
 logger = logging.getLogger(__name__)
@@ -67,9 +69,7 @@ class SearchRecord:
 
 def tracking_uri_for(tracking_uri: str | None, runs_dir: str | os.PathLike[str]) -> str:
     """``--tracking-uri`` if given, else the search's default: sqlite in ``runs_dir``."""
-    if tracking_uri:
-        return tracking_uri
-    return f"sqlite:///{Path(runs_dir).resolve() / 'mlflow.db'}"
+    return tracking_uri or RunsLayout.at(runs_dir).tracking_uri
 
 
 def open_client(uri: str) -> MlflowClient:
@@ -113,8 +113,8 @@ def load_search(client: MlflowClient, uri: str, experiment: str) -> SearchRecord
     """Read the search ``experiment``: its parent run, every trial run and their
     histories. Raises :class:`AnalysisError` when it has no trial runs."""
     runs = all_runs(client, [experiment_id(client, experiment)])
-    parents = [r for r in runs if r.data.tags.get(ROLE_TAG) == "search"]
-    trial_runs = [r for r in runs if r.data.tags.get(ROLE_TAG) == "trial"]
+    parents = [r for r in runs if r.data.tags.get(ROLE_TAG) == ROLE_SEARCH]
+    trial_runs = [r for r in runs if r.data.tags.get(ROLE_TAG) == ROLE_TRIAL]
     if not trial_runs:
         raise AnalysisError(
             f"experiment {experiment!r} holds no trial runs ({len(runs)} run(s), none "
@@ -237,11 +237,13 @@ def _store_facts(data: str | None, notes: list[str]) -> tuple[str | None, dict[s
     """The data set name and images per split from the search's store manifest."""
     if not data:
         return None, {}
-    from storage import open_store  # pyarrow: only when there is a store to read
+    from storage import StoreError, open_store  # pyarrow: only when there is a store to read
 
     try:
         manifest = open_store(data).manifest
-    except Exception as err:  # a store moved away, an unreachable URI, a bad manifest
+    # a bad manifest (StoreError), a store moved away or an unreachable URI (OSError), a
+    # URI pyarrow cannot parse (ValueError)
+    except (StoreError, OSError, ValueError) as err:
         notes.append(
             f"the search's data store {data} cannot be read here ({err}): no data set "
             "name, so no paper reference and no retrieval intervals"
@@ -259,11 +261,12 @@ def _semantic_sets(
     counts, labels = dict(OFFICIAL_PAIRS), dict(OFFICIAL_LABELS)
     if not senteval or senteval == "null":
         return counts, labels
+    from storage import StoreError
     from storage.senteval import load_senteval
 
     try:
         bench = load_senteval(senteval)
-    except Exception as err:
+    except (StoreError, OSError) as err:
         notes.append(
             f"the search's semantic sets {senteval} cannot be read here ({err}): intervals "
             "use the official SentEval pair counts, where the metric is an official one"

@@ -2,91 +2,94 @@
 item by item: per-query retrieval ranks on a store split and per-pair similarity
 scores on the semantic sets, for the paired tests of ``analysis.compare``.
 
-The embeddings come from :class:`trainables.loop.Trainer` itself (``embed_split`` and
-``embed_fn`` sum the snapshots' embeddings on both sides, as the trial's ensemble
-metrics did), so a rebuilt ensemble reproduces the trial's logged test metrics.
+The file is read by ``trainables.checkpoint`` and embedded by ``trainables.embedding``,
+the functions the trial's own evaluation used (the snapshots' embeddings summed on both
+sides), so a rebuilt ensemble reproduces the trial's logged test metrics.
 """
 
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import numpy as np
 import torch
 from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from analysis._data import AnalysisError, trial_label
 from storage.senteval import SemanticBenchmark, SentencePairs
 from trainables import names
-from trainables.config import TrainConfig
-from trainables.data import EncodedSplit, TrainingData
-from trainables.loop import Trainer
+from trainables.checkpoint import ENSEMBLE_FILE, CheckpointError, EnsembleWeights, load_ensemble
+from trainables.data import EncodedSplit
+from trainables.device import resolve_device
+from trainables.embedding import embed_captions, embed_images, embed_sentences
 from trainables.metrics import retrieval_ranks
 from trainables.model import GroundedEncoder
 from trainables.relatedness import predict_relatedness
 from trainables.semantic import EmbeddingTable, cosine_similarity
 
-ENSEMBLE_FILE = "ensemble.pt"
-
 
 @dataclass(frozen=True, eq=False)
 class Ensemble:
     run: Run
-    config: TrainConfig
-    trainer: Trainer  # holds the evaluation split on the device; never trains
-    models: list[GroundedEncoder]  # the snapshots
+    weights: EnsembleWeights
+    models: list[GroundedEncoder]  # the snapshots, on the evaluation device
+    split: EncodedSplit  # what retrieval is evaluated on
 
     @property
     def label(self) -> str:
         return trial_label(self.run)
 
+    @property
+    def device(self) -> torch.device:
+        return next(self.models[0].parameters()).device
 
-def fetch_state(client: MlflowClient, run: Run) -> dict[str, Any]:
-    """``run``'s ``ensemble.pt`` (config, alphabet, snapshots), checked to hold weights."""
+
+def fetch_weights(client: MlflowClient, run: Run) -> EnsembleWeights:
+    """``run``'s ``ensemble.pt``, read and checked by ``trainables.checkpoint``."""
     with tempfile.TemporaryDirectory() as folder:
         try:
             local = client.download_artifacts(run.info.run_id, ENSEMBLE_FILE, folder)
-        except Exception as err:  # MLflow raises several kinds for a missing artifact
+        except (MlflowException, OSError) as err:
             raise AnalysisError(
                 f"run {trial_label(run)} ({run.info.run_id}) has no {ENSEMBLE_FILE} artifact "
                 f"({type(err).__name__}); only finished trials keep their ensemble"
             ) from None
-        state: dict[str, Any] = torch.load(Path(local), map_location="cpu", weights_only=True)
-    if not state["snapshots"]:
-        config = TrainConfig.from_dict(state["config"])
-        raise AnalysisError(
-            f"run {trial_label(run)}: its {ENSEMBLE_FILE} holds no snapshot (the trial ran "
-            f"{config.epochs} epochs, snapshots are taken every {config.snapshot_interval}), "
-            "so there are no weights to compare"
-        )
-    return state
+        try:
+            return load_ensemble(Path(local), what=f"run {trial_label(run)}: {ENSEMBLE_FILE}")
+        except CheckpointError as err:
+            raise AnalysisError(str(err)) from None
 
 
-def build_ensemble(run: Run, state: dict[str, Any], split: EncodedSplit, device: str) -> Ensemble:
-    """The ensemble of ``state`` (from :func:`fetch_state`) on ``device``, ready to
+def build_ensemble(
+    run: Run, weights: EnsembleWeights, split: EncodedSplit, device: str
+) -> Ensemble:
+    """The ensemble of ``weights`` (from :func:`fetch_weights`) on ``device``, ready to
     evaluate ``split``."""
-    config = TrainConfig.from_dict(state["config"])
-    # An evaluation-only Trainer: the split stands in for all three; batch_size and
-    # threads do not change an embedding.
-    eval_config = config.replace(
-        device=device, batch_size=min(config.batch_size, max(split.num_images, 2)), threads=0
-    )
-    trainer = Trainer(eval_config, TrainingData(split, split, split, unknown_chars=0, source=""))
-    models = [trainer._model_from(s["state"]) for s in state["snapshots"]]
-    return Ensemble(run, config, trainer, models)
+    try:
+        where = resolve_device(device)
+    except ValueError as err:
+        raise AnalysisError(f"--device {device}: {err}") from None
+    return Ensemble(run, weights, weights.models(where), split)
 
 
 def ranks(ensemble: Ensemble) -> tuple[np.ndarray, np.ndarray]:
-    """Per-query ranks ``(c2i (5N,), i2c (N,))`` of the ensemble on the split."""
-    with torch.inference_mode():
-        images, captions = ensemble.trainer.embed_split(
-            ensemble.trainer.test_split, ensemble.models
-        )
-        return retrieval_ranks(images, captions)
+    """Per-query ranks ``(c2i (5N,), i2c (N,))`` of the ensemble on its split."""
+    split, config = ensemble.split, ensemble.weights.config
+    images = embed_images(ensemble.models, torch.from_numpy(split.features))
+    captions = embed_captions(
+        ensemble.models,
+        torch.from_numpy(split.chars),
+        torch.from_numpy(split.lengths),
+        batch_size=config.eval_batch_size,
+        precision=config.precision,
+    )
+    return retrieval_ranks(images, captions)
 
 
 # Semantic metric name (``names``, no split) -> (predicted scores, gold scores) per pair.
@@ -98,7 +101,17 @@ def semantic_scores(ensemble: Ensemble, bench: SemanticBenchmark) -> Scores:
     subtask and for the STS-B and SICK-R test pairs, and the supervised protocol's test
     predictions for STS-B and SICK-R (``trainables.relatedness.predict_relatedness``, with
     the trial's seed and STS-B encoding, so the same numbers as its test metrics)."""
-    table = EmbeddingTable.build(ensemble.trainer.embed_fn(ensemble.models), bench.sentences())
+    config = ensemble.weights.config
+
+    def embed(sentences: Sequence[str]) -> torch.Tensor:
+        return embed_sentences(
+            ensemble.models,
+            sentences,
+            batch_size=config.eval_batch_size,
+            precision=config.precision,
+        )
+
+    table = EmbeddingTable.build(embed, bench.sentences())
     scores: Scores = {}
 
     def cosine(pairs: SentencePairs) -> tuple[np.ndarray, np.ndarray]:
@@ -109,13 +122,9 @@ def semantic_scores(ensemble: Ensemble, bench: SemanticBenchmark) -> Scores:
             scores[names.subtask_key(year, subtask, "pearson")] = cosine(pairs)
     for task in bench.supervised.values():
         prefix = names.task_prefix(task.name)
-        encoding = ensemble.config.stsb_encoding if task.name == "STS-B" else "senteval"
+        encoding = config.stsb_encoding if task.name == "STS-B" else "senteval"
         predicted = predict_relatedness(
-            table,
-            task,
-            device=ensemble.trainer.device,
-            seed=ensemble.config.seed,
-            encoding=encoding,
+            table, task, device=ensemble.device, seed=config.seed, encoding=encoding
         )
         scores[f"{prefix}_pearson"] = (predicted, task.test.gold)
         scores[f"{prefix}_cosine_pearson"] = cosine(task.test)

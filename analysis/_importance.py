@@ -16,6 +16,7 @@ from typing import NamedTuple
 import pandas as pd
 from optuna.trial import FrozenTrial
 
+from gridsearch._layout import RunsLayout
 from gridsearch.settings import OBJECTIVES
 
 logger = logging.getLogger(__name__)
@@ -30,8 +31,8 @@ def default_optuna_storage(tracking_uri: str, experiment: str) -> str | None:
     """``sqlite:///<runs_dir>/tune/<experiment>.optuna.db`` beside a sqlite tracking DB."""
     if not tracking_uri.startswith("sqlite:///"):
         return None
-    runs_dir = Path(tracking_uri.removeprefix("sqlite:///")).parent
-    path = runs_dir / "tune" / f"{experiment}.optuna.db"
+    layout = RunsLayout.at(Path(tracking_uri.removeprefix("sqlite:///")).parent)
+    path = layout.optuna_db(experiment, str(layout.tune))
     return f"sqlite:///{path}" if path.exists() else None
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 from analysis import reference
 from analysis._data import SearchRecord
 from trainables import names
-from trainables.metrics import pearson_ci, recall_ci
+from trainables.stats import pearson_ci, recall_ci
 
 RETRIEVAL_COLUMNS = (
     "c2i_r1",

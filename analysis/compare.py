@@ -27,12 +27,23 @@ from pathlib import Path
 
 import pandas as pd
 from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from analysis import _ensemble, _stats
 from analysis._data import AnalysisError, all_runs, experiment_id, open_client, tracking_uri_for
-from gridsearch.tracking import PARENT_TAG, TRIAL_TAG
-from trainables.metrics import pearson
+from gridsearch._tags import PARENT_TAG, TRIAL_TAG
+from trainables.stats import pearson
+
+__all__ = [
+    "SPLITS",
+    "compare_retrieval",
+    "compare_semantic",
+    "find_run",
+    "format_comparison",
+    "main",
+]
+
 
 logger = logging.getLogger(__name__)
 SPLITS = {"test": "test", "val": "val", "dev": "val"}
@@ -44,8 +55,8 @@ def find_run(client: MlflowClient, ref: str, experiment: str | None = None) -> R
     if re.fullmatch(r"[0-9a-f]{32}", ref):
         try:
             return client.get_run(ref)
-        except Exception:  # not a run id after all: try it as a trial id or name
-            pass
+        except MlflowException as err:  # not a run id after all: try it as a trial id or name
+            logger.debug("%s is not a run id here (%s); trying it as a trial id or name", ref, err)
     ids = (
         [experiment_id(client, experiment)]
         if experiment
@@ -206,7 +217,7 @@ def _run(args: argparse.Namespace) -> tuple[str, dict[str, pd.DataFrame]]:
     uri = tracking_uri_for(args.tracking_uri, args.runs_dir)
     client = open_client(uri)
     run_a, run_b = (find_run(client, ref, args.experiment) for ref in (args.run_a, args.run_b))
-    states = [_ensemble.fetch_state(client, run) for run in (run_a, run_b)]  # fail before data
+    weights = [_ensemble.fetch_weights(client, run) for run in (run_a, run_b)]  # before data
     data = args.data or _parent_param(client, run_a, "data")
     if data is None:
         raise AnalysisError(f"{args.run_a}: its search recorded no data store; pass --data STORE")
@@ -217,8 +228,8 @@ def _run(args: argparse.Namespace) -> tuple[str, dict[str, pd.DataFrame]]:
     except (StoreError, OSError) as err:
         raise AnalysisError(f"--data {data}: {err}") from None
     a, b = (
-        _ensemble.build_ensemble(run, state, split, args.device)
-        for run, state in zip((run_a, run_b), states, strict=True)
+        _ensemble.build_ensemble(run, w, split, args.device)
+        for run, w in zip((run_a, run_b), weights, strict=True)
     )
     retrieval = compare_retrieval(a, b, resamples=args.resamples, seed=args.seed)
     semantic = pd.DataFrame()

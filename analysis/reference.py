@@ -20,7 +20,23 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from trainables import names
-from trainables.metrics import pearson_ci
+from trainables.stats import pearson_ci
+
+__all__ = [
+    "COCO_1K",
+    "MARGIN_STABLE_RANGE",
+    "OFFICIAL_LABELS",
+    "OFFICIAL_PAIRS",
+    "RETRIEVAL",
+    "SEMANTIC",
+    "SEMANTIC_SOURCE",
+    "SICKR_DEV_PAIRS",
+    "SICKR_TEST_PAIRS",
+    "STSB_DEV_PAIRS",
+    "STSB_TEST_PAIRS",
+    "RetrievalReference",
+    "SemanticReference",
+]
 
 
 class RetrievalReference(NamedTuple):

@@ -25,6 +25,16 @@ from analysis import _sections
 from analysis._data import AnalysisError, SearchRecord, load_search, open_client, tracking_uri_for
 from analysis._html import render_page
 from analysis._importance import default_optuna_storage, param_importances
+from gridsearch._layout import RunsLayout
+
+__all__ = [
+    "ARTIFACT_PATH",
+    "check_finished",
+    "log_report",
+    "main",
+    "write_report",
+]
+
 
 logger = logging.getLogger(__name__)
 ARTIFACT_PATH = "report"
@@ -143,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     uri = tracking_uri_for(args.tracking_uri, args.runs_dir)
-    out = args.out or args.runs_dir / "reports" / args.experiment
+    out = args.out or RunsLayout.at(args.runs_dir).report(args.experiment)
     try:
         record = load_search(open_client(uri), uri, args.experiment)
         check_finished(record, partial=args.partial)

@@ -8,6 +8,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
+__all__ = [
+    "TradeoffCurve",
+    "draw_tradeoff",
+    "tradeoff_curve",
+]
+
 
 class TradeoffCurve(NamedTuple):
     epochs: list[int]

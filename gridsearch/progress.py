@@ -1,30 +1,30 @@
-"""A readable progress view: one line per reported epoch and per finished trial."""
+"""A readable progress view: one line per reported epoch and per finished trial, handed
+to a ``write`` function (``gridsearch.run`` passes ``print``; a library caller passes its
+own, or nothing)."""
 
 from __future__ import annotations
 
-import sys
 import time
-from typing import Any, TextIO
+from collections.abc import Callable
+from typing import Any
 
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
 from trainables import names
 
+__all__ = ["ProgressPrinter"]
+
 
 class ProgressPrinter(Callback):
-    def __init__(self, searched: list[str], epochs: int, stream: TextIO | None = None) -> None:
+    def __init__(self, searched: list[str], epochs: int, write: Callable[[str], None]) -> None:
         self.searched = searched  # the parameters worth showing per trial
         self.epochs = epochs
-        self.stream = stream
+        self.write = write
         self.started = time.perf_counter()
 
     def _print(self, text: str) -> None:
-        print(
-            f"[{time.perf_counter() - self.started:6.1f}s] {text}",
-            file=self.stream or sys.stdout,
-            flush=True,
-        )
+        self.write(f"[{time.perf_counter() - self.started:6.1f}s] {text}")
 
     def _label(self, trial: Trial) -> str:
         shown = " ".join(

@@ -9,7 +9,8 @@
 Optuna (through Ray Tune's OptunaSearch) samples the space; Ray Tune runs the trials on
 this machine or a Ray cluster; the driver records every trial in MLflow (one parent run
 per search, a nested run per trial). Without --data the embedded world is built once
-(cached) and used. See ``--help`` and the README for every option.
+(cached) and used. See ``--help`` and the README for every option. This module is the
+only one of the package that prints.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 # Our own progress view replaces Tune's tables; Tune's snapshot-frequency warning is
 # expected (every epoch reports a checkpoint and only the last two are kept).
@@ -28,10 +30,19 @@ os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 from gridsearch.settings import SearchError, SearchSettings, parse_args
 
+if TYPE_CHECKING:  # the driver imports Ray: only when a search runs
+    from gridsearch.driver import SearchResult
+
+__all__ = ["main"]
+
 logger = logging.getLogger(__name__)
 
 
-def main(argv: list[str] | None = None) -> int:
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.list_spaces:
         from gridsearch.spaces import list_spaces
@@ -41,12 +52,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("mlflow", "alembic"):  # their INFO lines (database set-up) are not ours
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    started = time.perf_counter()
     try:
         settings = SearchSettings.from_args(args)
         from gridsearch.driver import run_search
 
-        run_search(settings, started)
+        result = run_search(settings, write=say)
     except SearchError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -57,7 +67,27 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
+    _print_result(result)
     return 0
+
+
+def _print_result(result: SearchResult) -> None:
+    settings = result.settings
+    say("\n" + result.summary)
+    if result.unfinished:
+        say(
+            f"\nthe search stopped with {result.unfinished} trial(s) not finished after "
+            f"{result.elapsed_s:.0f} s: continue it with the --resume command below"
+        )
+    else:
+        say(f"\nfinished in {result.elapsed_s:.0f} s ({result.elapsed_s / 60:.1f} min)")
+    say(f"compare the runs:  mlflow ui --backend-store-uri {settings.tracking_uri}")
+    if result.dashboard:
+        say(
+            f"Ray dashboard:  {result.dashboard} (live while a search runs; for one that stays "
+            "up, `ray start --head` and pass --address auto)"
+        )
+    say(f"continue or extend it:  {settings.resume_command}")
 
 
 if __name__ == "__main__":

@@ -1,20 +1,36 @@
-"""The search's command line and the validated settings it becomes."""
+"""What a search was asked to do: ``SearchSettings``, typed, frozen and validated once from
+the command line (``from_argv``). Its ``asdict`` is the search's record on disk
+(``RunsLayout.record``), from which ``--resume`` rebuilds it exactly."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gridsearch._arguments import build_parser
+from gridsearch._layout import RunsLayout
 from trainables import names
+
+__all__ = [
+    "CPU_SIZED",
+    "OBJECTIVES",
+    "SMOKE",
+    "SMOKE_WORLD_IMAGES",
+    "SearchError",
+    "SearchSettings",
+    "parse_args",
+]
 
 # --objective -> (metric(s), mode(s)): the best dev value over the epochs. Only dev values
 # may be selected on (names.selectable refuses test and ensemble ones).
 _RETRIEVAL, _SEMANTIC = (names.selectable(m) for m in (names.BEST_RETRIEVAL, names.BEST_SEMANTIC))
-OBJECTIVES = {
+OBJECTIVES: dict[str, tuple[Any, Any]] = {
     "retrieval": (_RETRIEVAL, "max"),
     "semantic": (_SEMANTIC, "max"),
     "both": ([_RETRIEVAL, _SEMANTIC], ["max", "max"]),
@@ -28,219 +44,205 @@ SHORT_CYCLES = {"cycle_epochs": 1, "snapshot_interval": 1}
 CPU_SIZED = {"hidden_size": 32, "batch_size": 64, "epochs": 2, **SHORT_CYCLES}
 SMOKE = {"hidden_size": 8, "batch_size": 8, "epochs": 2, **SHORT_CYCLES}
 SMOKE_WORLD_IMAGES = 120
+# What a --resume takes from its own command line; everything else comes from the
+# search's record, so the continued search runs exactly as it started.
+RESUME_KEEPS = ("resume", "address", "dashboard", "dashboard_host", "tracking_wait_s")
 
 
 class SearchError(Exception):
     """Bad input or an unusable environment, reported without a traceback."""
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m gridsearch.run",
-        description="Hyperparameter search with Ray Tune + Optuna, tracked in MLflow.",
-    )
-    what = p.add_argument_group("what to search")
-    what.add_argument("--space", default=None, help="a named space (--list-spaces)")
-    what.add_argument("--space-file", type=Path, default=None, help="a YAML/TOML space file")
-    what.add_argument("--list-spaces", action="store_true", help="list the named spaces")
-    what.add_argument(
-        "--objective",
-        choices=tuple(OBJECTIVES),
-        default="retrieval",
-        help="dev R@10 mean, dev semantic score, or both (a Pareto front)",
-    )
-    what.add_argument(
-        "--scheduler",
-        choices=("asha", "fifo"),
-        default=None,
-        help="ASHA early stopping or none (default: asha, fifo for 'both')",
-    )
-    what.add_argument(
-        "--num-samples",
-        type=int,
-        default=None,
-        help="trials (default: the grid size for grid spaces, else 8; 4 on CPU)",
-    )
-    what.add_argument("--epochs", type=int, default=None, help="epochs per trial")
-    what.add_argument(
-        "--max-concurrent",
-        type=int,
-        default=None,
-        help="trials at once (default: what the resources allow)",
-    )
-    what.add_argument("--time-budget", type=float, default=None, help="stop after this many s")
-    what.add_argument("--seed", type=int, default=0, help="sampler and training seed")
-    what.add_argument(
-        "--full-size", action="store_true", help="keep the paper's model size even without a GPU"
-    )
-    what.add_argument("--smoke-test", action="store_true", help="the same path, tiny, for CI")
-    data = p.add_argument_group("data")
-    data.add_argument("--data", default=None, help="feature store (default: the embedded world)")
-    data.add_argument("--senteval", default=None, help="SentEval data/downstream directory")
-    data.add_argument(
-        "--no-verify",
-        action="store_true",
-        help="skip checking every shard against the store manifest's sha256 while reading "
-        "(saves about a third of the read; a corrupt shard then trains silently)",
-    )
-    data.add_argument(
-        "--data-via",
-        choices=("object-store", "uri"),
-        default="object-store",
-        help="object-store: the driver reads the store and Ray ships it once per node; "
-        "uri: every trial reads --data itself (it must be a path or URI every node can "
-        "read: NFS, s3://, gs://)",
-    )
-    res = p.add_argument_group("resources")
-    res.add_argument("--cpus-per-trial", type=float, default=None)
-    res.add_argument(
-        "--gpus-per-trial",
-        type=float,
-        default=None,
-        help="a fraction packs trials on a GPU (each capped to its share)",
-    )
-    res.add_argument("--address", default=None, help="join a Ray cluster: auto, ray://host:port")
-    res.add_argument("--no-dashboard", action="store_true", help="start the local Ray without it")
-    res.add_argument(
-        "--dashboard-host",
-        default="127.0.0.1",
-        help="where the local Ray's dashboard listens (default: this machine only; "
-        "0.0.0.0 opens it to the network)",
-    )
-    out = p.add_argument_group("where results go")
-    out.add_argument(
-        "--runs-dir",
-        type=Path,
-        default=Path("runs"),
-        help="local home of the defaults below and the cached embedded world",
-    )
-    out.add_argument(
-        "--storage-path",
-        default=None,
-        help="Tune experiments (local path or URI; default RUNS_DIR/tune)",
-    )
-    out.add_argument(
-        "--experiment",
-        default=None,
-        help="names the Tune and MLflow experiments (default: SPACE-TIMESTAMP)",
-    )
-    out.add_argument("--resume", action="store_true", help="continue an interrupted search")
-    out.add_argument(
-        "--tracking-uri",
-        default=None,
-        help="MLflow tracking URI (default: sqlite:///RUNS_DIR/mlflow.db)",
-    )
-    out.add_argument(
-        "--optuna-storage",
-        default=None,
-        help="Optuna study database URL (default: an sqlite file beside the experiment)",
-    )
-    out.add_argument("--max-failures", type=int, default=2, help="retries of a failing trial")
-    out.add_argument(
-        "--tracking-wait",
-        type=float,
-        default=300.0,
-        help="seconds the search waits at its end for an MLflow server that went away "
-        "(training never waits; --resume records what is still missing)",
-    )
-    return p.parse_args(argv)
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The raw command line (``--help``, ``--list-spaces``); ``SearchSettings.from_argv``
+    validates it."""
+    return build_parser().parse_args(argv)
 
 
 @dataclass(frozen=True)
 class SearchSettings:
-    args: argparse.Namespace
-    space_name: str
-    experiment: str
-    runs_dir: Path
-    storage_path: str
+    # -- what to search --
+    space: str | None  # a named space (--space), or None with a space file
+    space_file: Path | None  # a YAML/TOML space file (absolute)
+    objective: str  # "retrieval", "semantic" or "both"
+    scheduler: str  # "asha" or "fifo" (resolved: fifo for "both")
+    num_samples: int | None  # trials; None = the space's grid size or a default
+    epochs: int | None  # epochs per trial; None = the model size's default
+    max_concurrent: int | None  # None = what the resources allow
+    time_budget_s: float | None  # stop the search after this long
+    seed: int  # the sampler's and every trial's training seed
+    full_size: bool  # keep the paper's model size without a GPU
+    smoke_test: bool  # the same path, tiny
+    # -- data --
+    data: str | None  # the store (absolute path or URI); None = the embedded world
+    senteval: str | None  # SentEval data/downstream; None = the store's own sets
+    data_via: str  # "object-store" (the driver reads and ships it) or "uri"
+    verify: bool  # check every shard against the manifest's sha256
+    # -- resources --
+    cpus_per_trial: float | None
+    gpus_per_trial: float | None
+    address: str | None  # a Ray cluster to join; None = start a local one
+    dashboard: bool  # start the local Ray's dashboard
+    dashboard_host: str
+    # -- where results go --
+    layout: RunsLayout
+    storage_path: str  # the Tune experiments' parent (a path or URI)
+    experiment: str  # names the Tune and MLflow experiments and the Optuna study
+    resume: bool
     tracking_uri: str
-    metric: Any
-    mode: Any
-    scheduler: str
+    optuna_storage: str  # the study's database URL
+    max_failures: int  # retries of a failing trial
+    tracking_wait_s: float  # how long the end waits for a tracking store that went away
+
+    @property
+    def space_name(self) -> str:
+        if self.space:
+            return self.space
+        assert self.space_file is not None
+        return self.space_file.stem
+
+    @property
+    def metric(self) -> str | list[str]:
+        return OBJECTIVES[self.objective][0]
+
+    @property
+    def mode(self) -> str | list[str]:
+        return OBJECTIVES[self.objective][1]
+
+    @property
+    def experiment_path(self) -> str:
+        """The Tune experiment's directory (a path or URI)."""
+        return f"{self.storage_path.rstrip('/')}/{self.experiment}"
+
+    @property
+    def resume_command(self) -> str:
+        return (
+            f"python -m gridsearch.run --experiment {self.experiment} --resume "
+            f"--runs-dir {self.layout.root}"
+        )
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str] | None) -> SearchSettings:
+        """Validated settings from a command line; a ``--resume`` reads the rest from the
+        search's record. Bad input raises ``SearchError`` naming the flag."""
+        return cls.from_args(parse_args(argv))
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SearchSettings:
         if args.resume:
-            args = _restore_args(args)
-        if args.space and args.space_file:
-            raise SearchError("give --space or --space-file, not both")
-        if args.resume and not args.experiment:
-            raise SearchError("--resume needs --experiment NAME (the search to continue)")
-        if not (args.space or args.space_file):
-            raise SearchError("give --space NAME (see --list-spaces) or --space-file FILE")
-        if args.tracking_wait < 0:
-            raise SearchError(f"--tracking-wait: got {args.tracking_wait}, expected >= 0 s")
-        if args.data_via == "uri" and not args.data:
-            raise SearchError("--data-via uri needs --data (a store every node can read)")
-        for flag in ("num_samples", "epochs", "max_concurrent", "max_failures"):
-            value = getattr(args, flag)
-            if value is not None and value < (0 if flag in ("epochs", "max_failures") else 1):
-                raise SearchError(
-                    f"--{flag.replace('_', '-')}: got {value}, expected a "
-                    f"{'non-negative' if flag in ('epochs', 'max_failures') else 'positive'}"
-                    " integer"
-                )
-        objective = args.objective
-        scheduler = args.scheduler or ("fifo" if objective == "both" else "asha")
-        if scheduler == "asha" and objective == "both":
-            raise SearchError(
-                "--scheduler asha needs a single objective; use --scheduler fifo "
-                "with --objective both"
-            )
-        runs_dir = args.runs_dir.resolve()
+            return _resumed(args)
+        _check(args)
+        layout = RunsLayout.at(args.runs_dir)
         space_name = args.space or args.space_file.stem
         experiment = args.experiment or f"{space_name}-{time.strftime('%Y%m%d-%H%M%S')}"
-        metric, mode = OBJECTIVES[objective]
+        storage_path = args.storage_path or str(layout.tune)
         return cls(
-            args,
-            space_name,
-            experiment,
-            runs_dir,
-            args.storage_path or str(runs_dir / "tune"),
-            args.tracking_uri or f"sqlite:///{runs_dir / 'mlflow.db'}",
-            metric,
-            mode,
-            scheduler,
+            space=args.space,
+            space_file=args.space_file.resolve() if args.space_file else None,
+            objective=args.objective,
+            scheduler=args.scheduler or ("fifo" if args.objective == "both" else "asha"),
+            num_samples=args.num_samples,
+            epochs=args.epochs,
+            max_concurrent=args.max_concurrent,
+            time_budget_s=args.time_budget,
+            seed=args.seed,
+            full_size=args.full_size,
+            smoke_test=args.smoke_test,
+            data=_absolute(args.data),
+            senteval=args.senteval,
+            data_via=args.data_via,
+            verify=not args.no_verify,
+            cpus_per_trial=args.cpus_per_trial,
+            gpus_per_trial=args.gpus_per_trial,
+            address=args.address,
+            dashboard=not args.no_dashboard,
+            dashboard_host=args.dashboard_host,
+            layout=layout,
+            storage_path=storage_path,
+            experiment=experiment,
+            resume=False,
+            tracking_uri=args.tracking_uri or layout.tracking_uri,
+            optuna_storage=args.optuna_storage
+            or f"sqlite:///{layout.optuna_db(experiment, storage_path)}",
+            max_failures=args.max_failures,
+            tracking_wait_s=args.tracking_wait,
+        )
+
+    def to_record(self) -> dict[str, Any]:
+        """``asdict(self)``, JSON-able: what ``--resume`` reads back."""
+        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> SearchSettings:
+        values = dict(record)
+        values["layout"] = RunsLayout(Path(values["layout"]["root"]))
+        if values.get("space_file"):
+            values["space_file"] = Path(values["space_file"])
+        return cls(**values)
+
+    def save_record(self) -> Path:
+        path = self.layout.record(self.experiment)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_record(), indent=2))
+        return path
+
+
+def _absolute(data: str | None) -> str | None:
+    """A store path made absolute (trials run in other directories, and on other nodes);
+    a URI as it is."""
+    return data if not data or "://" in data else str(Path(data).resolve())
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.space and args.space_file:
+        raise SearchError("give --space or --space-file, not both")
+    if not (args.space or args.space_file):
+        raise SearchError("give --space NAME (see --list-spaces) or --space-file FILE")
+    if args.tracking_wait < 0:
+        raise SearchError(f"--tracking-wait: got {args.tracking_wait}, expected >= 0 s")
+    if args.data_via == "uri" and not args.data:
+        raise SearchError("--data-via uri needs --data (a store every node can read)")
+    for flag in ("num_samples", "epochs", "max_concurrent", "max_failures"):
+        value = getattr(args, flag)
+        non_negative = flag in ("epochs", "max_failures")
+        if value is not None and value < (0 if non_negative else 1):
+            raise SearchError(
+                f"--{flag.replace('_', '-')}: got {value}, expected a "
+                f"{'non-negative' if non_negative else 'positive'} integer"
+            )
+    if args.scheduler == "asha" and args.objective == "both":
+        raise SearchError(
+            "--scheduler asha needs a single objective; use --scheduler fifo with --objective both"
         )
 
 
-# What a --resume takes from its own command line; everything else comes from the
-# search's record, so the continued search runs exactly as it started.
-_RESUME_KEEPS = (
-    "resume",
-    "experiment",
-    "runs_dir",
-    "address",
-    "no_dashboard",
-    "dashboard_host",
-    "tracking_wait",
-    "list_spaces",
-)
-
-
-def record_path(runs_dir: Path, experiment: str) -> Path:
-    return runs_dir.resolve() / "searches" / f"{experiment}.json"
-
-
-def save_record(args: argparse.Namespace, experiment: str) -> None:
-    """Write the search's settings, for --resume."""
-    path = record_path(args.runs_dir, experiment)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    values = {k: str(v.resolve()) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    path.write_text(json.dumps({"args": {**values, "experiment": experiment}}, indent=2))
-
-
-def _restore_args(args: argparse.Namespace) -> argparse.Namespace:
-    path = record_path(args.runs_dir, args.experiment)
+def _resumed(args: argparse.Namespace) -> SearchSettings:
+    """The settings a search started with (its record), with what a ``--resume`` may
+    change taken from this command line."""
+    if not args.experiment:
+        raise SearchError("--resume needs --experiment NAME (the search to continue)")
+    layout = RunsLayout.at(args.runs_dir)
+    path = layout.record(args.experiment)
     if not path.exists():
         raise SearchError(
             f"--resume: no search named {args.experiment!r} under --runs-dir "
             f"{args.runs_dir} (expected its record {path})"
         )
-    saved = json.loads(path.read_text())["args"]
-    defaults = vars(parse_args([]))  # options added since the record was written
-    merged = {**defaults, **saved, **{k: getattr(args, k) for k in _RESUME_KEEPS}}
-    for key in ("space_file", "runs_dir"):
-        if merged.get(key) is not None:
-            merged[key] = Path(merged[key])
-    return argparse.Namespace(**merged)
+    record = json.loads(path.read_text())
+    if "args" in record:  # written before the settings were typed: the old command line
+        saved = {**vars(parse_args([])), **record["args"]}
+        saved.update(resume=False, runs_dir=Path(saved["runs_dir"]))
+        if saved.get("space_file"):
+            saved["space_file"] = Path(saved["space_file"])
+        settings = SearchSettings.from_args(argparse.Namespace(**saved))
+    else:
+        settings = SearchSettings.from_record(record)
+    now = {
+        "resume": True,
+        "address": args.address,
+        "dashboard": not args.no_dashboard,
+        "dashboard_host": args.dashboard_host,
+        "tracking_wait_s": args.tracking_wait,
+    }
+    assert tuple(now) == RESUME_KEEPS
+    return dataclasses.replace(settings, **now)

@@ -10,6 +10,13 @@ from typing import Any
 
 from trainables import names
 
+__all__ = [
+    "TrialOutcome",
+    "best_trial",
+    "format_summary",
+    "pareto_front",
+]
+
 
 @dataclass(frozen=True)
 class TrialOutcome:

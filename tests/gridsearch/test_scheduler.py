@@ -4,14 +4,19 @@ fed results the way Tune feeds them."""
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
-from gridsearch.driver import _scheduler, asha_rungs, asha_scheduler
-from gridsearch.settings import CPU_SIZED, SMOKE, SearchSettings, parse_args
+from gridsearch._scheduler import (
+    asha_rungs,
+    asha_scheduler,
+    cycle_epochs,
+    describe_rungs,
+    make_scheduler,
+)
+from gridsearch.settings import CPU_SIZED, SMOKE
 from gridsearch.spaces import get_space
 from trainables.config import TrainConfig
 
@@ -61,28 +66,19 @@ def test_a_slow_starter_is_judged_at_the_cycle_end_not_after_one_epoch() -> None
     assert len(decisions[2]) == 9 and decisions[2][-1] == TrialScheduler.STOP  # ran to max_t
 
 
-def test_the_search_reads_the_cycle_from_the_space_then_the_run(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    settings = SearchSettings.from_args(
-        parse_args(["--space", "margin_sweep", "--runs-dir", str(tmp_path)])
-    )
+def test_the_search_reads_the_cycle_from_the_space_then_the_run() -> None:
     space = get_space("margin_sweep")
     assert "cycle_epochs" not in space.fixed
     assert TrainConfig.cycle_epochs == 4
-    assert isinstance(_scheduler(settings, space, {"epochs": 32}), ASHAScheduler)
-    assert "at epoch 4, 8, 16" in capsys.readouterr().out
+    cycle = cycle_epochs(space.fixed, {"epochs": 32})
+    assert isinstance(make_scheduler("asha", 32, cycle), ASHAScheduler)
+    assert "at epoch 4, 8, 16" in describe_rungs(32, cycle)
     own = dataclasses.replace(space, fixed={"cycle_epochs": 2})  # the space's cycle wins
-    _scheduler(settings, own, {"epochs": 32, "cycle_epochs": 1})
-    assert "the 2-epoch learning-rate cycles: at epoch 2, 4, 8, 16" in capsys.readouterr().out
+    cycle = cycle_epochs(own.fixed, {"epochs": 32, "cycle_epochs": 1})
+    assert "the 2-epoch learning-rate cycles: at epoch 2, 4, 8, 16" in describe_rungs(32, cycle)
     for sized in (CPU_SIZED, SMOKE):  # short runs, short cycles: ASHA still stops after 1
-        _scheduler(settings, space, dict(sized))
-        assert "at epoch 1, each time" in capsys.readouterr().out
-    scheduler = _scheduler(settings, space, {"epochs": 2})
-    assert isinstance(scheduler, FIFOScheduler)
-    assert "no trial is stopped early" in capsys.readouterr().out
-    fifo = SearchSettings.from_args(
-        parse_args(["--space", "margin_sweep", "--runs-dir", str(tmp_path), "--scheduler", "fifo"])
-    )
-    assert isinstance(_scheduler(fifo, space, {"epochs": 32}), FIFOScheduler)
-    assert capsys.readouterr().out == ""
+        cycle = cycle_epochs(space.fixed, sized)
+        assert "at epoch 1, each time" in describe_rungs(int(sized["epochs"]), cycle)
+    assert isinstance(make_scheduler("asha", 2, 4), FIFOScheduler)
+    assert "no trial is stopped early" in describe_rungs(2, 4)
+    assert isinstance(make_scheduler("fifo", 32, 4), FIFOScheduler)

@@ -1,0 +1,48 @@
+"""What a trial's run keeps besides its metrics: ``config.json`` (every TrainConfig
+field), ``tradeoff.png`` (its dev curves, the paper's Fig. 4) and ``ensemble.pt`` (the
+weights its reported test metrics came from, in ``trainables.checkpoint``'s format)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from gridsearch.curves import draw_tradeoff, tradeoff_curve
+from trainables import names
+from trainables.checkpoint import ENSEMBLE_FILE, TRAINER_FILE, EnsembleWeights, load_training_state
+from trainables.config import TrainConfig
+
+__all__ = ["CURVE_KEYS", "write_trial_artifacts"]
+
+CURVE_KEYS = (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC)
+
+
+def write_trial_artifacts(
+    folder: Path,
+    trial_id: str,
+    config: TrainConfig,
+    history: Mapping[str, Sequence[tuple[int, float]]],
+    checkpoint: Any,
+    *,
+    finished: bool,
+) -> None:
+    """Write the artifacts into ``folder``: ``history`` holds ``(epoch, value)`` of
+    ``CURVE_KEYS``; ``checkpoint`` is the trial's last Tune checkpoint (or None), its
+    ensemble written when the trial ``finished``."""
+    (folder / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
+    curve = tradeoff_curve(history, *CURVE_KEYS)
+    if curve.epochs:
+        draw_tradeoff(
+            curve,
+            folder / "tradeoff.png",
+            f"{trial_id}: margin {config.margin:.3g}, n={config.hidden_size}, "
+            f"{config.rnn_type}/{config.pooling}",
+        )
+    if finished and checkpoint is not None:
+        with checkpoint.as_directory() as source:
+            state = load_training_state(
+                Path(source) / TRAINER_FILE, what=f"{trial_id}'s checkpoint"
+            )
+        EnsembleWeights.from_training_state(state).save(folder / ENSEMBLE_FILE)

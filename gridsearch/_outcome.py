@@ -1,0 +1,48 @@
+"""How a trial ended, decided in one place; dependency-free.
+
+========================  =========  ====================================================
+``Outcome``               MLflow     when
+========================  =========  ====================================================
+``finished``              FINISHED   it trained every epoch and reported its ensemble
+``stopped_early``         KILLED     ASHA stopped it (the search completed without it)
+``failed``                FAILED     it raised, or its loss diverged, after its retries
+``search_ended``          KILLED     the search stopped first (time budget, Ctrl+C)
+``abandoned``             KILLED     its driver died before Tune saved it; the resumed
+                                     search ran another trial in its place
+========================  =========  ====================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum
+
+from trainables import names
+
+__all__ = ["Outcome", "classify"]
+
+
+class Outcome(StrEnum):
+    FINISHED = "finished"
+    STOPPED_EARLY = "stopped_early"
+    FAILED = "failed"
+    SEARCH_ENDED = "search_ended"
+    ABANDONED = "abandoned"
+
+    @property
+    def status(self) -> str:
+        """The MLflow run status that goes with it."""
+        if self is Outcome.FINISHED:
+            return "FINISHED"
+        return "FAILED" if self is Outcome.FAILED else "KILLED"
+
+
+def classify(metrics: Mapping[str, object], *, error: bool, search_complete: bool) -> Outcome:
+    """A trial's outcome from its last report: ``error`` when Tune recorded one;
+    ``search_complete`` when no trial is left to run, so that a trial without its
+    ensemble was stopped by the scheduler rather than by the search's end."""
+    if error:
+        return Outcome.FAILED
+    if names.is_finished(metrics):
+        return Outcome.FINISHED
+    return Outcome.STOPPED_EARLY if search_complete else Outcome.SEARCH_ENDED

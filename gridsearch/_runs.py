@@ -1,0 +1,208 @@
+"""The MLflow runs of a search's trials: one nested run per trial, found again by its Tune
+trial id after a retry or a ``--resume``, each epoch logged once (the first report
+wins), and closed once with its outcome and artifacts.
+
+Every method talks to MLflow directly and may raise when the store is away; the caller
+(``tracking.TrialTracker``) queues them in a ``WriteQueue``, so a failed call is retried
+as a whole.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
+from typing import Any
+
+from mlflow.entities import Metric, Param
+from mlflow.tracking import MlflowClient
+
+from gridsearch._artifacts import CURVE_KEYS, write_trial_artifacts
+from gridsearch._outcome import Outcome
+from gridsearch._store import param_value
+from gridsearch._tags import (
+    ERROR_TAG,
+    OUTCOME_TAG,
+    PARENT_TAG,
+    ROLE_TAG,
+    ROLE_TRIAL,
+    TRIAL_TAG,
+)
+from trainables.config import TrainConfig
+
+__all__ = ["TrialRuns", "split_trial_config"]
+
+logger = logging.getLogger(__name__)
+ERROR_LIMIT = 5000  # characters of an error kept in its tag (the end, where it says why)
+BATCH_LIMIT = 1000  # MLflow's limit on metrics per log_batch call
+
+
+def split_trial_config(config: Mapping[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
+    """A Tune trial's config as its ``TrainConfig`` and everything else in it: the search
+    space's helper parameters (e.g. paper_grid's ``variant``, which OptunaSearch puts in
+    every config beside the TrainConfig keys the space decoded it into). The run records
+    what Tune ran; the trainable itself refuses keys the space did not declare."""
+    fields = set(TrainConfig.field_names())
+    train = {k: v for k, v in config.items() if k in fields}
+    return TrainConfig.from_dict(train), {k: v for k, v in config.items() if k not in fields}
+
+
+class TrialRuns:
+    def __init__(
+        self,
+        client: MlflowClient,
+        experiment_id: str,
+        parent_run_id: str,
+        tags: Mapping[str, str],
+        reachable: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.client = client
+        self.reachable = reachable  # does the store answer? (decides whether to retry)
+        self.experiment_id = experiment_id
+        self.parent_run_id = parent_run_id
+        self.tags = dict(tags)  # set on every trial's run (space, objective)
+        self._runs: dict[str, str] = {}  # trial id -> run id
+        self._logged: dict[str, set[int]] = {}  # run id -> epochs already logged
+        self._closed: set[str] = set()  # run ids
+
+    def run_of(self, trial_id: str, config: Mapping[str, Any]) -> str:
+        """The trial's run: known, found by its ``TRIAL_TAG``, or created."""
+        if trial_id in self._runs:
+            return self._runs[trial_id]
+        found = self.client.search_runs(
+            [self.experiment_id], f"tags.`{TRIAL_TAG}` = '{trial_id}'", max_results=1
+        )
+        if found:
+            run_id = found[0].info.run_id
+            if found[0].info.status != "RUNNING":
+                self._closed.add(run_id)
+            history = self.client.get_metric_history(run_id, "epoch")
+            self._logged[run_id] = {int(m.step) for m in history}
+        else:
+            run_id = self._create(trial_id, config)
+            self._logged[run_id] = set()
+        self._runs[trial_id] = run_id
+        return run_id
+
+    def logged(self, run_id: str) -> set[int]:
+        return self._logged[run_id]
+
+    def is_closed(self, run_id: str) -> bool:
+        return run_id in self._closed
+
+    def _create(self, trial_id: str, trial_config: Mapping[str, Any]) -> str:
+        config, helpers = split_trial_config(trial_config)
+        run = self.client.create_run(
+            self.experiment_id,
+            run_name=f"trial-{trial_id.rsplit('_', 1)[-1]}",
+            tags={
+                PARENT_TAG: self.parent_run_id,
+                ROLE_TAG: ROLE_TRIAL,
+                TRIAL_TAG: trial_id,
+                **self.tags,
+            },
+        )
+        values = {**config.to_dict(), **{f"search.{k}": v for k, v in helpers.items()}}
+        params = [Param(k, param_value(v)) for k, v in values.items()]
+        self.client.log_batch(run.info.run_id, params=params)
+        return str(run.info.run_id)
+
+    def reopen(self, trial_id: str, config: Mapping[str, Any]) -> None:
+        """A trial that runs again (restored by ``--resume``) is RUNNING again."""
+        run_id = self.run_of(trial_id, config)
+        if run_id in self._closed:
+            self.client.update_run(run_id, status="RUNNING")
+            self._closed.discard(run_id)
+
+    def log_epoch(
+        self, trial_id: str, config: Mapping[str, Any], epoch: int, values: Mapping[str, float]
+    ) -> bool:
+        """Log one epoch's metrics at ``step=epoch``; False when it already was (a trial
+        restored from its checkpoint reports its last epochs again: the first wins)."""
+        run_id = self.run_of(trial_id, config)
+        if epoch in self._logged[run_id]:
+            return False
+        stamp = int(time.time() * 1000)
+        metrics = [Metric(k, v, stamp, epoch) for k, v in values.items()]
+        metrics.append(Metric("epoch", float(epoch), stamp, epoch))
+        for start in range(0, len(metrics), BATCH_LIMIT):
+            self.client.log_batch(run_id, metrics=metrics[start : start + BATCH_LIMIT])
+        self._logged[run_id].add(epoch)
+        return True
+
+    def close(
+        self,
+        trial_id: str,
+        config: Mapping[str, Any],
+        outcome: Outcome,
+        checkpoint: Any,
+        error: str | None = None,
+    ) -> None:
+        """End the trial's run with ``outcome`` (its tag and MLflow status), its error
+        and its artifacts; a run already closed is left as it is. Artifacts that cannot
+        be written are logged and skipped unless the store went away (``reachable()``
+        is False), in which case the whole close raises, to be retried."""
+        run_id = self.run_of(trial_id, config)
+        if run_id in self._closed:
+            return
+        if error:
+            self.client.set_tag(run_id, ERROR_TAG, error[-ERROR_LIMIT:])
+        try:
+            self._log_artifacts(run_id, trial_id, config, checkpoint, outcome)
+        except Exception as err:  # artifacts must never leave a run RUNNING
+            if not self.reachable():
+                raise  # the store went away: retry the whole close later
+            logger.warning("could not log the artifacts of %s: %s", trial_id, err)
+        self.client.set_tag(run_id, OUTCOME_TAG, outcome.value)
+        self.client.set_terminated(run_id, outcome.status)
+        self._closed.add(run_id)
+
+    def _log_artifacts(
+        self,
+        run_id: str,
+        trial_id: str,
+        trial_config: Mapping[str, Any],
+        checkpoint: Any,
+        outcome: Outcome,
+    ) -> None:
+        config, _ = split_trial_config(trial_config)
+        history = {
+            key: [(m.step, m.value) for m in self.client.get_metric_history(run_id, key)]
+            for key in CURVE_KEYS
+        }
+        with tempfile.TemporaryDirectory() as folder:
+            write_trial_artifacts(
+                Path(folder),
+                trial_id,
+                config,
+                history,
+                checkpoint,
+                finished=outcome is Outcome.FINISHED,
+            )
+            self.client.log_artifacts(run_id, folder)
+
+    def abandon_unknown(self, known: Collection[str]) -> int:
+        """Close as ``abandoned`` every run of this search still RUNNING whose trial Tune
+        no longer knows (its driver died before Tune saved it; the resumed search ran
+        another trial in its place). Returns how many."""
+        running = self.client.search_runs(
+            [self.experiment_id],
+            f"tags.`{PARENT_TAG}` = '{self.parent_run_id}' and attributes.status = 'RUNNING'",
+            max_results=10_000,
+        )
+        abandoned = 0
+        for run in running:
+            if run.data.tags.get(TRIAL_TAG) in known:
+                continue
+            self.client.set_tag(run.info.run_id, OUTCOME_TAG, Outcome.ABANDONED.value)
+            self.client.set_tag(
+                run.info.run_id,
+                ERROR_TAG,
+                "the driver stopped before Tune saved this trial; the search ran another in "
+                "its place",
+            )
+            self.client.set_terminated(run.info.run_id, Outcome.ABANDONED.status)
+            abandoned += 1
+        return abandoned

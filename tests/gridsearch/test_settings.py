@@ -1,0 +1,115 @@
+"""The search's settings: typed and validated from the command line, every path of a
+runs directory in one place, and the record --resume rebuilds them from."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from gridsearch._layout import RunsLayout
+from gridsearch.settings import SearchError, SearchSettings
+
+
+def test_defaults_from_a_short_command_line(tmp_path: Path) -> None:
+    s = SearchSettings.from_argv(["--space", "margin_sweep", "--runs-dir", str(tmp_path)])
+    assert (s.space, s.space_file, s.objective, s.scheduler) == (
+        "margin_sweep", None, "retrieval", "asha",
+    )  # fmt: skip
+    assert s.experiment.startswith("margin_sweep-") and s.space_name == "margin_sweep"
+    assert s.layout == RunsLayout(tmp_path.resolve())
+    assert s.storage_path == str(tmp_path.resolve() / "tune")
+    assert s.tracking_uri == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
+    assert s.optuna_storage == (
+        f"sqlite:///{tmp_path.resolve() / 'tune' / (s.experiment + '.optuna.db')}"
+    )
+    assert s.verify and s.dashboard and s.data is None and not s.resume
+    assert s.metric == "dev/r10_mean_best" and s.mode == "max"
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s.seed = 3  # type: ignore[misc]
+
+
+def test_both_objectives_and_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "space.yaml").write_text(
+        "name: x\nparams: {margin: {type: float, low: 0.1, high: 0.2}}\n"
+    )
+    s = SearchSettings.from_argv(
+        ["--space-file", "space.yaml", "--objective", "both", "--data", "store", "--no-verify",
+         "--storage-path", "s3://bucket/tune", "--experiment", "e", "--no-dashboard"]
+    )  # fmt: skip
+    assert s.scheduler == "fifo" and s.metric == ["dev/r10_mean_best", "dev/semantic_best"]
+    assert s.space_file == tmp_path / "space.yaml" and s.space_name == "space"
+    assert s.data == str(tmp_path / "store") and not s.verify and not s.dashboard
+    # sqlite cannot live on s3: the study stays local
+    assert s.optuna_storage == f"sqlite:///{tmp_path / 'runs' / 'optuna' / 'e.optuna.db'}"
+    assert s.experiment_path == "s3://bucket/tune/e"
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "give --space NAME"),
+        (["--space", "a", "--space-file", "b.yaml"], "not both"),
+        (["--space", "a", "--tracking-wait", "-1"], "--tracking-wait: got -1.0, expected >= 0"),
+        (["--space", "a", "--data-via", "uri"], "--data-via uri needs --data"),
+        (["--space", "a", "--num-samples", "0"], "--num-samples: got 0, expected a positive"),
+        (["--space", "a", "--epochs", "-1"], "--epochs: got -1, expected a non-negative"),
+        (["--space", "a", "--max-failures", "-2"], "--max-failures: got -2"),
+        (
+            ["--space", "a", "--objective", "both", "--scheduler", "asha"],
+            "needs a single objective",
+        ),
+        (["--resume"], "--resume needs --experiment NAME"),
+        (["--resume", "--experiment", "nothing"], "no search named 'nothing'"),
+    ],
+)
+def test_bad_settings_name_the_flag(tmp_path: Path, argv: list[str], message: str) -> None:
+    with pytest.raises(SearchError, match=message):
+        SearchSettings.from_argv([*argv, "--runs-dir", str(tmp_path)])
+
+
+def test_the_record_round_trips_and_resume_keeps_only_what_it_may_change(tmp_path: Path) -> None:
+    s = SearchSettings.from_argv(
+        ["--space", "lr_bounds", "--runs-dir", str(tmp_path), "--experiment", "e", "--seed", "7",
+         "--epochs", "3", "--address", "auto"]
+    )  # fmt: skip
+    path = s.save_record()
+    assert path == tmp_path.resolve() / "searches" / "e.json"
+    assert SearchSettings.from_record(json.loads(path.read_text())) == s
+    resumed = SearchSettings.from_argv(
+        ["--resume", "--experiment", "e", "--runs-dir", str(tmp_path), "--no-dashboard",
+         "--seed", "99", "--epochs", "9", "--tracking-wait", "5"]
+    )  # fmt: skip
+    assert resumed.resume and not resumed.dashboard and resumed.address is None
+    assert resumed.tracking_wait_s == 5.0
+    assert (resumed.seed, resumed.epochs, resumed.experiment) == (7, 3, "e")  # the record's
+    assert (
+        dataclasses.replace(
+            resumed, resume=False, dashboard=True, address="auto", tracking_wait_s=300.0
+        )
+        == s
+    )
+
+
+def test_a_record_from_before_the_typed_settings_resumes(tmp_path: Path) -> None:
+    """Searches started before this version wrote their parsed command line."""
+    old = {"args": {"space": "margin_sweep", "runs_dir": str(tmp_path.resolve()), "seed": 4,
+                    "experiment": "old", "num_samples": 3, "objective": "retrieval"}}  # fmt: skip
+    RunsLayout.at(tmp_path).record("old").parent.mkdir(parents=True)
+    RunsLayout.at(tmp_path).record("old").write_text(json.dumps(old))
+    s = SearchSettings.from_argv(["--resume", "--experiment", "old", "--runs-dir", str(tmp_path)])
+    assert (s.space, s.seed, s.num_samples, s.experiment, s.resume) == (
+        "margin_sweep", 4, 3, "old", True,
+    )  # fmt: skip
+
+
+def test_layout_spells_every_path(tmp_path: Path) -> None:
+    layout = RunsLayout.at(tmp_path)
+    assert layout.world() == tmp_path.resolve() / "world"
+    assert layout.world(smoke=True) == tmp_path.resolve() / "world-smoke"
+    assert layout.report("e") == tmp_path.resolve() / "reports" / "e"
+    assert layout.mlartifacts == tmp_path.resolve() / "mlartifacts"
+    assert layout.optuna_db("e", str(layout.tune)) == layout.tune / "e.optuna.db"
