@@ -11,6 +11,10 @@ class StoreError(ValueError):
     """
 
 
+class MissingFileError(StoreError):
+    """A file that should be there is not (callers may word this in their own terms)."""
+
+
 def describe(path: object, field: str | None = None, line: int | None = None) -> str:
     """Format the location part of an error message: ``file[, line N][, field 'x']``."""
     where = str(path)
@@ -19,3 +23,15 @@ def describe(path: object, field: str | None = None, line: int | None = None) ->
     if field is not None:
         where += f", field {field!r}"
     return where
+
+
+def one_line(text: object) -> str:
+    """``text`` on a single line: messages from libraries (pyarrow, torch) may span
+    several, and a CLI reports an error as exactly one ``error:`` line."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def os_reason(err: BaseException) -> str:
+    """The reason an ``OSError`` (or a library's error) gives, on one line and without
+    the path, which the caller names."""
+    return one_line(getattr(err, "strerror", None) or err)

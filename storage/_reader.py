@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage._errors import StoreError
+from storage._errors import MissingFileError, StoreError, os_reason
 from storage._fs import Location
 from storage._schema import (
     BUILD_STATE,
@@ -63,8 +63,8 @@ class FeatureStore:
                 f"{location.display(MANIFEST)}: missing; {location.uri} is not a "
                 "feature store (build one with `python -m storage.build`)"
             )
-        text = location.read_bytes(MANIFEST).decode("utf-8")
-        return cls(location, Manifest.from_json(text, location.display(MANIFEST)))
+        data = location.read_bytes(MANIFEST)
+        return cls(location, Manifest.from_json(data, location.display(MANIFEST)))
 
     @property
     def splits(self) -> tuple[str, ...]:
@@ -91,7 +91,7 @@ class FeatureStore:
         mismatch with the manifest's sha256 raises ``StoreError`` naming the shard."""
         info = self._split(split)
         m = self.manifest
-        features = np.empty((info.images, m.feature_dim), dtype=m.feature_dtype)
+        features = self._allocate(split, info.images, m.feature_dim, m.feature_dtype)
         image_ids = np.empty(info.images, dtype=object)
         offsets = np.cumsum([0] + [s.rows for s in info.image_shards])
         schema = image_schema(m.feature_dim, m.feature_dtype)
@@ -165,6 +165,18 @@ class FeatureStore:
                 f"{self.location.uri}: no split {split!r}; the store has {', '.join(self.splits)}"
             ) from None
 
+    def _allocate(self, split: str, rows: int, dim: int, dtype: str) -> np.ndarray:
+        """The split's feature matrix, before any shard is read: a manifest listing more
+        rows than memory holds is refused here, naming it, rather than failing later."""
+        try:
+            return np.empty((rows, dim), dtype=dtype)
+        except (MemoryError, ValueError):
+            size = rows * dim * np.dtype(dtype).itemsize
+            raise StoreError(
+                f"{self.location.display(MANIFEST)}: split {split!r} lists {rows:,} images of "
+                f"{dim:,} features ({size:,} bytes), more than this machine can hold"
+            ) from None
+
     def _verified_buffer(self, shard: ShardInfo) -> pa.Buffer:
         """The shard's bytes, checked against the manifest's sha256."""
         data = self.location.read_buffer(shard.path)
@@ -181,20 +193,21 @@ class FeatureStore:
         path = self.location.path(shard.path)
         try:
             if verify:
-                table = pq.read_table(
-                    pa.BufferReader(self._verified_buffer(shard)), use_threads=False
-                )
-            elif self.location.is_local:
-                table = pq.read_table(path, memory_map=True, use_threads=False)
+                source = pa.BufferReader(self._verified_buffer(shard))
+                table = pq.read_table(source, use_threads=False)
+            elif self.location.is_local:  # memory-mapped, and only if a regular file
+                source = pa.BufferReader(self.location.read_buffer(shard.path))
+                table = pq.read_table(source, use_threads=False)
             else:
                 table = pq.read_table(path, filesystem=self.location.fs, use_threads=False)
-        except FileNotFoundError:
+        except (FileNotFoundError, MissingFileError):
             raise StoreError(
                 f"{self.location.display(shard.path)}: shard listed in the manifest is missing"
             ) from None
-        except (pa.ArrowInvalid, OSError) as err:
+        except (pa.ArrowException, OSError) as err:
             raise StoreError(
-                f"{self.location.display(shard.path)}: not a readable Parquet file ({err})"
+                f"{self.location.display(shard.path)}: not a readable Parquet file "
+                f"({os_reason(err)})"
             ) from None
         self._check_table(shard, table, schema)
         return table

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from storage._errors import StoreError, describe
+from storage._json import parse_json
 from storage._paths import NAME_RULE, name_problem, path_problem
 
 SCHEMA_VERSION = 1
@@ -38,6 +39,8 @@ CAPTIONS_PER_IMAGE = 5
 FEATURE_DTYPES = ("float32", "float16")
 FEATURE_COMPRESSIONS = ("none", "lz4", "zstd")
 MANIFEST = "manifest.json"
+MAX_FEATURE_DIM = 1 << 20  # a feature row is one Parquet fixed-size binary value
+MAX_COUNT = (1 << 53) - 1  # rows and image counts: the largest integer JSON readers agree on
 BUILD_STATE = "build.json"
 
 
@@ -102,12 +105,9 @@ class Manifest:
         return json.dumps(asdict(self), indent=2, ensure_ascii=False) + "\n"
 
     @classmethod
-    def from_json(cls, text: str, where: str) -> Manifest:
-        try:
-            raw = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise StoreError(f"{where}: not valid JSON ({err})") from None
-        return cls.from_dict(raw, where)
+    def from_json(cls, text: str | bytes, where: str) -> Manifest:
+        data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+        return cls.from_dict(parse_json(data, where), where)
 
     @classmethod
     def from_dict(cls, raw: Any, where: str) -> Manifest:
@@ -132,13 +132,15 @@ class Manifest:
         _expect(extras, dict, where, "extras", "a JSON object")
         for key, value in extras.items():
             _check_extra(value, where, f"extras.{key}")
+        build = raw.get("build", {})
+        _expect(build, dict, where, "build", "a JSON object")
         return cls(
             dataset=_get(raw, "dataset", str, where),
             feature_extractor=_get(raw, "feature_extractor", dict, where),
-            feature_dim=_get(raw, "feature_dim", int, where),
+            feature_dim=_count(raw, "feature_dim", where, low=1, high=MAX_FEATURE_DIM),
             feature_dtype=dtype,
             splits=splits,
-            build=raw.get("build", {}),
+            build=build,
             extras=extras,
             schema_version=version,
         )
@@ -157,19 +159,25 @@ def _split_from_dict(raw: Any, where: str, name: str) -> SplitInfo:
             out.append(
                 ShardInfo(
                     _shard_path(_get(item, "path", str, where, sub), kind, name, i, where, sub),
-                    _get(item, "rows", int, where, sub),
+                    _count(item, "rows", where, sub),
                     _get(item, "sha256", str, where, sub),
                 )
             )
         return tuple(out)
 
+    skipped = raw.get("skipped_images", [])
+    if not isinstance(skipped, list) or not all(isinstance(s, str) for s in skipped):
+        raise StoreError(
+            f"{describe(where, f'{prefix}.skipped_images')}: expected a list of image ids "
+            f"(strings), got {type(skipped).__name__}"
+        )
     return SplitInfo(
-        images=_get(raw, "images", int, where, prefix),
-        captions=_get(raw, "captions", int, where, prefix),
+        images=_count(raw, "images", where, prefix),
+        captions=_count(raw, "captions", where, prefix),
         image_shards=shards("image_shards", "images"),
         caption_shards=shards("caption_shards", "captions"),
-        skipped_images=tuple(raw.get("skipped_images", ())),
-        truncated_images=int(raw.get("truncated_images", 0)),
+        skipped_images=tuple(skipped),
+        truncated_images=_count(raw, "truncated_images", where, prefix, default=0),
     )
 
 
@@ -217,6 +225,29 @@ def _expect(value: Any, kind: type, where: str, field_name: str | None, what: st
         raise StoreError(
             f"{describe(where, field_name)}: expected {what}, got {type(value).__name__}"
         )
+
+
+def _count(
+    raw: dict[str, Any],
+    key: str,
+    where: str,
+    prefix: str | None = None,
+    *,
+    low: int = 0,
+    high: int = MAX_COUNT,
+    default: int | None = None,
+) -> int:
+    """``raw[key]``, an integer from ``low`` to ``high`` (a count, a dimension), or
+    ``default`` when the key is absent and a default is given."""
+    if default is not None and key not in raw:
+        return default
+    value: int = _get(raw, key, int, where, prefix)
+    if not low <= value <= high:
+        name = f"{prefix}.{key}" if prefix else key
+        raise StoreError(
+            f"{describe(where, name)}: expected an integer from {low} to {high:,}, got {value}"
+        )
+    return value
 
 
 def _get(raw: dict[str, Any], key: str, kind: type, where: str, prefix: str | None = None) -> Any:

@@ -4,13 +4,14 @@ file and directory names, so they are plain names: no '/', '..' or NUL."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from storage._errors import StoreError, describe
+from storage._errors import MissingFileError, StoreError, describe
+from storage._files import read_regular
+from storage._json import parse_json
 from storage._paths import NAME_RULE, name_problem
 
 __all__ = ["OFFICIAL_STS", "OFFICIAL_SUPERVISED", "Suite", "check_root", "load_suite"]
@@ -66,12 +67,14 @@ def _name_list(value: Any, path: Path, field: str) -> tuple[str, ...]:
 def load_suite(root: str | os.PathLike[str]) -> Suite:
     """The suite ``root/suite.json`` declares, or the official SentEval suite without one."""
     path = check_root(root) / "suite.json"
-    if not path.exists():
+    try:
+        data = read_regular(path, "the suite description")
+    except MissingFileError:
         return Suite("senteval", dict(OFFICIAL_STS), OFFICIAL_SUPERVISED)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise StoreError(f"{describe(path)}: expected a JSON object ({err})") from None
+        raw = parse_json(data, describe(path))
+    except StoreError as err:
+        raise StoreError(f"{err}; expected a JSON object (the suite's description)") from None
     expected = {"name", "sts", "supervised"}
     if not isinstance(raw, dict) or set(raw) != expected:
         got = sorted(raw) if isinstance(raw, dict) else type(raw).__name__

@@ -2,48 +2,44 @@
 
 from __future__ import annotations
 
-import hashlib
-import io
 import json
 import logging
 import os
 import posixpath
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+import pyarrow.fs as pafs
 
 from storage._errors import StoreError
 from storage._fs import Location
+from storage._json import parse_json
 from storage._paths import is_temp_name
 from storage._schema import (
     BUILD_STATE,
-    CAPTION_SCHEMA,
-    CAPTIONS_PER_IMAGE,
     FEATURE_COMPRESSIONS,
     FEATURE_DTYPES,
     MANIFEST,
     Manifest,
     ShardInfo,
     SplitInfo,
-    image_schema,
     shard_name,
 )
+from storage._shards import (
+    ShardRecord,
+    caption_table,
+    check_shapes,
+    encode_images,
+    found_record,
+    parquet_bytes,
+    sha256,
+)
+
+__all__ = ["ShardRecord", "StoreWriter"]
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class ShardRecord:
-    """One written (or found) pair of image and caption shards."""
-
-    images: ShardInfo
-    captions: ShardInfo
-    skipped_images: tuple[str, ...]
-    truncated_images: int
 
 
 class StoreWriter:
@@ -63,7 +59,10 @@ class StoreWriter:
         feature_dim: int,
         feature_dtype: str = "float32",
         feature_compression: str = "none",
+        resumable: Collection[str] = (),
     ) -> None:
+        """``resumable`` names the fingerprint keys that a later run of the same build
+        may change (``skip_unreadable``): they change no finished shard's content."""
         if feature_dtype not in FEATURE_DTYPES:
             raise StoreError(
                 f"feature dtype: expected one of {FEATURE_DTYPES}, got {feature_dtype!r}"
@@ -75,6 +74,7 @@ class StoreWriter:
             )
         self.location = Location.parse(out)
         self.fingerprint = json.loads(json.dumps(fingerprint))  # normalised as stored
+        self.resumable = frozenset(resumable)
         self.feature_dim = feature_dim
         self.feature_dtype = feature_dtype
         self.feature_compression = feature_compression
@@ -87,27 +87,56 @@ class StoreWriter:
 
     def _claim(self) -> None:
         loc = self.location
+        kind = loc.file_type("")
+        if kind not in (pafs.FileType.Directory, pafs.FileType.NotFound):
+            raise StoreError(
+                f"{loc.uri}: is a file, not a directory; --out expects a new or empty "
+                "directory, or a store this build started"
+            )
         if loc.exists(MANIFEST):
-            existing = Manifest.from_json(loc.read_bytes(MANIFEST).decode(), loc.display(MANIFEST))
-            if existing.build != self.fingerprint:
+            existing = Manifest.from_json(loc.read_bytes(MANIFEST), loc.display(MANIFEST))
+            if self._changed(existing.build):
                 raise self._different_store(existing.build)
             self.manifest = existing
             loc.delete(BUILD_STATE)  # a kill between the manifest and this file's removal
             return
         if loc.exists(BUILD_STATE):
-            state = json.loads(loc.read_bytes(BUILD_STATE))
-            if state != self.fingerprint:
-                raise self._different_store(state)
-            logger.info("resuming the unfinished build in %s", loc.uri)
-            self._remove_interrupted_writes()
+            self._resume(loc)
             return
-        info = loc.fs.get_file_info(loc.root)
-        if info.type != pa.fs.FileType.NotFound and loc.list_files("") + _subdirs(loc):
+        if kind != pafs.FileType.NotFound and loc.list_entries(""):
             raise StoreError(
                 f"{loc.uri}: the directory is not empty and holds no store; "
                 "choose an empty or new --out directory"
             )
-        loc.write_bytes(BUILD_STATE, (json.dumps(self.fingerprint, indent=2) + "\n").encode())
+        self._write_state()
+
+    def _resume(self, loc: Location) -> None:
+        """Take over the unfinished build recorded in ``build.json``, if it is this one."""
+        where = loc.display(BUILD_STATE)
+        state = parse_json(loc.read_bytes(BUILD_STATE), where)
+        if not isinstance(state, dict):
+            raise StoreError(
+                f"{where}: expected a JSON object (the settings of an unfinished build), got "
+                f"{type(state).__name__}; delete {loc.uri} if it holds nothing you need"
+            )
+        if self._changed(state):
+            raise self._different_store(state)
+        logger.info("resuming the unfinished build in %s", loc.uri)
+        if state != self.fingerprint:  # only resumable settings differ
+            for key in sorted(self.resumable):
+                logger.info("%s: %r before, %r now", key, state.get(key), self.fingerprint.get(key))
+            self._write_state()
+        self._remove_interrupted_writes()
+
+    def _write_state(self) -> None:
+        text = json.dumps(self.fingerprint, indent=2) + "\n"
+        self.location.write_bytes(BUILD_STATE, text.encode())
+
+    def _changed(self, other: dict[str, Any]) -> list[str]:
+        """The fingerprint keys whose values differ from ``other``'s, but for those a
+        later run may change."""
+        keys = (set(other) | set(self.fingerprint)) - self.resumable
+        return sorted(k for k in keys if other.get(k) != self.fingerprint.get(k))
 
     def _remove_interrupted_writes(self) -> None:
         """Delete the temporary files of writes a killed build left behind; shards are
@@ -121,12 +150,10 @@ class StoreWriter:
                     loc.delete(name)
 
     def _different_store(self, other: dict[str, Any]) -> StoreError:
-        changed = sorted(
-            k for k in set(other) | set(self.fingerprint) if other.get(k) != self.fingerprint.get(k)
-        )
         return StoreError(
             f"{self.location.uri}: already holds a different store (it differs in "
-            f"{', '.join(changed)}); choose another --out or delete that directory first"
+            f"{', '.join(self._changed(other))}); choose another --out or delete that "
+            "directory first"
         )
 
     def existing_shard(self, split: str, index: int) -> ShardRecord | None:
@@ -136,15 +163,13 @@ class StoreWriter:
         if not all(loc.exists(name) for name in names):
             return None
         image_bytes, caption_bytes = (loc.read_bytes(name) for name in names)
-        image_meta = pq.ParquetFile(io.BytesIO(image_bytes)).metadata
-        caption_rows = pq.ParquetFile(io.BytesIO(caption_bytes)).metadata.num_rows
-        extra = {k.decode(): v.decode() for k, v in (image_meta.metadata or {}).items()}
-        return ShardRecord(
-            ShardInfo(names[0], image_meta.num_rows, _sha256(image_bytes)),
-            ShardInfo(names[1], caption_rows, _sha256(caption_bytes)),
-            tuple(json.loads(extra.get("skipped_images", "[]"))),
-            int(extra.get("truncated_images", "0")),
-        )
+        return found_record(names, image_bytes, caption_bytes, loc.display)
+
+    def remove_shard(self, split: str, index: int) -> None:
+        """Delete shard ``index`` of ``split`` (the image shard first: without it the pair
+        counts as not written), so that the next run writes it again."""
+        for kind in ("images", "captions"):
+            self.location.delete(shard_name(kind, split, index))
 
     def write_shard(
         self,
@@ -159,92 +184,25 @@ class StoreWriter:
     ) -> ShardRecord:
         """Write the caption shard, then the image shard, each atomically."""
         where = f"shard {split}-{index}"
-        self._check_shard_shapes(where, len(image_ids), features, captions)
-        caption_table = _caption_table(image_ids, captions)
-        image_table = self._image_table(
-            where, image_ids, features, skipped_images, truncated_images
+        dim, dtype = self.feature_dim, self.feature_dtype
+        check_shapes(where, dim, len(image_ids), features, captions)
+        image_table = encode_images(
+            where, dim, dtype, image_ids, features, skipped_images, truncated_images
         )
         captions_info = self._write_table(
-            shard_name("captions", split, index), caption_table, compression="zstd"
+            shard_name("captions", split, index), caption_table(image_ids, captions), "zstd"
         )
         images_info = self._write_table(
             shard_name("images", split, index),
             image_table,
-            compression={"image_id": "zstd", "feature": self.feature_compression},
+            {"image_id": "zstd", "feature": self.feature_compression},
         )
         return ShardRecord(images_info, captions_info, tuple(skipped_images), truncated_images)
 
-    def _check_shard_shapes(
-        self, where: str, n: int, features: np.ndarray, captions: Sequence[Sequence[str]]
-    ) -> None:
-        """Refuse features that are not ``(n, feature_dim)`` or captions not five per image."""
-        if features.shape != (n, self.feature_dim):
-            raise StoreError(
-                f"{where}: features of shape {features.shape}, expected ({n}, {self.feature_dim})"
-            )
-        if any(len(c) != CAPTIONS_PER_IMAGE for c in captions) or len(captions) != n:
-            raise StoreError(
-                f"{where}: expected {CAPTIONS_PER_IMAGE} captions for each of {n} images"
-            )
-
-    def _image_table(
-        self,
-        where: str,
-        image_ids: Sequence[str],
-        features: np.ndarray,
-        skipped_images: Sequence[str],
-        truncated_images: int,
-    ) -> pa.Table:
-        """The image shard's table: ids and features stored as fixed-size binary, with the
-        shard's skipped and truncated images in the schema's metadata."""
-        schema = image_schema(self.feature_dim, self.feature_dtype)
-        schema = schema.with_metadata(
-            {
-                **schema.metadata,
-                b"skipped_images": json.dumps(list(skipped_images)),
-                b"truncated_images": str(truncated_images),
-            }
-        )
-        raw = self._stored_features(where, image_ids, features)
-        feature_column = pa.FixedSizeBinaryArray.from_buffers(
-            schema.field("feature").type, len(image_ids), [None, pa.py_buffer(raw)]
-        )
-        return pa.table(
-            {"image_id": pa.array(list(image_ids), pa.string()), "feature": feature_column},
-            schema=schema,
-        )
-
-    def _stored_features(
-        self, where: str, image_ids: Sequence[str], features: np.ndarray
-    ) -> np.ndarray:
-        """The features as stored (contiguous, in the store's dtype), which must be finite."""
-        with np.errstate(over="ignore"):
-            raw = np.ascontiguousarray(features, dtype=self.feature_dtype)
-        if not np.isfinite(raw).all():
-            bad = image_ids[int(np.flatnonzero(~np.isfinite(raw).all(axis=1))[0])]
-            raise StoreError(
-                f"{where}: the features of image {bad!r} are not finite as {self.feature_dtype}"
-                + (
-                    " (beyond float16's range: build with --dtype float32)"
-                    if self.feature_dtype == "float16"
-                    else ""
-                )
-            )
-        return raw
-
     def _write_table(self, name: str, table: pa.Table, compression: Any) -> ShardInfo:
-        sink = pa.BufferOutputStream()
-        pq.write_table(
-            table,
-            sink,
-            compression=compression,
-            use_dictionary=False,
-            row_group_size=max(len(table), 1),
-            write_statistics=False,
-        )
-        data = sink.getvalue().to_pybytes()
+        data = parquet_bytes(table, compression)
         self.location.write_bytes(name, data)
-        return ShardInfo(name, len(table), _sha256(data))
+        return ShardInfo(name, len(table), sha256(data))
 
     def finish(
         self,
@@ -270,21 +228,6 @@ class StoreWriter:
         return manifest
 
 
-def _caption_table(image_ids: Sequence[str], captions: Sequence[Sequence[str]]) -> pa.Table:
-    """The caption shard's table: a row per caption, each image's five in order."""
-    n = len(image_ids)
-    return pa.table(
-        {
-            "image_id": pa.array(
-                np.repeat(np.asarray(image_ids, dtype=object), CAPTIONS_PER_IMAGE), pa.string()
-            ),
-            "caption_index": pa.array(np.tile(np.arange(CAPTIONS_PER_IMAGE, dtype=np.int8), n)),
-            "caption": pa.array([c for five in captions for c in five], pa.string()),
-        },
-        schema=CAPTION_SCHEMA,
-    )
-
-
 def _split_info(records: list[ShardRecord]) -> SplitInfo:
     return SplitInfo(
         images=sum(r.images.rows for r in records),
@@ -294,12 +237,3 @@ def _split_info(records: list[ShardRecord]) -> SplitInfo:
         skipped_images=tuple(s for r in records for s in r.skipped_images),
         truncated_images=sum(r.truncated_images for r in records),
     )
-
-
-def _subdirs(loc: Location) -> list[str]:
-    selector = pa.fs.FileSelector(loc.root, allow_not_found=True)
-    return [i.path for i in loc.fs.get_file_info(selector) if i.type == pa.fs.FileType.Directory]
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()

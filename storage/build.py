@@ -10,8 +10,10 @@ The embedded grounded world (generated scenes, images, captions and semantic set
     python -m storage.build synthetic --out stores/world [--images 2000] [--seed 0]
 
 A build writes shard by shard and the manifest last: run the same command again after
-an interruption and it resumes where it stopped; run it on a finished store and it
-does nothing. An --out that holds a different store is refused.
+an interruption and it resumes where it stopped (adding --skip-unreadable, as the error
+after an unreadable image advises, is allowed); run it on a finished store and it does
+nothing. An --out that holds a different store is refused, and so is a data set that
+leaves a split (train, val or test) without images.
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from storage._cli import run_cli
-from storage._errors import StoreError
+from storage._cli import Parser, run_cli
+from storage._errors import StoreError, os_reason
 from storage._extractors import FeatureExtractor
 from storage._fs import Location
 from storage._schema import FEATURE_COMPRESSIONS, FEATURE_DTYPES, Manifest
 from storage._writer import StoreWriter
 from storage.inspect import summary
-from storage.karpathy import KNOWN_DATASETS, ingest, read_karpathy_json
+from storage.karpathy import KNOWN_DATASETS, check_every_split, ingest, read_karpathy_json
 
 __all__ = [
     "build_karpathy",
@@ -38,6 +40,10 @@ __all__ = [
 ]
 
 WORLD_DIR = "world"  # where the embedded world's source files live inside its store
+MIN_SCENES = 10  # the smallest world whose 80/10/10 split leaves every split an image
+MAX_SCENES = 1_000_000  # eight times COCO; the world's JSON alone is ~1.3 GB at this size
+MAX_WORKERS = 256  # image decoding processes
+MAX_SEED = 2**63 - 1  # the scene projection's random generators take a signed 64-bit seed
 
 
 def build_karpathy(
@@ -58,11 +64,13 @@ def build_karpathy(
     """Build a store from a Karpathy JSON with ResNet-152 ten-crop features."""
     from storage.features import ResNetExtractor  # torch is only needed for this path
 
+    _check_sizes(shard_size=shard_size, batch_size=batch_size, workers=workers)
     source = read_karpathy_json(json_path, dataset)
     images_dir = Path(images)
     if not images_dir.is_dir():
         raise StoreError(f"--images {images}: not a directory")
     extractor = ResNetExtractor(weights, device=device, batch_size=batch_size, num_workers=workers)
+    check_every_split(source)  # before anything is written, so a fixed JSON can be rerun
     fingerprint = {
         "source": "karpathy",
         "dataset": source.name,
@@ -71,7 +79,11 @@ def build_karpathy(
         "shard_size": shard_size,
         "skip_unreadable": skip_unreadable,
     }
-    writer = _writer(out, fingerprint, extractor, dtype, feature_compression)
+    # A later run may add or drop --skip-unreadable (its advice after an unreadable
+    # image): shards written without it hold only readable images, so both agree.
+    writer = _writer(
+        out, fingerprint, extractor, dtype, feature_compression, resumable=("skip_unreadable",)
+    )
     return ingest(
         source,
         images_dir,
@@ -98,25 +110,17 @@ def build_synthetic(
 ) -> Manifest:
     """Generate the embedded world inside ``out/world`` and ingest it through the same
     Karpathy path as real data."""
-    from storage.synthetic import SceneProjectionExtractor, generate_world
+    from storage.synthetic import generate_world
 
+    _check_sizes(shard_size=shard_size, batch_size=batch_size, workers=workers)
+    _check_world(images, seed)
     location = Location.parse(out)
     if not location.is_local:
         raise StoreError(
             f"--out {out}: the embedded world is generated on local disk; give a "
             "local directory (copy the finished store to shared storage afterwards)"
         )
-    extractor: FeatureExtractor
-    if features == "scene":
-        extractor = SceneProjectionExtractor(seed=seed)
-    elif features == "resnet":
-        from storage.features import ResNetExtractor
-
-        extractor = ResNetExtractor(
-            weights, device=device, batch_size=batch_size, num_workers=workers
-        )
-    else:
-        raise StoreError(f"--features: expected 'scene' or 'resnet', got {features!r}")
+    extractor = _world_extractor(features, seed, weights, device, batch_size, workers)
     fingerprint: dict[str, Any] = {
         "source": "synthetic",
         "images": images,
@@ -126,10 +130,53 @@ def build_synthetic(
     writer = _writer(out, fingerprint, extractor, dtype, feature_compression)
     if writer.manifest is not None:
         return writer.manifest
-    world = generate_world(Path(location.root) / WORLD_DIR, n_images=images, seed=seed)
+    world_dir = Path(location.root) / WORLD_DIR
+    try:
+        world = generate_world(world_dir, n_images=images, seed=seed)
+    except OSError as err:
+        where = err.filename or world_dir
+        raise StoreError(f"{where}: cannot write the embedded world ({os_reason(err)})") from None
     source = read_karpathy_json(world.dataset_json)
     extras = {"world": WORLD_DIR, "senteval": f"{WORLD_DIR}/senteval"}
     return ingest(source, world.images, extractor, writer, shard_size=shard_size, extras=extras)
+
+
+def _world_extractor(
+    features: str, seed: int, weights: str | None, device: str | None, batch_size: int, workers: int
+) -> FeatureExtractor:
+    """The embedded world's feature extractor: its scene projection or ResNet-152."""
+    if features == "scene":
+        from storage.synthetic import SceneProjectionExtractor
+
+        return SceneProjectionExtractor(seed=seed)
+    if features == "resnet":
+        from storage.features import ResNetExtractor
+
+        return ResNetExtractor(weights, device=device, batch_size=batch_size, num_workers=workers)
+    raise StoreError(f"--features: expected 'scene' or 'resnet', got {features!r}")
+
+
+def _check_sizes(*, shard_size: int, batch_size: int, workers: int) -> None:
+    """Refuse sizes no build can use, naming the option."""
+    for flag, value, low in (
+        ("--shard-size", shard_size, 1),
+        ("--batch-size", batch_size, 1),
+        ("--workers", workers, 0),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise StoreError(f"{flag}: expected an integer of at least {low}, got {value!r}")
+    if workers > MAX_WORKERS:  # each is a process: a typo must not fork thousands
+        raise StoreError(f"--workers: expected at most {MAX_WORKERS} processes, got {workers}")
+
+
+def _check_world(images: int, seed: int) -> None:
+    """Refuse a world size or seed the generator cannot use, naming the option."""
+    for flag, value, low, high in (
+        ("--images", images, MIN_SCENES, MAX_SCENES),
+        ("--seed", seed, 0, MAX_SEED),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise StoreError(f"{flag}: expected an integer from {low} to {high}, got {value!r}")
 
 
 def _writer(
@@ -138,6 +185,7 @@ def _writer(
     extractor: FeatureExtractor,
     dtype: str,
     feature_compression: str,
+    resumable: tuple[str, ...] = (),
 ) -> StoreWriter:
     """The store writer of a build: its settings are part of the build's fingerprint."""
     fingerprint = {
@@ -152,6 +200,7 @@ def _writer(
         feature_dim=extractor.dim,
         feature_dtype=dtype,
         feature_compression=feature_compression,
+        resumable=resumable,
     )
 
 
@@ -195,8 +244,13 @@ def _karpathy_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _synthetic_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--images", type=int, default=2000, help="number of scenes (images)")
-    parser.add_argument("--seed", type=int, default=0, help="world seed")
+    parser.add_argument(
+        "--images",
+        type=int,
+        default=2000,
+        help=f"number of scenes (images), {MIN_SCENES} to {MAX_SCENES:,}",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="world seed, 0 to 2**63-1")
     parser.add_argument(
         "--features",
         choices=("scene", "resnet"),
@@ -207,9 +261,7 @@ def _synthetic_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m storage.build", description=__doc__.split("\n")[0]
-    )
+    parser = Parser(prog="python -m storage.build", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="source", required=True)
     _karpathy_options(
         sub.add_parser("karpathy", help="Flickr8k/Flickr30k/COCO from Karpathy's JSON")
@@ -243,8 +295,6 @@ def _run_karpathy(args: argparse.Namespace) -> Manifest:
 
 
 def _run_synthetic(args: argparse.Namespace) -> Manifest:
-    if args.images < 10:
-        raise StoreError(f"--images: expected at least 10 scenes, got {args.images}")
     return build_synthetic(
         args.out,
         images=args.images,
@@ -257,8 +307,6 @@ def _run_synthetic(args: argparse.Namespace) -> Manifest:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if args.shard_size < 1:
-        parser.error(f"--shard-size must be positive, got {args.shard_size}")
 
     def body() -> int:
         run = _run_karpathy if args.source == "karpathy" else _run_synthetic

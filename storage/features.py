@@ -27,14 +27,17 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import functional as TF
 
-from storage._errors import StoreError
+from storage._errors import StoreError, one_line
 from storage._extractors import ImageItem
+from storage._files import NotRegularFileError, open_regular
+from storage._images import load_image_rgb
 
 __all__ = [
     "RESNET152_FILENAME",
     "ResNetExtractor",
     "default_weights_path",
     "load_image_rgb",
+    "resolve_device",
     "resolve_weights",
     "ten_crop_transform",
 ]
@@ -84,54 +87,13 @@ def resolve_weights(weights: str | None) -> str | Path:
         return target.resolve()
     target = Path(weights).expanduser()
     if not target.is_file():
+        state = "not a regular file" if target.exists() else "no such file"
         raise StoreError(
-            f"--weights {weights}: no such file ({target.absolute()}); expected a torchvision "
+            f"--weights {weights}: {state} ({target.absolute()}); expected a torchvision "
             f"ResNet-152 state dict such as {RESNET152_FILENAME}. "
             + _OBTAIN_WEIGHTS.format(target=target.absolute())
         )
     return target.resolve()
-
-
-def load_image_rgb(path: Path) -> Image.Image:
-    """Decode ``path`` fully and return it as an 8-bit RGB image of the same size.
-
-    Alpha is dropped, not composited (as torchvision's own ``pil_loader`` does); palette
-    images with transparency go through RGBA so PIL does not warn. 16-bit greyscale is
-    scaled by 255/65535; 32-bit integer greyscale (``I``) likewise when its values fit in
-    16 bits, else min-max scaled; float greyscale (``F``) is scaled by 255 when in [0, 1],
-    kept when in [0, 255], else min-max scaled. Decoding errors propagate (``OSError``,
-    ``PIL.UnidentifiedImageError``, ...); an unconvertible mode raises ``StoreError``.
-    """
-    with Image.open(path) as image:
-        image.load()  # decode now, so a truncated file fails here rather than later
-        mode = image.mode
-        if mode == "RGB":
-            return image.copy()
-        if mode in ("I", "F") or mode.startswith("I;16"):
-            return Image.fromarray(_greyscale_to_uint8(np.asarray(image), mode)).convert("RGB")
-        try:
-            if mode in ("PA", "LA") or (mode == "P" and "transparency" in image.info):
-                return image.convert("RGBA").convert("RGB")
-            return image.convert("RGB")
-        except ValueError as exc:
-            raise StoreError(f"{path}: cannot convert image mode {mode!r} to RGB ({exc})") from exc
-
-
-def _greyscale_to_uint8(values: np.ndarray, mode: str) -> np.ndarray:
-    """Scale a 16-bit, 32-bit integer or float greyscale array to 0..255 without saturating."""
-    data = values.astype(np.float64)
-    finite = np.isfinite(data)
-    data[~finite] = 0.0
-    low, high = (float(data.min()), float(data.max())) if data.size else (0.0, 0.0)
-    if mode.startswith("I;16") or (mode == "I" and low >= 0 and high <= 65535):
-        scaled = data * (255.0 / 65535.0)
-    elif mode == "F" and low >= 0 and high <= 1:
-        scaled = data * 255.0
-    elif mode == "F" and low >= 0 and high <= 255:
-        scaled = data
-    else:  # values outside any known range: stretch what is there
-        scaled = (data - low) * (255.0 / (high - low)) if high > low else np.zeros_like(data)
-    return np.clip(np.rint(scaled), 0, 255).astype(np.uint8)
 
 
 class _TenCrop:
@@ -174,13 +136,14 @@ class _ImageCrops(Dataset[_Sample]):
         return len(self._paths)
 
     def __getitem__(self, index: int) -> _Sample:
-        path = self._paths[index]
-        if not path.exists():
-            return index, None, "missing"
         try:
-            return index, self._transform(load_image_rgb(path)), None
+            return index, self._transform(load_image_rgb(self._paths[index])), None
+        except FileNotFoundError:
+            return index, None, "missing"
+        except NotRegularFileError as exc:  # a FIFO, directory...: refused, never opened
+            return index, None, str(exc.strerror)
         except Exception as exc:  # any decoder failure must cost one image, not the batch
-            return index, None, f"unreadable: {str(exc) or type(exc).__name__}"
+            return index, None, f"unreadable: {one_line(exc) or type(exc).__name__}"
 
 
 def _collate(samples: list[_Sample]) -> _Batch:
@@ -195,7 +158,7 @@ def _collate(samples: list[_Sample]) -> _Batch:
 
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    with open_regular(path) as handle:
         while chunk := handle.read(_HASH_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
@@ -204,9 +167,13 @@ def _sha256(path: Path) -> str:
 def _read_state_dict(path: Path) -> Mapping[str, torch.Tensor]:
     """Read a state dict from ``path`` with ``weights_only`` (no arbitrary pickles)."""
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with open_regular(path) as handle:
+            state = torch.load(handle, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch.load raises many types for a foreign or damaged file
-        raise StoreError(f"--weights {path}: cannot be read as {_EXPECTED_STATE}: {exc}") from exc
+        reason = one_line(exc)[:500] or type(exc).__name__
+        raise StoreError(
+            f"--weights {path}: cannot be read as {_EXPECTED_STATE}: {reason}"
+        ) from exc
     if not isinstance(state, Mapping) or not all(
         isinstance(value, torch.Tensor) for value in state.values()
     ):
@@ -221,6 +188,26 @@ def _load_state_dict(model: torch.nn.Module, state: Mapping[str, torch.Tensor], 
         model.load_state_dict(state, strict=True)
     except RuntimeError as exc:
         raise StoreError(f"--weights {path}: is not {_EXPECTED_STATE}: {str(exc)[:500]}") from exc
+
+
+def resolve_device(device: str | None) -> torch.device:
+    """The ``--device`` to run on: ``None`` is CUDA when there is a GPU, else the CPU;
+    anything this machine cannot run on is refused, naming the option."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    expected = "expected cpu, cuda or cuda:N"
+    try:
+        chosen = torch.device(device)
+    except (RuntimeError, ValueError) as exc:
+        raise StoreError(f"--device {device}: {expected} ({one_line(exc)[:200]})") from None
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if chosen.type == "cuda" and count == 0:
+        raise StoreError(f"--device {device}: this machine has no CUDA device; use --device cpu")
+    if chosen.type == "cuda" and chosen.index is not None and chosen.index >= count:
+        raise StoreError(f"--device {device}: this machine has CUDA devices 0 to {count - 1}")
+    if chosen.type not in ("cpu", "cuda"):
+        raise StoreError(f"--device {device}: {expected}")
+    return chosen
 
 
 @contextlib.contextmanager
@@ -259,7 +246,7 @@ class ResNetExtractor:
         self.batch_size = batch_size
         self.num_workers = num_workers
         self._seed = seed
-        self._device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self._device = resolve_device(device)
         if resolved == "random":
             self._weights: Path | None = None
             self._weights_sha256: str | None = None

@@ -7,10 +7,9 @@ alignment. Exits 0 when all is well, 2 naming the first bad shard otherwise.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from storage._cli import run_cli
+from storage._cli import Parser, run_cli
 from storage._reader import FeatureStore
 from storage._schema import Manifest
 
@@ -43,9 +42,7 @@ def summary(manifest: Manifest, where: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m storage.inspect", description=__doc__.split("\n")[0]
-    )
+    parser = Parser(prog="python -m storage.inspect", description=__doc__.split("\n")[0])
     parser.add_argument("store", help="store directory or URI (file://, s3://, gs://, hdfs://)")
     parser.add_argument("--no-verify", action="store_true", help="print the summary only")
     args = parser.parse_args(argv)

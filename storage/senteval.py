@@ -39,7 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
-from storage._errors import StoreError, describe
+from storage._errors import MissingFileError, StoreError, describe
+from storage._files import read_regular
 from storage._suite import HINT, OFFICIAL_STS, OFFICIAL_SUPERVISED, Suite, check_root, load_suite
 
 __all__ = [
@@ -122,9 +123,10 @@ def _read_lines(path: Path, needed_by: str, *, keep_empty_tail: bool = False) ->
     One completely empty last line is dropped unless ``keep_empty_tail`` (gold files,
     where an empty line is an unscored pair; see ``_reconcile``).
     """
-    if not path.is_file():
-        raise StoreError(f"{describe(path)}: missing file, needed by {needed_by}; {HINT}")
-    data = path.read_bytes()
+    try:
+        data = read_regular(path, f"a file {needed_by} needs")
+    except MissingFileError:
+        raise StoreError(f"{describe(path)}: missing file, needed by {needed_by}; {HINT}") from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:

@@ -1,0 +1,198 @@
+"""Bad options and bad ``--out`` locations: one ``error:`` line naming the option or the
+path, exit status 2, never a traceback, and nothing written.
+
+Before: ``--seed -1`` and ``--seed 2**64`` ended in a ``ValueError`` traceback, ``--out``
+naming a file in a ``NotADirectoryError`` traceback, an unreachable ``s3://`` URI in an
+``OSError`` traceback from pyarrow, and argparse's own errors printed a usage block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from storage import build
+from storage import inspect as inspect_cli
+from tests.storage.cli_runs import (
+    assert_refused,
+    flickr_set,
+    karpathy_args,
+    run_main,
+    run_module,
+)
+
+BAD_SEEDS = ["-1", str(-(2**70)), str(2**63), str(2**64), str(2**200)]
+BAD_SCENE_COUNTS = ["0", "-3", "9", "1000001", str(2**64)]
+NOT_INTEGERS = ["1.5", "ten", "", "0x10", "1e3"]
+# No network is needed: pyarrow fails to resolve the bucket, or to reach a closed port.
+UNREACHABLE = [
+    "s3://bucket/x",
+    "s3://bucket/x?region=us-east-1&scheme=http&endpoint_override=127.0.0.1:9",
+]
+BAD_URIS = ["foo://x", "file://relative/x", "://x", "hdfs://namenode:1/x"]
+_NO_AWS_LOOKUPS = {"AWS_EC2_METADATA_DISABLED": "true"}  # no instance-metadata credentials
+
+
+def _synthetic(out: Path | str, *extra: str) -> list[str]:
+    return ["synthetic", "--images", "10", "--out", str(out), *extra]
+
+
+@pytest.mark.parametrize("seed", BAD_SEEDS)
+def test_a_seed_out_of_range_is_one_error_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], seed: str
+) -> None:
+    out = tmp_path / "store"
+    outcome = run_main(build.main, _synthetic(out, "--seed", seed), capfd)
+    assert_refused(outcome, f"--seed: expected an integer from 0 to {2**63 - 1}, got {seed}")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("images", BAD_SCENE_COUNTS)
+def test_a_scene_count_out_of_range_is_one_error_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], images: str
+) -> None:
+    out = tmp_path / "store"
+    argv = ["synthetic", "--images", images, "--out", str(out)]
+    assert_refused(run_main(build.main, argv, capfd), "--images: expected an integer from 10 to")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("flag", ["--images", "--seed", "--shard-size", "--batch-size"])
+@pytest.mark.parametrize("value", NOT_INTEGERS)
+def test_a_non_integer_is_one_error_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    outcome = run_main(build.main, [*_synthetic(tmp_path / "o"), flag, value], capfd)
+    line = assert_refused(outcome, f"argument {flag}: invalid int value: {value!r}")
+    assert line.endswith("(see python -m storage.build synthetic --help)")
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "least"),
+    [
+        ("--shard-size", "0", 1),
+        ("--shard-size", "-4", 1),
+        ("--batch-size", "0", 1),
+        ("--workers", "-1", 0),
+    ],
+)
+def test_sizes_below_their_minimum_are_refused(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], flag: str, value: str, least: int
+) -> None:
+    expected = f"{flag}: expected an integer of at least {least}, got {value}"
+    outcome = run_main(build.main, [*_synthetic(tmp_path / "o"), flag, value], capfd)
+    assert_refused(outcome, expected)
+    json_path, images = flickr_set(tmp_path / "k")
+    argv = [*karpathy_args(json_path, images, tmp_path / "o2"), flag, value]
+    assert_refused(run_main(build.main, argv, capfd), expected)
+    assert not (tmp_path / "o").exists() and not (tmp_path / "o2").exists()
+
+
+def test_a_worker_count_that_would_fork_thousands_is_refused(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    for argv in (_synthetic(tmp_path / "o"), karpathy_args(*flickr_set(tmp_path), "o2")):
+        outcome = run_main(build.main, [*argv, "--workers", "100000"], capfd)
+        assert_refused(outcome, "--workers: expected at most 256 processes, got 100000")
+
+
+@pytest.mark.parametrize("content", [b"", b"precious notes\n"])
+def test_out_naming_an_existing_file_is_refused_and_the_file_kept(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], content: bytes
+) -> None:
+    target = tmp_path / "notes.txt"
+    target.write_bytes(content)
+    outcome = run_main(build.main, _synthetic(target), capfd)
+    assert_refused(outcome, f"{target}: is a file, not a directory")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert_refused(run_main(build.main, _synthetic(fifo), capfd), f"{fifo}: is a file")
+    below = target / "store"  # a file where a parent directory should be
+    assert_refused(run_main(build.main, _synthetic(below), capfd), f"{below}/build.json: cannot")
+    assert target.read_bytes() == content
+
+
+def _writable(directory: Path) -> bool:
+    probe = directory / f".probe-{uuid.uuid4().hex}"
+    try:
+        probe.write_bytes(b"")
+    except OSError:
+        return False
+    probe.unlink()
+    return True
+
+
+@contextlib.contextmanager
+def _read_only_directory(path: Path) -> Iterator[Path]:
+    """``path`` as a directory nobody can write to: mode 0o555, and where that does not
+    stop the writer (root), the immutable attribute (``chattr +i``) instead."""
+    path.mkdir()
+    path.chmod(0o555)
+    immutable = False
+    try:
+        if _writable(path):
+            chattr = shutil.which("chattr")
+            if chattr and subprocess.run([chattr, "+i", str(path)]).returncode == 0:
+                immutable = True
+            if not immutable or _writable(path):
+                pytest.skip("running as root: a 0o555 directory stays writable, no chattr +i")
+        yield path
+    finally:
+        if immutable:
+            subprocess.run([str(shutil.which("chattr")), "-i", str(path)], check=True)
+        path.chmod(0o755)
+
+
+def test_out_in_a_read_only_directory_is_one_error_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    with _read_only_directory(tmp_path / "locked") as locked:
+        for out in (locked / "store", locked / "a" / "b", locked):
+            outcome = run_main(build.main, _synthetic(out), capfd)
+            assert_refused(outcome, f"{out}/build.json: cannot write it")
+        json_path, images = flickr_set(tmp_path / "k")
+        outcome = run_main(build.main, karpathy_args(json_path, images, locked / "s"), capfd)
+        assert_refused(outcome, f"{locked / 's'}/build.json: cannot write it")
+        assert list(locked.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("uri", UNREACHABLE)
+def test_an_unreachable_uri_is_one_error_line(tmp_path: Path, uri: str) -> None:
+    """Run as the user would, in a fresh process: pyarrow's native code writes to the
+    process's stderr too, and only one line may reach it."""
+    json_path, images = flickr_set(tmp_path)
+    runs = [
+        ("storage.inspect", [uri]),
+        ("storage.build", ["synthetic", "--out", uri]),
+        ("storage.build", karpathy_args(json_path, images, uri)),
+    ]
+    with ThreadPoolExecutor(len(runs)) as pool:  # each waits seconds for the network
+        outcomes = list(pool.map(lambda run: run_module(*run, env=_NO_AWS_LOOKUPS), runs))
+    for outcome in outcomes:
+        line = assert_refused(outcome, only_line=True)
+        assert uri.split("?")[0] in line
+
+
+@pytest.mark.parametrize("uri", BAD_URIS)
+def test_an_unusable_uri_is_one_error_line(uri: str) -> None:
+    for module, argv in (("storage.inspect", [uri]), ("storage.build", _synthetic(uri))):
+        outcome = run_module(module, argv)
+        assert_refused(outcome, f"{uri}: cannot open this location", only_line=True)
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_a_blank_location_is_refused(capfd: pytest.CaptureFixture[str], blank: str) -> None:
+    # Not the working directory, which os.path.abspath("") would have made it.
+    expected = f"store location {blank!r}: expected a directory path or a URI"
+    assert_refused(run_main(inspect_cli.main, [blank], capfd), expected)
+    assert_refused(run_main(build.main, _synthetic(blank), capfd), expected)
