@@ -8,17 +8,22 @@ sizes (for the intervals). Nothing here draws or computes statistics.
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
 import logging
 import math
 import os
+import sqlite3
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pandas as pd
 from mlflow.entities import Run
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from analysis.reference import OFFICIAL_LABELS, OFFICIAL_PAIRS
@@ -40,11 +45,43 @@ HISTORY_KEYS = (
     names.LOSS,
 )
 CONTINUOUS, CATEGORICAL = "continuous", "categorical"
+# the tables that make an SQLite file an MLflow tracking store or an Optuna study
+MLFLOW_TABLES = ("experiments", "runs", "alembic_version")
+OPTUNA_TABLES = ("studies", "trials")
+_SQLITE_HEADER = b"SQLite format 3\x00"
+# URI schemes MLflow's own tracking stores take; another one may still be a plugin's
+_KNOWN_SCHEMES = ("", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql")
+_STORE_HINT = "pass --runs-dir DIR of the search, or --tracking-uri URI"
 
 
 class AnalysisError(Exception):
     """Bad input (an unknown experiment or run, nothing to analyse); the CLIs print it
     as ``error: ...`` and exit with status 2."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad command line is one ``error:`` line (exit 2), not a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def print_out(text: str) -> int:
+    """Print ``text`` on stdout; 0, or 141 (as for SIGPIPE) when its reader has gone
+    (``... | head``), without a traceback."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        with contextlib.suppress(OSError, ValueError):  # so that exit flushes no more
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    return 0
+
+
+def first_line(err: BaseException) -> str:
+    """An exception as one short line: its type and the first line of its message."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0][:300]}" if text else type(err).__name__
 
 
 @dataclass(frozen=True)
@@ -69,22 +106,73 @@ class SearchRecord:
 
 def tracking_uri_for(tracking_uri: str | None, runs_dir: str | os.PathLike[str]) -> str:
     """``--tracking-uri`` if given, else the search's default: sqlite in ``runs_dir``."""
+    if tracking_uri is not None and not tracking_uri.strip():
+        raise AnalysisError("--tracking-uri: got an empty string, expected a tracking URI")
     return tracking_uri or RunsLayout.at(runs_dir).tracking_uri
 
 
+def sqlite_path(uri: str) -> Path | None:
+    """The file of an ``sqlite:///FILE`` URI (relative or, with a fourth slash, absolute)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
+
+
+def check_sqlite_file(path: Path, what: str, tables: tuple[str, ...], kind: str) -> None:
+    """``path`` is an SQLite database holding ``tables`` (a ``kind``), checked by reading
+    only: MLflow and Optuna would write their schema into an empty or foreign file."""
+    if path.is_dir():
+        raise AnalysisError(f"{what}: {path} is a directory, expected the {kind}'s file")
+    if not path.exists():
+        raise AnalysisError(f"{what}: {path} does not exist")
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(len(_SQLITE_HEADER))
+    except OSError as err:
+        raise AnalysisError(f"{what}: {path} cannot be read ({err.strerror or err})") from None
+    if not head:
+        raise AnalysisError(f"{what}: {path} is an empty file (0 bytes), not an {kind}")
+    if head != _SQLITE_HEADER:
+        raise AnalysisError(f"{what}: {path} is not an SQLite database, so not an {kind}")
+    try:
+        with contextlib.closing(
+            sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        ) as db:
+            found = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.Error as err:
+        raise AnalysisError(f"{what}: {path} is damaged or locked ({err})") from None
+    missing = [t for t in tables if t not in found]
+    if missing:
+        raise AnalysisError(
+            f"{what}: {path} is an SQLite database without the tables of an {kind} "
+            f"({', '.join(missing)})"
+        )
+
+
 def open_client(uri: str) -> MlflowClient:
-    """A client for ``uri``; a missing sqlite file is an error (MLflow would create it)."""
-    if uri.startswith("sqlite:///"):
-        path = Path(uri.removeprefix("sqlite:///"))
+    """A client for ``uri``, which must answer. A local store must already exist and be
+    one (checked without writing: MLflow would create a missing or empty sqlite file)."""
+    what = f"tracking store {uri}"
+    path = sqlite_path(uri)
+    if path is not None:
         if not path.exists():
-            raise AnalysisError(
-                f"tracking store {uri}: {path} does not exist (pass --runs-dir DIR of "
-                "the search, or --tracking-uri URI)"
-            )
+            raise AnalysisError(f"{what}: {path} does not exist ({_STORE_HINT})")
+        check_sqlite_file(path, what, MLFLOW_TABLES, "MLflow tracking store")
+    scheme = uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else ""
+    local = scheme == "file" or (scheme == "" and not uri.startswith("databricks"))
+    if local and not Path(uri.removeprefix("file://")).is_dir():  # MLflow would create it
+        raise AnalysisError(f"{what}: no such folder ({_STORE_HINT})")
     try:
         return check_reachable(uri)
     except TrackingError as err:
         raise AnalysisError(str(err)) from None
+    except Exception as err:  # the client's constructor raises many kinds for a bad URI
+        if scheme not in _KNOWN_SCHEMES:
+            raise AnalysisError(
+                f"{what}: unknown URI scheme {scheme!r}; expected sqlite:///FILE, "
+                "http(s)://HOST[:PORT] or a database URL MLflow takes"
+            ) from None
+        raise AnalysisError(f"{what}: MLflow cannot use it ({first_line(err)})") from None
 
 
 def experiment_id(client: MlflowClient, experiment: str) -> str:
@@ -102,7 +190,10 @@ def all_runs(client: MlflowClient, experiment_ids: list[str], query: str = "") -
     runs: list[Run] = []
     token = None
     while True:
-        page = client.search_runs(experiment_ids, query, max_results=1000, page_token=token)
+        try:
+            page = client.search_runs(experiment_ids, query, max_results=1000, page_token=token)
+        except MlflowException as err:
+            raise AnalysisError(f"searching the runs failed ({first_line(err)})") from None
         runs.extend(page)
         token = page.token
         if not token:

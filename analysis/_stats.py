@@ -35,16 +35,16 @@ def steiger_z(r_a: float, r_b: float, r_ab: float, n: int) -> tuple[float, float
     """Steiger's (1980, eq. 14) z for H0: rho(A, gold) == rho(B, gold), with the Fisher z
     of each and the pooled r: ``z = (z_a - z_b) sqrt((n - 3) / (2 - 2c))``, where
     ``c = psi / (1 - rbar^2)^2`` and ``psi = r_ab (1 - 2 rbar^2) - rbar^2 (1 - 2 rbar^2
-    - r_ab^2) / 2``. Returns ``(z, two-sided p)``; NaN when a correlation is undefined."""
-    if n <= 3:
-        raise ValueError(f"n must be > 3 for Steiger's z, got {n}")
-    if any(math.isnan(v) for v in (r_a, r_b, r_ab)):
-        return math.nan, math.nan
-    if r_a == r_b:
-        return 0.0, 1.0
+    - r_ab^2) / 2``. Returns ``(z, two-sided p)``; for degenerate input see
+    :func:`_degenerate` (never an exception for a correlation in [-1, 1])."""
+    degenerate = _degenerate(r_a, r_b, r_ab, n)
+    if degenerate is not None:
+        return degenerate
     rbar2 = ((r_a + r_b) / 2) ** 2
     psi = r_ab * (1 - 2 * rbar2) - 0.5 * rbar2 * (1 - 2 * rbar2 - r_ab**2)
     c = psi / (1 - rbar2) ** 2
+    if 2 - 2 * c <= 0:  # r_ab at 1 up to rounding: no variance left to test against
+        return math.nan, math.nan
     z = (math.atanh(r_a) - math.atanh(r_b)) * math.sqrt((n - 3) / (2 - 2 * c))
     return z, float(2 * stats.norm.sf(abs(z)))
 
@@ -52,16 +52,40 @@ def steiger_z(r_a: float, r_b: float, r_ab: float, n: int) -> tuple[float, float
 def williams_t(r_a: float, r_b: float, r_ab: float, n: int) -> tuple[float, float]:
     """Williams' t (Steiger 1980, eq. 7; df = n - 3) for the same hypothesis:
     ``t = (r_a - r_b) sqrt((n-1)(1+r_ab)) / sqrt(2 (n-1)/(n-3) |R| + rbar^2 (1-r_ab)^3)``
-    with ``|R| = 1 - r_a^2 - r_b^2 - r_ab^2 + 2 r_a r_b r_ab``. Returns ``(t, p)``."""
-    if n <= 3:
-        raise ValueError(f"n must be > 3 for Williams' t, got {n}")
-    if any(math.isnan(v) for v in (r_a, r_b, r_ab)):
-        return math.nan, math.nan
+    with ``|R| = 1 - r_a^2 - r_b^2 - r_ab^2 + 2 r_a r_b r_ab``. Returns ``(t, p)``; for
+    degenerate input see :func:`_degenerate`."""
+    degenerate = _degenerate(r_a, r_b, r_ab, n)
+    if degenerate is not None:
+        return degenerate
     det = 1 - r_a**2 - r_b**2 - r_ab**2 + 2 * r_a * r_b * r_ab
     rbar = (r_a + r_b) / 2
     denominator = 2 * (n - 1) / (n - 3) * det + rbar**2 * (1 - r_ab) ** 3
+    if denominator <= 0:  # |R| = 0 (one score a linear function of the others) at r_ab = 1
+        return math.nan, math.nan
     t = (r_a - r_b) * math.sqrt((n - 1) * (1 + r_ab) / denominator)
     return t, float(2 * stats.t.sf(abs(t), n - 3))
+
+
+def _degenerate(r_a: float, r_b: float, r_ab: float, n: int) -> tuple[float, float] | None:
+    """The answer for input where the tests' formulas break down, else None:
+
+    - NaN, NaN: a correlation is NaN (a constant score), n <= 3 (no degrees of freedom),
+      or one of r_a, r_b is exactly +-1 and the other is not (the Fisher z is infinite);
+    - 0, 1 (no difference): r_a == r_b, or r_ab == 1 (A's scores are B's up to scale,
+      e.g. a trial compared with itself; then r_a == r_b but for rounding).
+
+    A correlation outside [-1, 1] is a ``ValueError``."""
+    values = {"r_a": r_a, "r_b": r_b, "r_ab": r_ab}
+    for name, r in values.items():
+        if not math.isnan(r) and not -1.0 <= r <= 1.0:
+            raise ValueError(f"{name} must be a correlation in [-1, 1], got {r}")
+    if n <= 3 or any(math.isnan(r) for r in values.values()):
+        return math.nan, math.nan
+    if r_a == r_b or r_ab == 1.0:
+        return 0.0, 1.0
+    if max(abs(r_a), abs(r_b)) == 1.0:
+        return math.nan, math.nan
+    return None
 
 
 def mcnemar_exact(hits_a: np.ndarray, hits_b: np.ndarray) -> float:
@@ -106,6 +130,8 @@ def paired_bootstrap(
     c2i_a, i2c_a = (np.asarray(r) for r in ranks_a)
     c2i_b, i2c_b = (np.asarray(r) for r in ranks_b)
     n = len(i2c_a)
+    if n == 0:
+        raise ValueError("ranks of no image: there is nothing to resample")
     if len(i2c_b) != n or c2i_a.shape != (n * captions_per_image,) or c2i_b.shape != c2i_a.shape:
         raise ValueError(
             f"ranks must be (c2i ({captions_per_image}N,), i2c (N,)) of the same split, got "

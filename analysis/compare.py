@@ -25,14 +25,28 @@ import re
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from analysis import _ensemble, _stats
-from analysis._data import AnalysisError, all_runs, experiment_id, open_client, tracking_uri_for
+from analysis._data import (
+    AnalysisError,
+    OneLineParser,
+    all_runs,
+    experiment_id,
+    first_line,
+    open_client,
+    print_out,
+    tracking_uri_for,
+    trial_label,
+)
 from gridsearch._tags import PARENT_TAG, TRIAL_TAG
+from storage._atomic import write_text_atomic
+from trainables.config import DEVICE_FORMS, ConfigError, check_device
+from trainables.data import EncodedSplit
 from trainables.stats import pearson
 
 __all__ = [
@@ -47,6 +61,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 SPLITS = {"test": "test", "val": "val", "dev": "val"}
+MAX_RESAMPLES = 1_000_000  # every difference is kept in memory: 11 metrics x 8 bytes each
+SEED_LIMIT = 2**63
 
 
 def find_run(client: MlflowClient, ref: str, experiment: str | None = None) -> Run:
@@ -62,8 +78,8 @@ def find_run(client: MlflowClient, ref: str, experiment: str | None = None) -> R
         if experiment
         else [e.experiment_id for e in client.search_experiments()]
     )
-    for query in (f"tags.`{TRIAL_TAG}` = '{ref}'", f"attributes.run_name = '{ref}'"):
-        found = all_runs(client, ids, query) if "'" not in ref else []
+    for field in (f"tags.`{TRIAL_TAG}`", "attributes.run_name"):
+        found = _runs_named(client, ids, field, ref)
         if len(found) == 1:
             return found[0]
         if len(found) > 1:
@@ -77,6 +93,18 @@ def find_run(client: MlflowClient, ref: str, experiment: str | None = None) -> R
         f"{ref!r}: no MLflow run has that run id, {TRIAL_TAG} tag or run name "
         f"(searched {len(ids)} experiment(s)); `mlflow ui` lists them"
     )
+
+
+def _runs_named(client: MlflowClient, ids: list[str], field: str, value: str) -> list[Run]:
+    """The runs whose ``field`` (a tag or the run name) is ``value``, whatever quotes
+    ``value`` holds: MLflow's filter has no escape, so one with both kinds is matched
+    here rather than in the query."""
+    for quote in ("'", '"'):
+        if quote not in value:
+            return all_runs(client, ids, f"{field} = {quote}{value}{quote}")
+    if field == "attributes.run_name":
+        return [r for r in all_runs(client, ids) if r.info.run_name == value]
+    return [r for r in all_runs(client, ids) if r.data.tags.get(TRIAL_TAG) == value]
 
 
 def compare_retrieval(
@@ -95,13 +123,14 @@ def compare_semantic(scores_a: _ensemble.Scores, scores_b: _ensemble.Scores) -> 
     rows = []
     for key in (k for k in scores_a if k in scores_b):
         (pred_a, gold), (pred_b, _) = scores_a[key], scores_b[key]
-        r_a, r_b, r_ab = pearson(pred_a, gold), pearson(pred_b, gold), pearson(pred_a, pred_b)
-        z, p_z = _stats.steiger_z(r_a, r_b, r_ab, len(gold))
-        t, p_t = _stats.williams_t(r_a, r_b, r_ab, len(gold))
+        n = len(gold)
+        r_a, r_b, r_ab = _r(pred_a, gold), _r(pred_b, gold), _r(pred_a, pred_b)
+        z, p_z = _stats.steiger_z(r_a, r_b, r_ab, n)
+        t, p_t = _stats.williams_t(r_a, r_b, r_ab, n)
         rows.append(
             {
                 "metric": key,
-                "n": len(gold),
+                "n": n,
                 "r_a": r_a,
                 "r_b": r_b,
                 "r_ab": r_ab,
@@ -113,6 +142,11 @@ def compare_semantic(scores_a: _ensemble.Scores, scores_b: _ensemble.Scores) -> 
             }
         )
     return pd.DataFrame(rows)
+
+
+def _r(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson's r; NaN (undefined) for fewer than two pairs or a constant side."""
+    return pearson(x, y) if len(x) >= 2 else math.nan
 
 
 def format_comparison(header: list[str], retrieval: pd.DataFrame, semantic: pd.DataFrame) -> str:
@@ -141,11 +175,23 @@ def format_comparison(header: list[str], retrieval: pd.DataFrame, semantic: pd.D
         )
         for row in semantic.itertuples():
             lines.append(
-                f"{row.metric:<34} {row.n:5d} {row.r_a:6.3f} {row.r_b:6.3f} {row.r_ab:6.3f} "
-                f"{row.diff:+7.3f} {row.steiger_z:6.2f} {_p(row.p_steiger):>7} "
-                f"{row.williams_t:6.2f} {_p(row.p_williams):>7}"
+                f"{row.metric:<34} {row.n:5d} {_num(row.r_a, '6.3f')} {_num(row.r_b, '6.3f')} "
+                f"{_num(row.r_ab, '6.3f')} {_num(row.diff, '+7.3f')} "
+                f"{_num(row.steiger_z, '6.2f')} {_p(row.p_steiger):>7} "
+                f"{_num(row.williams_t, '6.2f')} {_p(row.p_williams):>7}"
+            )
+        if semantic[["steiger_z", "williams_t"]].isna().to_numpy().any():
+            lines.append(
+                "- : undefined there (a constant score, a correlation of exactly 1 on one "
+                "side only, or n <= 3)"
             )
     return "\n".join(lines)
+
+
+def _num(value: float, spec: str) -> str:
+    """``value`` formatted by ``spec``; "-" (right-aligned) for NaN."""
+    width = int(spec.lstrip("+").split(".")[0])
+    return f"{'-':>{width}}" if math.isnan(value) else f"{value:{spec}}"
 
 
 def _p(value: float) -> str:
@@ -156,13 +202,18 @@ def _p(value: float) -> str:
 
 def _parent_param(client: MlflowClient, run: Run, name: str) -> str | None:
     parent = run.data.tags.get(PARENT_TAG)
-    value = client.get_run(parent).data.params.get(name) if parent else None
+    try:
+        value = client.get_run(parent).data.params.get(name) if parent else None
+    except MlflowException:  # the search's run was deleted: its facts are unknown
+        return None
     return None if value in (None, "null", "None") else value
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m analysis.compare", description=__doc__.split("\n")[0]
+    parser = OneLineParser(
+        prog="python -m analysis.compare",
+        description="Test whether two trials' snapshot ensembles differ significantly.",
+        epilog="Exit status: 0 compared, 2 bad input (one 'error:' line naming it).",
     )
     parser.add_argument("run_a", metavar="RUN_A", help="run id, trial id or run name")
     parser.add_argument("run_b", metavar="RUN_B", help="run id, trial id or run name")
@@ -177,17 +228,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--data", default=None, help="feature store (default: RUN_A's search's)")
     parser.add_argument("--senteval", default=None, help="semantic sets (default: the search's)")
-    parser.add_argument("--split", choices=tuple(SPLITS), default="test", help="store split")
-    parser.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
-    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    parser.add_argument(
+        "--split", choices=tuple(SPLITS), default="test", help="store split (dev = val)"
+    )
+    parser.add_argument(
+        "--resamples", type=int, default=10_000, help=f"bootstrap resamples, 1 to {MAX_RESAMPLES}"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="bootstrap seed, 0 to 2**63 - 1")
+    parser.add_argument("--device", default="auto", help=DEVICE_FORMS)
     parser.add_argument("--no-semantic", action="store_true", help="retrieval only")
     parser.add_argument(
         "--no-verify",
         action="store_true",
         help="skip checking the split's shards against the store manifest's sha256",
     )
-    parser.add_argument("--csv", type=Path, default=None, help="also write the rows as CSV")
+    parser.add_argument(
+        "--csv", type=Path, default=None, help="also write the rows as CSV (its folder must exist)"
+    )
     return parser
 
 
@@ -196,24 +253,49 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
-        if args.resamples < 1:
-            raise AnalysisError(f"--resamples: got {args.resamples}, expected a positive integer")
+        _check_options(args)
         report, frames = _run(args)
+        if args.csv:
+            rows = pd.concat([f.assign(kind=k) for k, f in frames.items() if not f.empty])
+            write_text_atomic(args.csv, rows.to_csv(index=False))
     except AnalysisError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(report)
-    if args.csv:
-        pd.concat([f.assign(kind=k) for k, f in frames.items()]).to_csv(args.csv, index=False)
-    return 0
+        message = str(err)
+    except MlflowException as err:  # the store failed while being read
+        message = f"the MLflow tracking store failed ({first_line(err)})"
+    except OSError as err:  # only the CSV is written
+        message = f"--csv {args.csv}: cannot be written ({err.strerror or err})"
+    except KeyboardInterrupt:
+        print("interrupted: nothing was compared or written", file=sys.stderr)
+        return 130
+    else:
+        return print_out(report)
+    print(f"error: {' '.join(message.splitlines())}", file=sys.stderr)
+    return 2
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """The options that need no tracking store, checked before anything is read."""
+    if not 1 <= args.resamples <= MAX_RESAMPLES:
+        raise AnalysisError(
+            f"--resamples: got {args.resamples}, expected an integer from 1 to {MAX_RESAMPLES}"
+        )
+    if not 0 <= args.seed < SEED_LIMIT:
+        raise AnalysisError(f"--seed: got {args.seed}, expected an integer from 0 to 2**63 - 1")
+    try:
+        check_device(args.device)
+    except ConfigError as err:
+        raise AnalysisError(f"--device: {err.detail}") from None
+    if args.csv is not None:
+        csv, folder = args.csv, args.csv.parent
+        if csv.is_dir() or not str(csv).strip():
+            raise AnalysisError(f"--csv {csv}: is a directory; expected a file name")
+        if not folder.is_dir():
+            raise AnalysisError(f"--csv {csv}: the folder {folder} does not exist")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise AnalysisError(f"--csv {csv}: the folder {folder} is not writable")
 
 
 def _run(args: argparse.Namespace) -> tuple[str, dict[str, pd.DataFrame]]:
-    from storage import StoreError, open_store
-    from storage.senteval import load_senteval
-    from trainables.data import EncodedSplit
-    from trainables.model import CharEncoding
-
     uri = tracking_uri_for(args.tracking_uri, args.runs_dir)
     client = open_client(uri)
     run_a, run_b = (find_run(client, ref, args.experiment) for ref in (args.run_a, args.run_b))
@@ -222,37 +304,65 @@ def _run(args: argparse.Namespace) -> tuple[str, dict[str, pd.DataFrame]]:
     if data is None:
         raise AnalysisError(f"{args.run_a}: its search recorded no data store; pass --data STORE")
     split_name = SPLITS[args.split]
-    try:
-        stored = open_store(data).read_split(split_name, verify=not args.no_verify)
-        split = EncodedSplit.from_split(stored, CharEncoding())
-    except (StoreError, OSError) as err:
-        raise AnalysisError(f"--data {data}: {err}") from None
+    split = _read_split(data, split_name, verify=not args.no_verify)
+    for run, w in zip((run_a, run_b), weights, strict=True):
+        if w.feature_dim != split.features.shape[1]:
+            raise AnalysisError(
+                f"run {trial_label(run)} takes {w.feature_dim}-dimensional image "
+                f"features, the store {data} has {split.features.shape[1]}: pass --data "
+                "the store its search trained on"
+            )
     a, b = (
         _ensemble.build_ensemble(run, w, split, args.device)
         for run, w in zip((run_a, run_b), weights, strict=True)
     )
     retrieval = compare_retrieval(a, b, resamples=args.resamples, seed=args.seed)
-    semantic = pd.DataFrame()
     senteval = args.senteval or _parent_param(client, run_a, "senteval")
+    semantic = pd.DataFrame()
     if senteval and not args.no_semantic:
-        try:
-            bench = load_senteval(senteval)
-        except (StoreError, OSError) as err:
-            raise AnalysisError(f"--senteval {senteval}: {err}") from None
-        semantic = compare_semantic(
-            _ensemble.semantic_scores(a, bench), _ensemble.semantic_scores(b, bench)
-        )
+        semantic = _compare_semantic_sets(a, b, senteval)
     header = [
         f"A = {a.label} (run {run_a.info.run_id}), B = {b.label} (run {run_b.info.run_id})",
         f"on the {split_name} split of {data}: {split.num_images} images, "
         f"{len(split.captions)} captions; {args.resamples} resamples, seed {args.seed}",
     ]
+    if run_a.info.run_id == run_b.info.run_id:
+        header.append("A and B are the same run: every difference is 0 and every p is 1")
     if not senteval:
         header.append("no semantic sets recorded for the search: retrieval only (--senteval DIR)")
     return format_comparison(header, retrieval, semantic), {
         "retrieval": retrieval,
         "semantic": semantic,
     }
+
+
+def _read_split(data: str, name: str, *, verify: bool) -> EncodedSplit:
+    from storage import StoreError, open_store
+    from trainables.model import CharEncoding
+
+    try:
+        stored = open_store(data).read_split(name, verify=verify)
+        split = EncodedSplit.from_split(stored, CharEncoding())
+    except (StoreError, OSError, ValueError) as err:
+        raise AnalysisError(f"--data {data}: {err}") from None
+    if split.num_images == 0:
+        raise AnalysisError(f"--data {data}: its {name} split has no images to compare on")
+    return split
+
+
+def _compare_semantic_sets(
+    a: _ensemble.Ensemble, b: _ensemble.Ensemble, senteval: str
+) -> pd.DataFrame:
+    from storage import StoreError
+    from storage.senteval import load_senteval
+
+    try:
+        bench = load_senteval(senteval)
+    except (StoreError, OSError, ValueError) as err:
+        raise AnalysisError(f"--senteval {senteval}: {err}") from None
+    return compare_semantic(
+        _ensemble.semantic_scores(a, bench), _ensemble.semantic_scores(b, bench)
+    )
 
 
 if __name__ == "__main__":

@@ -16,20 +16,40 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import re
+import shutil
 import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
+from mlflow.exceptions import MlflowException
+
 from analysis import _sections
-from analysis._data import AnalysisError, SearchRecord, load_search, open_client, tracking_uri_for
+from analysis._data import (
+    OPTUNA_TABLES,
+    AnalysisError,
+    OneLineParser,
+    SearchRecord,
+    check_sqlite_file,
+    first_line,
+    load_search,
+    open_client,
+    print_out,
+    sqlite_path,
+    tracking_uri_for,
+)
 from analysis._html import render_page
-from analysis._importance import default_optuna_storage, param_importances
+from analysis._importance import Importances, default_optuna_storage, param_importances
 from gridsearch._layout import RunsLayout
 
 __all__ = [
     "ARTIFACT_PATH",
     "check_finished",
+    "default_out",
     "log_report",
     "main",
     "write_report",
@@ -38,32 +58,93 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 ARTIFACT_PATH = "report"
+_PAGE = "report.html"
+_FOLDERS = (("figures", "*.png"), ("tables", "*.csv"))
 
 
 def write_report(record: SearchRecord, out: Path, optuna_storage: str | None = None) -> Path:
-    """Compute, draw and write the report of ``record`` into ``out``; returns the page."""
-    target = _sections.Output(out)
-    storage = (
-        optuna_storage
-        or record.parent_params.get("optuna_storage")  # recorded by the search driver
-        or default_optuna_storage(record.tracking_uri, record.experiment)
-    )
-    importances = param_importances(
-        storage, record.experiment, record.parent_params.get("objective")
-    )
+    """Compute, draw and write the report of ``record`` into ``out``; returns the page.
+    Everything is written into a hidden folder inside ``out`` first and moved into place
+    file by file at the end, so a failure leaves no half-written report behind."""
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".report-", suffix=".tmp", dir=out))
+    except OSError as err:
+        raise AnalysisError(f"--out {out}: cannot write there ({err.strerror or err})") from None
+    try:
+        _write_pages(record, staging, optuna_storage)
+        _publish(staging, out)
+    except OSError as err:
+        raise AnalysisError(
+            f"--out {out}: writing the report failed ({first_line(err)}); the previous "
+            "report there, if any, was left as it was"
+        ) from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created and not any(out.iterdir()):
+            out.rmdir()
+    return out / _PAGE
+
+
+def _write_pages(record: SearchRecord, folder: Path, optuna_storage: str | None) -> None:
+    target = _sections.Output(folder)
     sections = [
         _sections.trials_section(record, target),
         _sections.tradeoff_section(record, target),
         _sections.sensitivity_section(record, target),
         _sections.pareto_section(record, target),
-        _sections.importance_section(importances, target),
+        _sections.importance_section(_importances(record, optuna_storage), target),
         _sections.paper_tables_section(record, target),
     ]
-    page = out / "report.html"
-    page.write_text(
-        render_page(f"Search {record.experiment}", _facts(record), record.notes, sections)
+    page = render_page(f"Search {record.experiment}", _facts(record), record.notes, sections)
+    (folder / _PAGE).write_text(page, encoding="utf-8")
+
+
+def _publish(staging: Path, out: Path) -> None:
+    """Move the figures and tables into ``out`` (each ``os.replace``: atomic), remove a
+    previous report's that this one does not have, and the page last. The folders are
+    made first: one that cannot be fails before any file is replaced."""
+    for name, _ in _FOLDERS:
+        (out / name).mkdir(exist_ok=True)
+    for name, pattern in _FOLDERS:
+        target = out / name
+        fresh = {p.name for p in (staging / name).glob(pattern)}
+        for stale in target.glob(pattern):  # a previous report's, perhaps of other trials
+            if stale.name not in fresh:
+                stale.unlink()
+        for file in sorted(fresh):
+            os.replace(staging / name / file, target / file)
+    os.replace(staging / _PAGE, out / _PAGE)
+
+
+def _importances(record: SearchRecord, given: str | None) -> Importances:
+    """Optuna's importances from ``given`` (``--optuna-storage``, checked by ``main``),
+    else the study the search recorded or the one beside its tracking store; a note
+    when that cannot be read (never creating a study file that is not there)."""
+    storage = (
+        given
+        or record.parent_params.get("optuna_storage")  # recorded by the search driver
+        or default_optuna_storage(record.tracking_uri, record.experiment)
     )
-    return page
+    empty = pd.DataFrame(columns=["objective", "param", "importance"])
+    try:
+        if storage and not given:
+            check_optuna_storage(storage, "the search's Optuna study")
+        return param_importances(storage, record.experiment, record.parent_params.get("objective"))
+    except AnalysisError as err:
+        return Importances(empty, f"{err}: no importances")
+    except Exception as err:  # Optuna and SQLAlchemy raise many kinds for a bad storage
+        if given:
+            raise AnalysisError(f"--optuna-storage {given}: {first_line(err)}") from None
+        return Importances(empty, f"the Optuna study in {storage} cannot be read ({err})")
+
+
+def check_optuna_storage(url: str, what: str) -> None:
+    """An sqlite study must exist and be one: Optuna would create a missing file."""
+    path = sqlite_path(url)
+    if path is not None:
+        check_sqlite_file(path, what, OPTUNA_TABLES, "Optuna study")
 
 
 def _facts(record: SearchRecord) -> list[str]:
@@ -105,14 +186,42 @@ def log_report(record: SearchRecord, out: Path) -> None:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=record.tracking_uri)
-    client.log_artifact(record.parent_run_id, str(out / "report.html"), ARTIFACT_PATH)
-    for folder in ("figures", "tables"):
-        client.log_artifacts(record.parent_run_id, str(out / folder), f"{ARTIFACT_PATH}/{folder}")
+    try:
+        client.log_artifact(record.parent_run_id, str(out / _PAGE), ARTIFACT_PATH)
+        for folder, _ in _FOLDERS:
+            client.log_artifacts(
+                record.parent_run_id, str(out / folder), f"{ARTIFACT_PATH}/{folder}"
+            )
+    except (MlflowException, OSError) as err:
+        raise AnalysisError(
+            f"the report is in {out}, but logging it to the parent run "
+            f"{record.parent_run_id} failed ({first_line(err)}); pass --no-log to skip it"
+        ) from None
+
+
+def default_out(runs_dir: str | os.PathLike[str], experiment: str) -> Path:
+    """``RUNS_DIR/reports/NAME``, a path separator in the name made ``_`` so that any
+    name (``/Users/me/margins``, ``..``) is one folder inside ``reports/``."""
+    folder = re.sub(r"[/\\\x00]", "_", experiment)
+    return RunsLayout.at(runs_dir).report("_" if folder in ("", ".", "..") else folder)
+
+
+def _check_out(out: Path, what: str) -> None:
+    """Fail before reading the search when the report cannot go to ``out``."""
+    if out.exists() and not out.is_dir():
+        raise AnalysisError(f"{what}: is a file; expected a folder (for {_PAGE}, figures/ ...)")
+    existing = next((p for p in (out, *out.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise AnalysisError(f"{what}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise AnalysisError(f"{what}: {existing} is not writable")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m analysis.report", description=__doc__.split("\n")[0]
+    parser = OneLineParser(
+        prog="python -m analysis.report",
+        description="Write the report of a search (one HTML page, its figures and tables).",
+        epilog="Exit status: 0 written, 2 bad input (one 'error:' line naming it).",
     )
     parser.add_argument("--experiment", required=True, help="the search (its MLflow experiment)")
     parser.add_argument(
@@ -128,14 +237,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--out",
-        type=Path,
+        type=_folder,
         default=None,
-        help="output folder (default: RUNS_DIR/reports/EXPERIMENT)",
+        help="output folder, created if needed (default: RUNS_DIR/reports/EXPERIMENT, a '/' "
+        "in the name made '_'); a report already there is replaced",
     )
     parser.add_argument(
         "--optuna-storage",
         default=None,
-        help="the search's Optuna storage URL (default: "
+        help="the search's Optuna storage URL (default: the one the search recorded, else "
         "RUNS_DIR/tune/EXPERIMENT.optuna.db beside a sqlite tracking store)",
     )
     parser.add_argument(
@@ -149,30 +259,47 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _folder(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a folder, got {text!r}")
+    return Path(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    uri = tracking_uri_for(args.tracking_uri, args.runs_dir)
-    out = args.out or RunsLayout.at(args.runs_dir).report(args.experiment)
     try:
-        record = load_search(open_client(uri), uri, args.experiment)
-        check_finished(record, partial=args.partial)
-        out.mkdir(parents=True, exist_ok=True)
-        page = write_report(record, out, args.optuna_storage)
-        if not args.no_log:
-            log_report(record, out)
+        return _report(args)
     except AnalysisError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        message = str(err)
+    except MlflowException as err:  # the store failed while being read or written
+        message = f"the MLflow tracking store failed ({first_line(err)})"
+    except KeyboardInterrupt:
+        print("interrupted; run the same command again to write the report", file=sys.stderr)
+        return 130
+    print(f"error: {' '.join(message.splitlines())}", file=sys.stderr)
+    return 2
+
+
+def _report(args: argparse.Namespace) -> int:
+    uri = tracking_uri_for(args.tracking_uri, args.runs_dir)
+    out = args.out or default_out(args.runs_dir, args.experiment)
+    _check_out(out, f"--out {out}" if args.out else f"the report folder {out}")
+    if args.optuna_storage:
+        check_optuna_storage(args.optuna_storage, f"--optuna-storage {args.optuna_storage}")
+    record = load_search(open_client(uri), uri, args.experiment)
+    check_finished(record, partial=args.partial)
+    page = write_report(record, out, args.optuna_storage)
     for note in record.notes:
         print(f"note: {note}", file=sys.stderr)
-    print(f"wrote {page} (figures in {out / 'figures'}, tables in {out / 'tables'})")
+    lines = [f"wrote {page} (figures in {out / 'figures'}, tables in {out / 'tables'})"]
     if not args.no_log:
-        print(
+        log_report(record, out)
+        lines.append(
             f"logged to run {record.parent_run_id} under {ARTIFACT_PATH}/: "
             f"mlflow ui --backend-store-uri {uri}"
         )
-    return 0
+    return print_out("\n".join(lines))
 
 
 if __name__ == "__main__":

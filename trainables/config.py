@@ -3,19 +3,25 @@
 Each field's comment says what it is; the defaults are the paper's Flickr8k setting
 (SPEC sections 1-3). ``TrainConfig.from_dict`` is the single boundary where a flat dict
 (Tune's ``config``, a CLI, a JSON file) becomes a config: it rejects unknown keys and
-invalid values, naming the key, the value and what is allowed.
+invalid values, naming the key, the value and what is allowed (a ``ConfigError``, whose
+``field`` a CLI turns into its option's name).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
+import re
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "CHOICES",
+    "DEVICE_FORMS",
+    "INT_LIMIT",
     "LOSSES",
     "NEGATIVES",
     "POOLINGS",
@@ -23,7 +29,9 @@ __all__ = [
     "REDUCTIONS",
     "RNN_TYPES",
     "STSB_ENCODINGS",
+    "ConfigError",
     "TrainConfig",
+    "check_device",
 ]
 
 
@@ -34,6 +42,37 @@ REDUCTIONS = ("sum", "mean")
 NEGATIVES = ("all", "hardest")
 PRECISIONS = ("fp32", "bf16")
 STSB_ENCODINGS = ("senteval", "rescaled")
+# what each field of fixed choices takes (the help of a CLI lists them)
+CHOICES = {
+    "rnn_type": RNN_TYPES,
+    "pooling": POOLINGS,
+    "loss": LOSSES,
+    "reduction": REDUCTIONS,
+    "negatives": NEGATIVES,
+    "precision": PRECISIONS,
+    "stsb_encoding": STSB_ENCODINGS,
+}
+DEVICE_FORMS = "auto, cpu, cuda or cuda:N (N from 0 to 127)"
+# every integer field is below 2**63, what a 64-bit signed integer holds: torch keeps
+# sizes, steps and seeds in 64-bit integers (torch.manual_seed fails from 2**64 on)
+INT_LIMIT = 2**63
+# torch starts this many OpenMP threads at its next parallel operation: 1000000 crashed
+# the process (a segmentation fault); the limit is far above any machine's cores
+MAX_THREADS = 1024
+# torch keeps a device index in 8 signed bits: cuda:128 would silently become cuda:-128
+_DEVICE = re.compile(r"auto|cpu|cuda(?::(0|[1-9][0-9]{0,2}))?")
+_MAX_DEVICE_INDEX = 127
+
+
+class ConfigError(ValueError):
+    """An invalid config value; ``field`` names the key (None for an unknown key)."""
+
+    def __init__(self, field: str | None, message: str, *, whole: bool = False) -> None:
+        """``message`` says what is wrong; it follows "``field``: " unless ``whole``
+        (it names the field itself)."""
+        super().__init__(f"{field}: {message}" if field and not whole else message)
+        self.field = field
+        self.detail = message
 
 
 @dataclass(frozen=True)
@@ -71,19 +110,16 @@ class TrainConfig:
     # CPU (whose (256, T, 2n) activations stay in cache: 1.9x faster than 1024 at n=256)
     eval_batch_size: int = 0
     # -- run --
-    seed: int = 0  # seeds the initialisation and the batch order
-    device: str = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:1", ...
+    seed: int = 0  # seeds the initialisation and the batch order (0 to 2**63 - 1)
+    device: str = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:N" (N <= 127)
     precision: str = "fp32"  # "fp32" or "bf16" (autocast on GPU, checked against fp32)
-    threads: int = 0  # torch CPU threads (0 = leave torch's default)
+    threads: int = 0  # torch CPU threads (0 = leave torch's default; at most MAX_THREADS)
 
     def __post_init__(self) -> None:
-        _check_choice("rnn_type", self.rnn_type, RNN_TYPES)
-        _check_choice("pooling", self.pooling, POOLINGS)
-        _check_choice("loss", self.loss, LOSSES)
-        _check_choice("reduction", self.reduction, REDUCTIONS)
-        _check_choice("negatives", self.negatives, NEGATIVES)
-        _check_choice("precision", self.precision, PRECISIONS)
-        _check_choice("stsb_encoding", self.stsb_encoding, STSB_ENCODINGS)
+        for field in dataclasses.fields(self):
+            _check_type(field.name, getattr(self, field.name), _KINDS[field.name])
+        for name, allowed in CHOICES.items():
+            _check_choice(name, getattr(self, name), allowed)
         for name in (
             "hidden_size",
             "char_embedding_dim",
@@ -93,24 +129,27 @@ class TrainConfig:
             "snapshot_interval",
             "ensemble_size",
         ):
-            _check_range(name, getattr(self, name), low=1)
-        for name in ("epochs", "semantic_every", "eval_batch_size", "threads", "seed"):
-            _check_range(name, getattr(self, name), low=0)
+            _check_int(name, getattr(self, name), low=1)
+        for name in ("epochs", "semantic_every", "eval_batch_size", "seed"):
+            _check_int(name, getattr(self, name), low=0)
+        _check_int("threads", self.threads, low=0, high=MAX_THREADS)
         for name in ("margin", "clip_image", "clip_caption"):
-            _check_range(name, getattr(self, name), low=0.0)
+            _check_float(name, getattr(self, name), low=0.0)
         for name in ("lr_min", "lr_max"):
-            _check_range(name, getattr(self, name), low=0.0, open_low=True)
+            _check_float(name, getattr(self, name), low=0.0, open_low=True)
         if self.lr_min > self.lr_max:
-            raise ValueError(f"lr_min ({self.lr_min}) must not exceed lr_max ({self.lr_max})")
+            raise ConfigError(
+                "lr_min",
+                f"lr_min ({self.lr_min}) must not exceed lr_max ({self.lr_max})",
+                whole=True,
+            )
         if self.batch_size < 2:
-            raise ValueError(
-                f"batch_size: got {self.batch_size}, expected at least 2 "
-                "(in-batch negatives need a second pair)"
+            raise ConfigError(
+                "batch_size",
+                f"got {self.batch_size}, expected at least 2 (in-batch negatives need a "
+                "second pair)",
             )
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
-            raise ValueError(
-                f"device: got {self.device!r}, expected 'auto', 'cpu', 'cuda' or 'cuda:N'"
-            )
+        check_device(self.device)
 
     @property
     def embedding_dim(self) -> int:
@@ -124,15 +163,15 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
         """Build a config from a flat dict, converting numbers given as strings or as the
-        other numeric type; unknown keys and invalid values raise ``ValueError``."""
+        other numeric type; unknown keys and invalid values raise ``ConfigError``."""
         unknown = sorted(set(values) - set(cls.field_names()))
         if unknown:
-            raise ValueError(
+            raise ConfigError(
+                None,
                 f"unknown config key(s) {', '.join(map(repr, unknown))}; allowed: "
-                f"{', '.join(cls.field_names())}"
+                f"{', '.join(cls.field_names())}",
             )
-        hints = typing.get_type_hints(cls)
-        return cls(**{name: _coerce(name, value, hints[name]) for name, value in values.items()})
+        return cls(**{name: _coerce(name, value, _KINDS[name]) for name, value in values.items()})
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -141,27 +180,59 @@ class TrainConfig:
         return dataclasses.replace(self, **changes)
 
 
+_KINDS: dict[str, type] = typing.get_type_hints(TrainConfig)
+
+
+def check_device(name: object) -> str:
+    """``name`` if it is a device a run may ask for (``DEVICE_FORMS``), else a
+    ``ConfigError``; whether that device exists here is checked when the run starts."""
+    match = _DEVICE.fullmatch(name) if isinstance(name, str) else None
+    if match is None or int(match.group(1) or 0) > _MAX_DEVICE_INDEX:
+        raise ConfigError("device", f"got {name!r}, expected {DEVICE_FORMS}")
+    return str(name)
+
+
 def _coerce(name: str, value: Any, kind: type) -> Any:
-    """``value`` as ``kind`` (int, float or str), accepting numbers written as strings."""
+    """``value`` as ``kind`` (int, float or str), accepting numbers written as strings
+    (an integer string exactly, however long; "1e3" as 1000)."""
     try:
-        if kind is int and not isinstance(value, bool) and float(value).is_integer():
-            return int(float(value))
+        if kind is int and not isinstance(value, bool):
+            if isinstance(value, numbers.Integral):  # int, numpy's: exactly, however large
+                return int(value)
+            if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9_]+\s*", value):
+                return int(value)
+            if float(value).is_integer():
+                return int(float(value))
         if kind is float and not isinstance(value, bool):
             return float(value)
         if kind is str and isinstance(value, str):
             return value
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         pass
-    raise ValueError(f"{name}: got {value!r} ({type(value).__name__}), expected {kind.__name__}")
+    raise ConfigError(name, f"got {value!r} ({type(value).__name__}), expected {kind.__name__}")
+
+
+def _check_type(name: str, value: Any, kind: type) -> None:
+    """Fields set directly (not through ``from_dict``) must already be of their kind;
+    an int is a float too, a bool is neither."""
+    accepted = (int, float) if kind is float else (kind,)
+    if isinstance(value, bool) or not isinstance(value, accepted):
+        raise ConfigError(name, f"got {value!r} ({type(value).__name__}), expected {kind.__name__}")
 
 
 def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise ValueError(f"{name}: got {value!r}, expected one of {', '.join(allowed)}")
+        raise ConfigError(name, f"got {value!r}, expected one of {', '.join(allowed)}")
 
 
-def _check_range(name: str, value: float, *, low: float, open_low: bool = False) -> None:
+def _check_int(name: str, value: int, *, low: int, high: int = INT_LIMIT - 1) -> None:
+    if not low <= value <= high:
+        shown = "2**63 - 1" if high == INT_LIMIT - 1 else str(high)
+        raise ConfigError(name, f"got {value!r}, expected an integer from {low} to {shown}")
+
+
+def _check_float(name: str, value: float, *, low: float, open_low: bool = False) -> None:
     bad = (value <= low) if open_low else (value < low)
-    if bad or (isinstance(value, float) and not math.isfinite(value)):
+    if bad or not math.isfinite(value):
         relation = ">" if open_low else ">="
-        raise ValueError(f"{name}: got {value!r}, expected a finite number {relation} {low}")
+        raise ConfigError(name, f"got {value!r}, expected a finite number {relation} {low}")

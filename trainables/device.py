@@ -9,10 +9,18 @@ __all__ = ["resolve_device"]
 
 def resolve_device(name: str) -> torch.device:
     """``"auto"`` is CUDA when a GPU is visible, else the CPU; ``"cuda"`` or ``"cuda:N"``
-    without a GPU is a ``ValueError`` naming the request."""
+    without a GPU, or ``"cuda:N"`` past the visible GPUs, is a ``ValueError`` naming the
+    request."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device: {name!r} requested but no CUDA GPU is available")
+    if device.type == "cuda" and device.index is not None:
+        visible = torch.cuda.device_count()
+        if device.index >= visible:
+            raise ValueError(
+                f"device: {name!r} requested but only {visible} CUDA GPU(s) are visible "
+                f"(cuda:0 to cuda:{visible - 1})"
+            )
     return device

@@ -16,7 +16,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +43,7 @@ __all__ = [
     "NonFiniteLossError",
     "Snapshot",
     "Trainer",
+    "check_resumable",
 ]
 
 
@@ -53,6 +54,27 @@ EmbedFn = Callable[[Sequence[str]], torch.Tensor]
 
 # what a resumed run may change: where it runs and how long (the rest must match exactly)
 _MAY_CHANGE_ON_RESUME = ("device", "epochs", "threads", "eval_batch_size")
+
+
+def check_resumable(saved: Mapping[str, Any], config: TrainConfig, what: str = "") -> None:
+    """A training state written with the config ``saved`` (its ``config`` dict) may go on
+    as ``config``: only ``_MAY_CHANGE_ON_RESUME`` may differ. Else a ``CheckpointError``
+    naming ``what`` (default: the checkpoint) and every field that differs."""
+    what = what or "the checkpoint"
+    try:
+        before = TrainConfig.from_dict(saved)
+    except ValueError as err:
+        raise checkpoint.CheckpointError(f"{what}: its config is not valid ({err})") from None
+    changed = [
+        f"{name} (checkpoint {getattr(before, name)!r}, now {getattr(config, name)!r})"
+        for name in TrainConfig.field_names()
+        if name not in _MAY_CHANGE_ON_RESUME and getattr(before, name) != getattr(config, name)
+    ]
+    if changed:
+        raise checkpoint.CheckpointError(
+            f"{what}: was written with a different config: {'; '.join(changed)}; resume "
+            f"with the same settings (only {', '.join(_MAY_CHANGE_ON_RESUME)} may change)"
+        )
 
 
 class NonFiniteLossError(RuntimeError):
@@ -111,7 +133,12 @@ class Trainer:
         """Yield one dict of metrics per epoch, each epoch once: epoch 0 (untrained), then
         every trained epoch (a resumed run continues after its last reported epoch). The
         last epoch's dict also holds the snapshot ensemble's test metrics
-        (``ensemble/...``)."""
+        (``ensemble/...``). A run resumed to end at the epoch it had stopped at (a shorter
+        ``epochs`` than it was started with) yields that epoch again, with its ensemble."""
+        last = self.history[-1] if self.history else None
+        if last is not None and self.epoch == self.config.epochs and not names.is_finished(last):
+            self.history[-1] = {**last, **self.ensemble_metrics()}
+            yield self.history[-1]
         while len(self.history) <= self.config.epochs:  # history holds epochs 0..self.epoch
             metrics = self.evaluate_epoch(self.train_one_epoch() if self.history else {})
             if self.epoch == self.config.epochs:
@@ -315,19 +342,7 @@ class Trainer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        saved = TrainConfig.from_dict(state["config"])
-        changed = [
-            f"{name} (checkpoint {getattr(saved, name)!r}, now {getattr(self.config, name)!r})"
-            for name in TrainConfig.field_names()
-            if name not in _MAY_CHANGE_ON_RESUME
-            and getattr(saved, name) != getattr(self.config, name)
-        ]
-        if changed:
-            raise checkpoint.CheckpointError(
-                f"the checkpoint was written with a different config: {'; '.join(changed)}; "
-                f"resume with the same settings (only {', '.join(_MAY_CHANGE_ON_RESUME)} may "
-                "change)"
-            )
+        check_resumable(state["config"], self.config)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch, self.step = int(state["epoch"]), int(state["step"])

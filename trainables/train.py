@@ -7,26 +7,43 @@ Every field of :class:`trainables.config.TrainConfig` is an option (``--hidden-s
 ``--rnn-type``, ``--margin``, ...). It prints a line per epoch (epoch 0 is the untrained
 model), or with ``--json`` one JSON object per epoch with all its metrics; the last
 epoch's also holds the snapshot ensemble's test metrics. ``--checkpoint FILE`` saves
-the full training state after every epoch and resumes from it when it exists.
+the full training state after every epoch (atomically: the file always holds a whole
+epoch) and resumes from it when it exists: a checkpoint that finished ``--epochs`` has
+nothing to train (one line says so, exit 0); one past ``--epochs`` is an error; one
+stopped early and resumed with ``--epochs`` at its epoch ends there, with its ensemble.
+
+Exit status: 0 when the run finished (or its checkpoint already had), 2 for bad input
+(one ``error:`` line on stderr: an option, the store, the checkpoint), 130 after Ctrl+C
+(one line saying what was saved and how to resume), 141 when stdout was closed.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import logging
+import math
+import os
+import shlex
+import signal
 import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
 
 import torch
 
 from storage import StoreError
 from storage._atomic import write_bytes_atomic
-from trainables import names
-from trainables.config import TrainConfig
+from trainables import checkpoint, names
+from trainables.config import CHOICES, DEVICE_FORMS, ConfigError, TrainConfig
 from trainables.data import TrainingData, default_senteval
-from trainables.loop import NonFiniteLossError, Trainer
+from trainables.loop import NonFiniteLossError, Trainer, check_resumable
 from trainables.semantic import make_semantic
 
 __all__ = [
@@ -35,17 +52,54 @@ __all__ = [
 
 
 logger = logging.getLogger(__name__)
+COMMAND = "python -m trainables.train"
+INTERRUPTED = 130  # the shell's status for a process stopped by SIGINT
+OUTPUT_CLOSED = 141  # ... and by SIGPIPE
+# what --help says of the options whose values are not plain sizes
+_MEANINGS = {
+    "device": DEVICE_FORMS,
+    "seed": "0 to 2**63 - 1",
+    "threads": "torch CPU threads, 0 = torch's default, at most 1024",
+    "eval_batch_size": "0 = 1024 on a GPU, 256 on a CPU",
+    "semantic_every": "0 = no semantic evaluation",
+    "clip_image": "gradient-norm clip, 0 = off",
+    "clip_caption": "gradient-norm clip, 0 = off",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad command line is one ``error:`` line (exit 2), not a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+class _BadInput(Exception):
+    """An option that cannot be used (a checkpoint path, --epochs against a checkpoint)."""
+
+
+@dataclass
+class _Progress:
+    """What a stop reports: the run's config, the last epoch reported or resumed from,
+    and the epoch the checkpoint file holds (None: no file written or resumed)."""
+
+    checkpoint: Path | None
+    config: TrainConfig | None = None
+    epoch: int | None = None
+    saved_epoch: int | None = None
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m trainables.train",
-        description=__doc__.split("\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    parser = _Parser(
+        prog=COMMAND,
+        description="Train one model without Ray, printing every epoch's metrics.",
+        epilog="Exit status: 0 finished (or the checkpoint already was), 2 bad input (one "
+        "'error:' line), 130 interrupted (Ctrl+C; the line says how to resume).",
     )
     parser.add_argument("--data", required=True, help="feature store (path or URI)")
     parser.add_argument(
         "--senteval",
+        type=_non_empty,
         default=None,
         help="SentEval data/downstream directory (default: the store's own "
         "semantic sets, if it has any)",
@@ -59,20 +113,39 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--checkpoint",
-        type=Path,
+        type=_file_path,
         default=None,
-        help="save the training state here after every epoch; resume from it",
+        metavar="FILE",
+        help="save the training state to FILE after every epoch, and resume from it when it "
+        "exists (its folder must exist; same config, only --epochs, --device, --threads "
+        "and --eval-batch-size may change)",
     )
     group = parser.add_argument_group("training config (TrainConfig)")
     for field in dataclasses.fields(TrainConfig):
+        allowed = CHOICES.get(field.name)
+        kind = str(field.type).upper()
+        metavar = "|".join(allowed) if allowed else "DEVICE" if field.name == "device" else kind
+        what = f"{_MEANINGS[field.name]}; " if field.name in _MEANINGS else ""
         group.add_argument(
             f"--{field.name.replace('_', '-')}",
             dest=field.name,
             default=None,
-            metavar=field.type.upper() if isinstance(field.type, str) else "X",
-            help=f"default: {field.default}",
+            metavar=metavar,
+            help=f"{what}default: {field.default}",
         )
     return parser
+
+
+def _file_path(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a file path, got {text!r}")
+    return Path(text)
+
+
+def _non_empty(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"expected a path, got {text!r}")
+    return text
 
 
 def _line(metrics: dict[str, float]) -> str:
@@ -113,36 +186,208 @@ def _scores(metrics: dict[str, float], split: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    progress = _Progress(args.checkpoint)
+    try:
+        return _train(args, progress)
+    except KeyboardInterrupt:
+        with contextlib.suppress(ValueError):  # a second Ctrl+C must not cut the message
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print(_interrupted(progress, argv), file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:  # the reader of stdout went away (`... | head`)
+        _close_stdout()
+        print(_interrupted(progress, argv, "stopped (its output was closed)"), file=sys.stderr)
+        return OUTPUT_CLOSED
+    except ConfigError as err:  # named by its option, not its field
+        return _fail(f"--{err.field.replace('_', '-')}: {err.detail}" if err.field else err)
+    except (StoreError, ValueError, NonFiniteLossError, _BadInput) as err:
+        return _fail(err)
+    except RuntimeError as err:
+        if not (isinstance(err, torch.OutOfMemoryError) or "allocate memory" in str(err)):
+            raise
+        return _fail(_out_of_memory(err, progress.config))
+
+
+def _fail(err: object) -> int:
+    text = " ".join(str(err).split("\n"))
+    print(f"error: {text}", file=sys.stderr)
+    return 2
+
+
+def _out_of_memory(err: RuntimeError, config: TrainConfig | None) -> str:
+    sizes = ""
+    if config is not None:
+        sizes = (
+            f" with hidden_size {config.hidden_size}, char_embedding_dim "
+            f"{config.char_embedding_dim}, attention_hidden {config.attention_hidden}, "
+            f"batch_size {config.batch_size} on device {config.device}"
+        )
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return f"out of memory{sizes} ({first[:300]}); choose smaller sizes"
+
+
+def _train(args: argparse.Namespace, progress: _Progress) -> int:
     overrides = {
         f.name: getattr(args, f.name)
         for f in dataclasses.fields(TrainConfig)
         if getattr(args, f.name) is not None
     }
-    try:
-        config = TrainConfig.from_dict(overrides)
-        data = TrainingData.from_store(args.data, verify=not args.no_verify)
-        senteval = args.senteval or default_senteval(args.data)
-        trainer = Trainer(config, data, make_semantic(senteval, config))
-        if args.checkpoint is not None and args.checkpoint.exists():
-            trainer.load_checkpoint(args.checkpoint)
-            logger.info("resumed from %s at epoch %d", args.checkpoint, trainer.epoch)
-        logger.info(
-            "training on %s: %d train images, device %s, %s",
-            args.data,
-            data.train.num_images,
-            trainer.device,
-            torch.__version__,
-        )
-        for metrics in trainer.run():
-            print(json.dumps(metrics) if args.json else _line(metrics), flush=True)
+    config = progress.config = TrainConfig.from_dict(overrides)
+    state = None if args.checkpoint is None else _resume_state(args.checkpoint, config)
+    if state is not None:
+        progress.epoch = progress.saved_epoch = int(state["epoch"])
+        if _finished(args.checkpoint, state, config):
+            return 0
+    data = TrainingData.from_store(args.data, verify=not args.no_verify)
+    senteval = args.senteval or default_senteval(args.data)
+    trainer = Trainer(config, data, make_semantic(senteval, config))
+    if state is not None:
+        trainer.load_state_dict(state)
+        logger.info("resumed from %s at epoch %d", args.checkpoint, trainer.epoch)
+    del state  # the trainer holds its own copy
+    logger.info(
+        "training on %s: %d train images, device %s, %s",
+        args.data,
+        data.train.num_images,
+        trainer.device,
+        torch.__version__,
+    )
+    for metrics in trainer.run():
+        with _sigint_deferred():  # Ctrl+C waits: an epoch printed is an epoch saved
+            progress.epoch = int(metrics["epoch"])
+            print(_json(metrics) if args.json else _line(metrics), flush=True)
             if args.checkpoint is not None:
-                write_bytes_atomic(args.checkpoint, trainer.save_checkpoint())
-    except (StoreError, ValueError, NonFiniteLossError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+                _save(trainer, args.checkpoint, progress)
     return 0
+
+
+def _resume_state(path: Path, config: TrainConfig) -> dict[str, Any] | None:
+    """The training state in ``path`` (None when there is none yet), checked before any
+    data is read: a file that is not a checkpoint, of another config, or a path that
+    cannot be written is ``_BadInput`` or a ``CheckpointError`` naming it."""
+    what = f"--checkpoint {path}"
+    if path.is_dir():
+        raise _BadInput(f"{what}: is a directory; expected a file (the training state)")
+    if path.exists() and not path.is_file():
+        raise _BadInput(f"{what}: is not a regular file; expected a checkpoint file")
+    folder = path.parent
+    if not folder.is_dir():
+        problem = "is not a directory" if folder.exists() else "does not exist"
+        raise _BadInput(f"{what}: its folder {folder} {problem}; create it or choose another")
+    _check_writable(folder, what)
+    if not path.exists():
+        return None
+    state = checkpoint.load_training_state(path, "cpu", what=what)
+    check_resumable(state["config"], config, what=what)
+    return state
+
+
+def _check_writable(folder: Path, what: str) -> None:
+    """Create and remove a file in ``folder`` (as the atomic write will), so a folder that
+    cannot be written fails now rather than after the first epoch."""
+    probe = folder / f".probe.{uuid.uuid4().hex}.tmp"
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        probe.unlink()
+    except OSError as err:
+        raise _BadInput(f"{what}: cannot write in {folder} ({err.strerror or err})") from None
+
+
+def _finished(path: Path, state: dict[str, Any], config: TrainConfig) -> bool:
+    """True (with a line saying so) when the checkpoint has already trained
+    ``config.epochs`` epochs; ``_BadInput`` when it is past them."""
+    epoch = int(state["epoch"])
+    if epoch > config.epochs:
+        raise _BadInput(
+            f"--epochs {config.epochs}: the checkpoint {path} is already at epoch {epoch}; "
+            f"pass --epochs {epoch} to end it there, more to train it further, or another "
+            "--checkpoint to start a new run"
+        )
+    history = state["history"]
+    if epoch < config.epochs or not history or not names.is_finished(history[-1]):
+        return False  # to train, or (stopped at --epochs) to evaluate the ensemble of
+    where = f"trainables.checkpoint.load_training_state({str(path)!r})['history']"
+    print(
+        f"nothing to train: the checkpoint {path} has finished its {epoch} epochs "
+        f"(--epochs {config.epochs}); every epoch's metrics and the ensemble's test metrics "
+        f"are in its history ({where}); pass --epochs above {epoch} to train it further",
+        file=sys.stderr,
+    )
+    return True
+
+
+def _save(trainer: Trainer, path: Path, progress: _Progress) -> None:
+    """Write the training state atomically (the file holds the previous epoch or this
+    one, never part of one) and record which epoch it holds."""
+    try:
+        write_bytes_atomic(path, trainer.save_checkpoint())
+    except OSError as err:
+        kept = (
+            f"it still holds epoch {progress.saved_epoch}"
+            if progress.saved_epoch is not None
+            else "nothing was saved"
+        )
+        raise _BadInput(
+            f"--checkpoint {path}: cannot be written ({err.strerror or err}); {kept}"
+        ) from None
+    progress.saved_epoch = trainer.epoch
+
+
+@contextlib.contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Hold a Ctrl+C that arrives in the block until its end, then raise it."""
+    received: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    try:
+        previous = signal.signal(signal.SIGINT, hold)
+    except ValueError:  # not the main thread: there is no Ctrl+C to hold here
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+        if received:
+            raise KeyboardInterrupt
+
+
+def _close_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit fails no more."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _interrupted(progress: _Progress, argv: list[str], how: str = "interrupted") -> str:
+    """The one line after Ctrl+C: what was saved, and the command that goes on."""
+    command = shlex.join([*COMMAND.split(), *argv])
+    of = f" of {progress.config.epochs}" if progress.config is not None else ""
+    at = f"after epoch {progress.epoch}{of}" if progress.epoch is not None else "before epoch 0"
+    if progress.checkpoint is None:
+        return (
+            f"{how} {at}: nothing was saved (no --checkpoint); to keep every epoch's "
+            f"progress and resume after a stop, run: {command} --checkpoint FILE"
+        )
+    if progress.saved_epoch is None:
+        return (
+            f"{how} {at}: no checkpoint was written yet ({progress.checkpoint}); "
+            f"start again with: {command}"
+        )
+    return (
+        f"{how} {at}: the last complete checkpoint is {progress.checkpoint} (epoch "
+        f"{progress.saved_epoch}); resume with: {command}"
+    )
+
+
+def _json(metrics: dict[str, float]) -> str:
+    """Strict JSON: an undefined value (a NaN correlation, say) is ``null``, never the
+    bare ``NaN`` that other JSON readers refuse."""
+    return json.dumps({k: v if math.isfinite(v) else None for k, v in metrics.items()})
 
 
 if __name__ == "__main__":

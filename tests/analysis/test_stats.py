@@ -35,8 +35,52 @@ def test_equal_correlations_are_no_difference() -> None:
     assert _stats.steiger_z(0.6, 0.6, 1.0, 50) == (0.0, 1.0)
     assert _stats.williams_t(0.6, 0.6, 0.9, 50)[1] == pytest.approx(1.0)
     assert all(math.isnan(v) for v in _stats.steiger_z(math.nan, 0.5, 0.4, 50))
-    with pytest.raises(ValueError, match="n must be > 3"):
-        _stats.steiger_z(0.5, 0.3, 0.4, 3)
+
+
+ULP_BELOW = math.nextafter(0.6, 0.0)
+NAN = (math.nan, math.nan)
+
+
+@pytest.mark.parametrize("test", [_stats.steiger_z, _stats.williams_t])
+@pytest.mark.parametrize(
+    ("r_a", "r_b", "r_ab", "n", "expected"),
+    [
+        (0.6, 0.6, 1.0, 50, (0.0, 1.0)),  # a trial with itself (Williams: 0/0 before)
+        (0.6, ULP_BELOW, 1.0, 50, (0.0, 1.0)),  # the same scores, rounded apart (Steiger: /0)
+        (-0.4, -0.4, 1.0, 50, (0.0, 1.0)),
+        (0.6, 0.6, 0.5, 50, (0.0, 1.0)),
+        (1.0, 0.5, 0.5, 50, NAN),  # a perfect correlation on one side: atanh(1) is infinite
+        (0.5, -1.0, -0.5, 50, NAN),
+        (1.0, 1.0, 1.0, 50, (0.0, 1.0)),
+        (0.5, 0.3, 0.4, 3, NAN),  # no degrees of freedom (a ValueError before)
+        (0.5, 0.3, 0.4, 0, NAN),
+        (math.nan, 0.3, 0.4, 50, NAN),  # a constant score: r is undefined
+        (0.5, 0.3, math.nan, 50, NAN),
+    ],
+)
+def test_degenerate_correlations_give_no_difference_or_nan(
+    test, r_a: float, r_b: float, r_ab: float, n: int, expected: tuple[float, float]
+) -> None:
+    got = test(r_a, r_b, r_ab, n)
+    assert got == expected or (all(map(math.isnan, got)) and expected == NAN), got
+
+
+@pytest.mark.parametrize("test", [_stats.steiger_z, _stats.williams_t])
+def test_every_correlation_in_range_gives_numbers_or_nan(test) -> None:
+    grid = [-1.0, -0.999999, -0.5, 0.0, 0.3, 0.999999, 1.0, math.nan]
+    for r_a in grid:
+        for r_b in grid:
+            for r_ab in grid:
+                for n in (0, 4, 100):
+                    stat, p = test(r_a, r_b, r_ab, n)
+                    assert math.isnan(stat) == math.isnan(p)
+                    assert math.isnan(p) or 0.0 <= p <= 1.0, (r_a, r_b, r_ab, n)
+
+
+@pytest.mark.parametrize("test", [_stats.steiger_z, _stats.williams_t])
+def test_a_correlation_out_of_range_is_refused(test) -> None:
+    with pytest.raises(ValueError, match=r"r_ab must be a correlation in \[-1, 1\], got 1.5"):
+        test(0.5, 0.3, 1.5, 50)
 
 
 def _ranks(seed: int, images: int = 200) -> tuple[np.ndarray, np.ndarray]:
@@ -91,3 +135,6 @@ def test_bootstrap_rejects_mismatched_ranks() -> None:
         _stats.paired_bootstrap(_ranks(0, 10), _ranks(0, 11))
     with pytest.raises(ValueError, match="resamples must be >= 1, got 0"):
         _stats.paired_bootstrap(_ranks(0), _ranks(0), resamples=0)
+    nothing = (np.array([], dtype=int), np.array([], dtype=int))
+    with pytest.raises(ValueError, match="ranks of no image"):
+        _stats.paired_bootstrap(nothing, nothing)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainables.config import TrainConfig
+from trainables.config import ConfigError, TrainConfig
 from trainables.data import epoch_batches
 
 
@@ -45,11 +45,42 @@ def test_from_dict_converts_and_round_trips() -> None:
         ({"batch_size": 1}, r"batch_size: got 1, expected at least 2"),
         ({"device": "tpu"}, r"device: got 'tpu'"),
         ({"lr_max": float("nan")}, r"lr_max: got nan"),
+        ({"seed": -1}, r"seed: got -1, expected an integer from 0 to 2\*\*63 - 1"),
+        ({"seed": 2**63}, r"seed: got 9223372036854775808, expected an integer from 0"),
+        ({"epochs": "1e30"}, r"epochs: got 1000000000000000019884624838656, expected an int"),
+        ({"threads": 4096}, r"threads: got 4096, expected an integer from 0 to 1024"),
+        ({"hidden_size": True}, r"hidden_size: got True \(bool\), expected int"),
     ],
 )
 def test_invalid_values_name_key_value_and_what_is_allowed(values: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         TrainConfig.from_dict(values)
+
+
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda", "cuda:0", "cuda:7", "cuda:127"])
+def test_devices_a_run_may_ask_for(device: str) -> None:
+    assert TrainConfig(device=device).device == device
+
+
+@pytest.mark.parametrize(
+    "device", ["", "gpu", "CPU", "cuda:", "cuda:-1", "cuda:abc", "cuda:01", "cuda:128",
+               "cuda:1.5", "cpu:0", "mps", " cuda", "cuda:99999999999999999999"],
+)  # fmt: skip
+def test_devices_torch_would_refuse_or_misread_are_refused(device: str) -> None:
+    with pytest.raises(ConfigError, match="expected auto, cpu, cuda or cuda:N") as caught:
+        TrainConfig.from_dict({"device": device})
+    assert caught.value.field == "device"
+
+
+def test_integers_are_read_exactly_and_fields_are_typed() -> None:
+    assert TrainConfig.from_dict({"seed": "9007199254740993"}).seed == 2**53 + 1  # no float
+    assert TrainConfig.from_dict({"seed": np.int64(2**60 + 1)}).seed == 2**60 + 1
+    assert TrainConfig.from_dict({"epochs": "1e3"}).epochs == 1000
+    with pytest.raises(ConfigError, match=r"hidden_size: got '8' \(str\), expected int"):
+        TrainConfig(hidden_size="8")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"margin: got None \(NoneType\), expected float"):
+        TrainConfig(margin=None)  # type: ignore[arg-type]
+    assert TrainConfig(margin=1).margin == 1  # an int is a float
 
 
 def test_batches_pair_every_image_with_each_caption_once_per_epoch() -> None:

@@ -193,16 +193,17 @@ def test_cli_prints_json_per_epoch_with_semantic_metrics(
     assert lines[2][names.BEST_SEMANTIC] == max(line[names.PRIMARY_SEMANTIC] for line in lines)
     assert names.key(names.ENSEMBLE, "semantic") in lines[-1]
     assert (tmp_path / "c.pt").exists()
-    # Resuming a finished run has nothing left to report.
+    # Resuming a finished run has nothing left to train: it says so on stderr only.
     assert main(args) == 0
-    assert capsys.readouterr().out == ""
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"nothing to train: the checkpoint {tmp_path / 'c.pt'}")
 
 
 def test_cli_rejects_bad_values_by_name(
     tiny_world: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["--data", str(tiny_world), "--rnn-type", "rnn"]) == 2
-    assert "rnn_type: got 'rnn', expected one of gru, lstm" in capsys.readouterr().err
+    assert capsys.readouterr().err == "error: --rnn-type: got 'rnn', expected one of gru, lstm\n"
     assert main(["--data", str(tiny_world / "nope")]) == 2
     assert "not a feature store" in capsys.readouterr().err
 

@@ -1,0 +1,30 @@
+"""Device requests are checked against what the machine has, once, before training."""
+
+import pytest
+import torch
+
+from trainables.device import resolve_device
+
+
+def test_cpu_and_auto_without_a_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto") == torch.device("cpu")
+
+
+@pytest.mark.parametrize("name", ["cuda", "cuda:0", "cuda:3"])
+def test_cuda_without_a_gpu_is_named(monkeypatch, name):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=f"'{name}' requested but no CUDA GPU"):
+        resolve_device(name)
+
+
+@pytest.mark.parametrize("index", [2, 3, 127])
+def test_a_gpu_index_past_the_visible_ones_is_named(monkeypatch, index):
+    # the machine's GPU count is what is faked here: none is lent to this project
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"only 2 CUDA GPU\(s\) are visible \(cuda:0 to cuda:1\)"):
+        resolve_device(f"cuda:{index}")
+    assert resolve_device("cuda:1") == torch.device("cuda:1")
+    assert resolve_device("cuda") == torch.device("cuda")
