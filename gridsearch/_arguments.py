@@ -5,14 +5,22 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import NoReturn
 
 __all__ = ["OBJECTIVE_CHOICES", "build_parser"]
 
 OBJECTIVE_CHOICES = ("retrieval", "semantic", "both")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, but a bad command line is one ``error:`` line (exit 2), not a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="python -m gridsearch.run",
         description="Hyperparameter search with Ray Tune + Optuna, tracked in MLflow.",
     )
@@ -128,6 +136,14 @@ def _where_results_go(p: argparse.ArgumentParser) -> None:
         help="Optuna study database URL (default: an sqlite file beside the experiment)",
     )
     out.add_argument("--max-failures", type=int, default=2, help="retries of a failing trial")
+    out.add_argument(
+        "--min-free-disk",
+        type=float,
+        default=None,
+        metavar="MB",
+        help="stop the search (resumably) when a local path it writes has less free space "
+        "than this (default: 256; a --resume keeps the search's unless given)",
+    )
     out.add_argument(
         "--tracking-wait",
         type=float,

@@ -4,6 +4,7 @@ a ``SearchError`` naming the flag, raised before Ray starts or any trial runs.""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,6 @@ from ray import tune
 
 from gridsearch._store import TrackingError, check_reachable
 from gridsearch.settings import SMOKE_WORLD_IMAGES, SearchError, SearchSettings
-from gridsearch.spaces import SearchSpace, get_space, load_space_file
 from storage import FeatureStore, StoreError
 from storage.build import build_synthetic
 from storage.senteval import SemanticBenchmark, load_senteval
@@ -23,40 +23,54 @@ __all__ = [
     "check_experiment_path",
     "load_benchmark",
     "load_data",
-    "load_space",
+    "prepare_runs_dir",
     "tracking_client",
 ]
 
 Write = Callable[[str], None]
 
 
-def load_space(settings: SearchSettings) -> SearchSpace:
-    try:
-        if settings.space_file is not None:
-            return load_space_file(settings.space_file)
-        assert settings.space is not None
-        return get_space(settings.space)
-    except ValueError as err:
-        raise SearchError(str(err)) from None
-
-
 def check_experiment_path(settings: SearchSettings) -> None:
+    """A ``--resume`` needs a Tune experiment to continue; a new search needs its name
+    free (no Tune experiment, no record of a search that started under it)."""
     path = settings.experiment_path
-    exists = tune.Tuner.can_restore(path)
+    try:
+        exists = tune.Tuner.can_restore(path)
+    except (OSError, ValueError) as err:  # a storage URI pyarrow cannot open
+        raise SearchError(
+            f"--storage-path {settings.storage_path}: cannot be used ({err})"
+        ) from None
     if settings.resume and not exists:
         raise SearchError(
             f"--resume: {path} holds no Tune experiment to continue; check "
             "--experiment and --storage-path"
         )
-    if not settings.resume and exists:
+    started = settings.layout.record(settings.experiment).exists()
+    if not settings.resume and (exists or started):
         raise SearchError(
-            f"{path} already holds a search; continue it with --resume or choose "
-            "another --experiment"
+            f"{path if exists else settings.layout.record(settings.experiment)} already holds "
+            "a search; continue it with --resume or choose another --experiment"
         )
 
 
+def prepare_runs_dir(settings: SearchSettings) -> None:
+    """The runs directory exists and takes files (the lock, the default sqlite stores,
+    the search's record live there): checked before anything else is written."""
+    root = settings.layout.root
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        raise SearchError(
+            f"--runs-dir {root}: not a writable directory ({err.strerror or err})"
+        ) from None
+
+
 def tracking_client(settings: SearchSettings) -> Any:
-    settings.layout.root.mkdir(parents=True, exist_ok=True)  # the default sqlite file lives here
+    """A client of the tracking store, which answers (created here when it is the runs
+    directory's sqlite file)."""
     try:
         return check_reachable(settings.tracking_uri)
     except TrackingError as err:

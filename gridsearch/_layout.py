@@ -7,6 +7,7 @@
       tune/NAME.optuna.db          the Optuna study, beside the Tune experiment
       optuna/NAME.optuna.db        ... or here when the Tune experiment is on a URI
       searches/NAME.json           the search's settings, for ``--resume``
+      locks/NAME.lock              who runs the search now (one driver per experiment)
       world/, world-smoke/         the embedded world, built once and reused
       reports/NAME/                ``analysis.report``'s default output
 
@@ -57,6 +58,15 @@ class RunsLayout:
     def record(self, experiment: str) -> Path:
         """The search's settings (``asdict(SearchSettings)``), read by ``--resume``."""
         return self.root / "searches" / f"{experiment}.json"
+
+    def lock(self, experiment: str) -> Path:
+        """Held by the one driver running the experiment (``gridsearch._lock``)."""
+        return self.root / "locks" / f"{experiment}.lock"
+
+    @property
+    def setup_lock(self) -> Path:
+        """Held while a driver sets up the tracking store (sqlite's first use)."""
+        return self.root / "locks" / "tracking-setup.flock"
 
     def world(self, smoke: bool = False) -> Path:
         """The embedded world's store (the smoke test's is a smaller one)."""

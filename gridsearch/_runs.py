@@ -30,6 +30,7 @@ from gridsearch._tags import (
     ROLE_TRIAL,
     TRIAL_TAG,
 )
+from gridsearch._write_queue import is_disk_full
 from trainables.config import TrainConfig
 
 __all__ = ["TrialRuns", "split_trial_config"]
@@ -152,8 +153,8 @@ class TrialRuns:
         try:
             self._log_artifacts(run_id, trial_id, config, checkpoint, outcome)
         except Exception as err:  # artifacts must never leave a run RUNNING
-            if not self.reachable():
-                raise  # the store went away: retry the whole close later
+            if not self.reachable() or is_disk_full(err):
+                raise  # the store went away, or its disk filled: retry the whole close later
             logger.warning("could not log the artifacts of %s: %s", trial_id, err)
         self.client.set_tag(run_id, OUTCOME_TAG, outcome.value)
         self.client.set_terminated(run_id, outcome.status)

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 import tomllib
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,7 @@ def load_space_file(path: str | os.PathLike[str]) -> SearchSpace:
     path = Path(path)
 
     def error(where: str, problem: str) -> ValueError:
-        return ValueError(f"{path}: {where}: {problem}")
+        return ValueError(f"{path}: {_cut(where, 100)}: {_cut(problem)}")
 
     document = _read_document(path, error)
     unknown = [str(key) for key in document if key not in _TOP_KEYS]
@@ -124,17 +125,98 @@ def load_space_file(path: str | os.PathLike[str]) -> SearchSpace:
     return SearchSpace(name, description, _FileSuggest(params), fixed=fixed, grid=grid)
 
 
+MAX_BYTES = 64 * 1024  # a space file is a few lines; anything larger is refused unread
+MAX_MESSAGE = 300  # characters of a problem an error echoes (values are excerpted)
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``safe_load`` (no tags that build objects) without aliases, which expand (the
+    "billion laughs": a 659-byte file became gigabytes), and without duplicate keys, which
+    YAML would resolve silently to the last value."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(
+                None, None, "aliases (*name) are not allowed in a space file", event.start_mark
+            )
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {_excerpt(key, 60)}", key_node.start_mark
+                )
+            seen.add(key if isinstance(key, Hashable) else id(key))
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_document(path: Path, error: _FileError) -> dict[Any, Any]:
     suffix = path.suffix.lower()
     if suffix not in (".yaml", ".yml", ".toml"):
-        raise ValueError(f"{path}: unsupported extension {suffix!r}; expected .yaml, .yml or .toml")
-    data = path.read_bytes()
+        raise ValueError(
+            f"{path}: unsupported extension {_excerpt(suffix, 40)}; expected .yaml, .yml or .toml"
+        )
+    data = _read_capped(path)
+    kind = "TOML" if suffix == ".toml" else "YAML"
     try:
-        document = tomllib.loads(data.decode()) if suffix == ".toml" else yaml.safe_load(data)
-    except (yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        kind = "TOML" if suffix == ".toml" else "YAML"
-        raise ValueError(f"{path}: not valid {kind} (safe parsing): {exc}") from exc
+        text = data.decode("utf-8")
+        document = tomllib.loads(text) if suffix == ".toml" else _load_yaml(text)
+    except (yaml.YAMLError, tomllib.TOMLDecodeError, UnicodeDecodeError, RecursionError) as exc:
+        raise ValueError(f"{path}: not valid {kind} (safe parsing): {_one_line(exc)}") from None
     return _mapping(document, "document", error)
+
+
+def _load_yaml(text: str) -> Any:
+    """One YAML document with ``_StrictLoader`` (what ``yaml.safe_load`` does, stricter)."""
+    loader = _StrictLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+def _read_capped(path: Path) -> bytes:
+    """The file's bytes: a regular file (never a FIFO, which would block) of at most
+    ``MAX_BYTES``; ``ValueError`` naming it otherwise."""
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            raise ValueError(f"{path}: {kind}; expected a YAML or TOML space file")
+        if info.st_size > MAX_BYTES:
+            raise ValueError(
+                f"{path}: {info.st_size:,} bytes; a space file is at most {MAX_BYTES:,} bytes"
+            )
+        with path.open("rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
+    except OSError as err:
+        raise ValueError(f"{path}: cannot be read ({err.strerror or err})") from None
+    if len(data) > MAX_BYTES:  # grew after stat
+        raise ValueError(f"{path}: more than {MAX_BYTES:,} bytes; a space file is smaller")
+    return data
+
+
+def _one_line(exc: Exception) -> str:
+    """A parser's complaint on one line (PyYAML's spans several, with a snippet)."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return _cut(f"{exc.problem} (line {mark.line + 1}, column {mark.column + 1})")
+    return _cut(" ".join(str(exc).split()))
+
+
+def _excerpt(value: Any, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters."""
+    return _cut(repr(value), limit)
+
+
+def _cut(text: str, limit: int = MAX_MESSAGE) -> str:
+    return text if len(text) <= limit else f"{text[: limit - 20]}... ({len(text):,} chars)"
 
 
 def _mapping(value: Any, where: str, error: _FileError) -> dict[Any, Any]:

@@ -3,7 +3,8 @@
 Training never waits for MLflow. A write that fails while the store does not answer
 stays at the head of the queue and is retried every ``retry_every_s`` (and at every new
 write); one the store answers but refuses is logged and dropped, since retrying cannot
-help. ``flush(wait_s)`` waits up to ``wait_s`` for the store to come back. Nothing here
+help, unless it failed for a full disk (``is_disk_full``), which frees up. ``flush(wait_s)``
+waits up to ``wait_s`` for the store to come back. Nothing here
 knows Tune or MLflow: the store is a ``reachable()`` probe and writes are callables.
 
     queue = WriteQueue(reachable=store_answers, where="http://mlflow:5000")
@@ -13,16 +14,27 @@ knows Tune or MLflow: the store is a ``reachable()`` probe and writes are callab
 
 from __future__ import annotations
 
+import errno
 import logging
 import time
 from collections import deque
 from collections.abc import Callable
 
-__all__ = ["WriteQueue"]
+__all__ = ["WriteQueue", "is_disk_full"]
 
 logger = logging.getLogger(__name__)
 
 Write = Callable[[], object]  # its result is ignored
+_DISK_FULL = ("no space left on device", "database or disk is full", "disk quota exceeded")
+
+
+def is_disk_full(error: BaseException | str | None) -> bool:
+    """Whether an error (or a trial's error text) says a disk is full."""
+    if error is None:
+        return False
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return any(phrase in str(error).lower() for phrase in _DISK_FULL)
 
 
 class WriteQueue:
@@ -70,7 +82,7 @@ class WriteQueue:
         try:
             write()
         except Exception as err:  # MLflow raises many kinds for a store that is away
-            if self.reachable():
+            if self.reachable() and not is_disk_full(err):
                 logger.error("MLflow refused %s (%s); skipped", what, first_line(err))
                 self._pending.popleft()
             elif self._down_since is None:

@@ -21,9 +21,11 @@ from gridsearch._inputs import (
     check_experiment_path,
     load_benchmark,
     load_data,
-    load_space,
+    prepare_runs_dir,
     tracking_client,
 )
+from gridsearch._interrupt import DiskGuard, Interruption, is_disk_full
+from gridsearch._lock import ExperimentLock, LockHeld, setup_lock
 from gridsearch._outcome import classify
 from gridsearch._parent import close_parent, parent_params
 from gridsearch._reconcile import ReconcileReport
@@ -38,7 +40,7 @@ from gridsearch.cluster import (
 )
 from gridsearch.progress import ProgressPrinter
 from gridsearch.settings import SearchError, SearchSettings
-from gridsearch.spaces import SearchSpace
+from gridsearch.spaces import SearchSpace, load_space
 from gridsearch.summary import TrialOutcome, format_summary
 from gridsearch.tracking import TrialTracker
 from storage.senteval import SemanticBenchmark
@@ -64,18 +66,55 @@ class SearchResult:
     elapsed_s: float
     dashboard: str | None  # the Ray dashboard's URL, live while the search ran
     reconciled: ReconcileReport  # what MLflow lacked and was written from Tune's results
+    # why trials were left: "SIGINT", "SIGTERM", "time budget", or "no space left on ..."
+    stopped_by: str | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        """Stopped by a signal or a full disk (not its time budget): resume it."""
+        return self.stopped_by is not None and self.stopped_by != "time budget"
 
 
-def run_search(settings: SearchSettings, *, write: Write = _silent) -> SearchResult:
-    """Run (or continue) the search ``settings`` describe. Bad input or an unusable
-    environment raises ``SearchError`` before anything is written."""
+def run_search(
+    settings: SearchSettings, *, write: Write = _silent, space: SearchSpace | None = None
+) -> SearchResult:
+    """Run (or continue) the search ``settings`` describe (``space``: its space, when the
+    caller loaded it already). Bad input or an unusable environment raises ``SearchError``
+    before anything is written; another driver running the same experiment, too."""
     started = time.perf_counter()
     _optuna.quiet()
-    space = load_space(settings)
+    space = space or load_space(settings)
     check_experiment_path(settings)
-    client = tracking_client(settings)
+    prepare_runs_dir(settings)  # a runs directory that takes no files fails first
     store, senteval, data = load_data(settings, write)  # before Ray: forked workers must not
     benchmark = load_benchmark(senteval, settings.objective)
+    lock = ExperimentLock(
+        settings.layout.lock(settings.experiment), f"--experiment {settings.experiment}"
+    )
+    try:
+        with lock:
+            check_experiment_path(settings)  # again, now that no other driver can start it
+            with setup_lock(settings.layout.setup_lock):
+                client = tracking_client(settings)
+            inputs = _Inputs(space, client, store, senteval, data, benchmark)
+            return _with_ray(settings, inputs, write, started)
+    except LockHeld as err:
+        raise SearchError(str(err)) from None
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    space: SearchSpace
+    client: Any
+    store: str
+    senteval: str | None
+    data: TrainingData | str
+    benchmark: SemanticBenchmark | None
+
+
+def _with_ray(
+    settings: SearchSettings, inputs: _Inputs, write: Write, started: float
+) -> SearchResult:
     dashboard = start_ray(settings)
     if dashboard:
         write(f"Ray dashboard: {dashboard}")
@@ -89,13 +128,34 @@ def run_search(settings: SearchSettings, *, write: Write = _silent) -> SearchRes
         fixed, note = fixed_settings(settings, resources)
         if note:
             write(note)
-        trainable = _trainable(settings, space, resources, data, benchmark)
-        run = _Run(settings, space, client, resources, fixed, store, senteval, write)
-        results = run.tuner(trainable).fit()
-        return run.finish(results, dashboard, time.perf_counter() - started)
+        trainable = _trainable(settings, inputs.space, resources, inputs.data, inputs.benchmark)
+        run = _Run(settings, inputs, resources, fixed, write)
+        with Interruption() as interruption:
+            results = _fit(run.tuner(trainable, interruption), settings)
+        return run.finish(results, dashboard, time.perf_counter() - started, interruption)
     finally:
         if not settings.address:
             ray.shutdown()
+
+
+def _fit(tuner: tune.Tuner, settings: SearchSettings) -> Any:
+    """``tuner.fit()``; a disk that filled anyway (ENOSPC in Tune's own writes) is a
+    SearchError that says how to continue."""
+    try:
+        return tuner.fit()
+    except Exception as err:
+        if not is_disk_full(err):
+            raise
+        raise SearchError(
+            f"no space left on a device the search writes to ({_first_line(err)}); free some "
+            f"space and continue with `{settings.resume_command}` (Tune keeps every finished "
+            f"epoch under {settings.experiment_path}, --resume records what MLflow lacks)"
+        ) from None
+
+
+def _first_line(err: BaseException) -> str:
+    lines = str(err).strip().splitlines()
+    return lines[-1][:200] if lines else type(err).__name__
 
 
 class _Run:
@@ -104,15 +164,13 @@ class _Run:
     def __init__(
         self,
         settings: SearchSettings,
-        space: SearchSpace,
-        client: Any,
+        inputs: _Inputs,
         resources: Resources,
         fixed: dict[str, Any],
-        store: str,
-        senteval: str | None,
         write: Write,
     ) -> None:
-        self.settings, self.space, self.client, self.write = settings, space, client, write
+        space = inputs.space
+        self.settings, self.space, self.client, self.write = settings, space, inputs.client, write
         if settings.optuna_storage.startswith("sqlite:///"):  # the study's folder
             study = Path(settings.optuna_storage.removeprefix("sqlite:///"))
             study.parent.mkdir(parents=True, exist_ok=True)
@@ -134,7 +192,7 @@ class _Run:
         self.searched = space.searched_keys()
         self.epochs = int(fixed["epochs"])
         self.cycle = cycle_epochs(space.fixed, fixed)
-        self._start_tracking(resources, fixed, store, senteval)
+        self._start_tracking(resources, fixed, inputs.store, inputs.senteval)
 
     def _start_tracking(
         self, resources: Resources, fixed: dict[str, Any], store: str, senteval: str | None
@@ -158,9 +216,22 @@ class _Run:
             wait_s=settings.tracking_wait_s,
         )
 
-    def tuner(self, trainable: Any) -> tune.Tuner:
+    def tuner(self, trainable: Any, interruption: Interruption) -> tune.Tuner:
         settings = self.settings
-        callbacks = [self.tracker, ProgressPrinter(self.searched, self.epochs, self.write)]
+        guard = DiskGuard(
+            _local_paths(settings), int(settings.min_free_disk_mb * 2**20), interruption
+        )
+        if (low := guard.low()) is not None:
+            raise SearchError(
+                f"no space left on {low[0]}: {low[1] / 2**20:.0f} MiB free, the search needs "
+                f"{settings.min_free_disk_mb:g} MiB (--min-free-disk)"
+            )
+        self.tracker.interruption = interruption
+        callbacks = [
+            self.tracker,
+            ProgressPrinter(self.searched, self.epochs, self.write),
+            guard,
+        ]
         if settings.resume:  # the experiment keeps its own scheduler and searcher
             return tune.Tuner.restore(
                 settings.experiment_path,
@@ -198,10 +269,16 @@ class _Run:
             ),
         )
 
-    def finish(self, results: Any, dashboard: str | None, elapsed_s: float) -> SearchResult:
+    def finish(
+        self, results: Any, dashboard: str | None, elapsed_s: float, interruption: Interruption
+    ) -> SearchResult:
         """After Tune: every epoch Tune holds is in MLflow, no run is left RUNNING, no
         Optuna trial is left RUNNING once the search is complete; the parent closed."""
         unfinished = max(self.num_samples - results.num_terminated - results.num_errors, 0)
+        stopped_by = interruption.reason
+        if unfinished and stopped_by is None:
+            budget = self.settings.time_budget_s
+            stopped_by = "time budget" if budget and elapsed_s >= budget else "SIGINT"
         complete = unfinished == 0
         self._flush()
         reconciled = self.tracker.reconcile(results, complete=complete)
@@ -217,7 +294,15 @@ class _Run:
         summary = format_summary(outcomes, self.settings.objective)
         outcome = close_parent(self.client, self.parent, outcomes, summary, unfinished, elapsed_s)
         return SearchResult(
-            self.settings, outcomes, summary, unfinished, outcome, elapsed_s, dashboard, reconciled
+            self.settings,
+            outcomes,
+            summary,
+            unfinished,
+            outcome,
+            elapsed_s,
+            dashboard,
+            reconciled,
+            stopped_by,
         )
 
     def _flush(self) -> None:
@@ -230,6 +315,17 @@ class _Run:
                 f"under {settings.experiment_path}. Once the store answers, run "
                 f"`{settings.resume_command}` to record them."
             )
+
+
+def _local_paths(settings: SearchSettings) -> list[Path]:
+    """The local directories a search writes to (the DiskGuard watches them)."""
+    paths = [settings.layout.root]
+    if "://" not in settings.storage_path:
+        paths.append(Path(settings.storage_path))
+    for uri in (settings.tracking_uri, settings.optuna_storage):
+        if uri.startswith("sqlite:///"):
+            paths.append(Path(uri.removeprefix("sqlite:///")).parent)
+    return paths
 
 
 def _trainable(

@@ -43,7 +43,10 @@ def say(line: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    try:
+        args = parse_args(argv)
+    except SystemExit as stop:  # --help, or a bad command line (its error: line is printed)
+        return int(stop.code or 0)
     if args.list_spaces:
         from gridsearch.spaces import list_spaces
 
@@ -52,32 +55,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("mlflow", "alembic"):  # their INFO lines (database set-up) are not ours
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    settings = None
     try:
         settings = SearchSettings.from_args(args)
+        from gridsearch.spaces import load_space
+
+        space = load_space(settings)  # a bad space file fails here, before Ray is imported
         from gridsearch.driver import run_search
 
-        result = run_search(settings, write=say)
+        result = run_search(settings, write=say, space=space)
     except SearchError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(
-            "interrupted: continue this search with --experiment "
-            f"{getattr(args, 'experiment', None) or 'NAME'} --resume",
-            file=sys.stderr,
-        )
+        resume = settings.resume_command if settings else "the same command with --resume"
+        print(f"interrupted before the search ran: continue it with `{resume}`", file=sys.stderr)
         return 130
-    _print_result(result)
-    return 0
+    return _report(result)
 
 
-def _print_result(result: SearchResult) -> None:
+def _report(result: SearchResult) -> int:
+    """Print what the search found and how to go on; the exit status: 0 finished (or at
+    its time budget), 130 interrupted (Ctrl+C, SIGTERM), 2 stopped by a full disk."""
     settings = result.settings
     say("\n" + result.summary)
     if result.unfinished:
         say(
-            f"\nthe search stopped with {result.unfinished} trial(s) not finished after "
-            f"{result.elapsed_s:.0f} s: continue it with the --resume command below"
+            f"\nthe search stopped ({result.stopped_by}) with {result.unfinished} trial(s) not "
+            f"finished after {result.elapsed_s:.0f} s: continue it with the --resume command below"
         )
     else:
         say(f"\nfinished in {result.elapsed_s:.0f} s ({result.elapsed_s / 60:.1f} min)")
@@ -88,6 +93,15 @@ def _print_result(result: SearchResult) -> None:
             "up, `ray start --head` and pass --address auto)"
         )
     say(f"continue or extend it:  {settings.resume_command}")
+    if not result.interrupted:
+        return 0
+    if result.stopped_by and result.stopped_by.startswith("no space"):
+        print(
+            f"error: {result.stopped_by}; free some space, then `{settings.resume_command}`",
+            file=sys.stderr,
+        )
+        return 2
+    return 130
 
 
 if __name__ == "__main__":

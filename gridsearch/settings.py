@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -46,7 +48,17 @@ SMOKE = {"hidden_size": 8, "batch_size": 8, "epochs": 2, **SHORT_CYCLES}
 SMOKE_WORLD_IMAGES = 120
 # What a --resume takes from its own command line; everything else comes from the
 # search's record, so the continued search runs exactly as it started.
-RESUME_KEEPS = ("resume", "address", "dashboard", "dashboard_host", "tracking_wait_s")
+RESUME_KEEPS = (
+    "resume",
+    "address",
+    "dashboard",
+    "dashboard_host",
+    "tracking_wait_s",
+    "min_free_disk_mb",
+)
+DEFAULT_MIN_FREE_DISK_MB = 256.0
+# Where MLflow can keep a search: its local database, a tracking server, or a database URL.
+TRACKING_SCHEMES = ("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks")
 
 
 class SearchError(Exception):
@@ -93,6 +105,7 @@ class SearchSettings:
     optuna_storage: str  # the study's database URL
     max_failures: int  # retries of a failing trial
     tracking_wait_s: float  # how long the end waits for a tracking store that went away
+    min_free_disk_mb: float = 256.0  # stop (resumably) below this much free local disk (MB)
 
     @property
     def space_name(self) -> str:
@@ -166,6 +179,9 @@ class SearchSettings:
             or f"sqlite:///{layout.optuna_db(experiment, storage_path)}",
             max_failures=args.max_failures,
             tracking_wait_s=args.tracking_wait,
+            min_free_disk_mb=DEFAULT_MIN_FREE_DISK_MB
+            if args.min_free_disk is None
+            else args.min_free_disk,
         )
 
     def to_record(self) -> dict[str, Any]:
@@ -193,15 +209,31 @@ def _absolute(data: str | None) -> str | None:
     return data if not data or "://" in data else str(Path(data).resolve())
 
 
+EXPERIMENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+SEED_LIMIT = 2**32  # Optuna's samplers and numpy's RandomState take seeds below 2**32
+
+
 def _check(args: argparse.Namespace) -> None:
+    """Every flag's value, before anything is read or written; SearchError naming it."""
     if args.space and args.space_file:
         raise SearchError("give --space or --space-file, not both")
     if not (args.space or args.space_file):
         raise SearchError("give --space NAME (see --list-spaces) or --space-file FILE")
-    if args.tracking_wait < 0:
-        raise SearchError(f"--tracking-wait: got {args.tracking_wait}, expected >= 0 s")
     if args.data_via == "uri" and not args.data:
         raise SearchError("--data-via uri needs --data (a store every node can read)")
+    if args.scheduler == "asha" and args.objective == "both":
+        raise SearchError(
+            "--scheduler asha needs a single objective; use --scheduler fifo with --objective both"
+        )
+    if args.experiment is not None:
+        check_experiment_name(args.experiment)
+    _check_counts(args)
+    _check_amounts(args)
+    if args.tracking_uri is not None:
+        check_tracking_uri(args.tracking_uri)
+
+
+def _check_counts(args: argparse.Namespace) -> None:
     for flag in ("num_samples", "epochs", "max_concurrent", "max_failures"):
         value = getattr(args, flag)
         non_negative = flag in ("epochs", "max_failures")
@@ -210,10 +242,83 @@ def _check(args: argparse.Namespace) -> None:
                 f"--{flag.replace('_', '-')}: got {value}, expected a "
                 f"{'non-negative' if non_negative else 'positive'} integer"
             )
-    if args.scheduler == "asha" and args.objective == "both":
+    if not 0 <= args.seed < SEED_LIMIT:
         raise SearchError(
-            "--scheduler asha needs a single objective; use --scheduler fifo with --objective both"
+            f"--seed: got {args.seed}, expected an integer from 0 to {SEED_LIMIT - 1}"
         )
+
+
+def _check_amounts(args: argparse.Namespace) -> None:
+    """Durations and resources: finite, and positive where zero means nothing."""
+    checks = (
+        ("--time-budget", args.time_budget, "a number of seconds > 0", False),
+        ("--tracking-wait", args.tracking_wait, "a number of seconds >= 0", True),
+        ("--cpus-per-trial", args.cpus_per_trial, "a number of CPUs > 0", False),
+        ("--gpus-per-trial", args.gpus_per_trial, "a number of GPUs >= 0", True),
+        ("--min-free-disk", args.min_free_disk, "a number of MB >= 0", True),
+    )
+    for flag, value, expected, zero_ok in checks:
+        if value is None:
+            continue
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+            raise SearchError(f"{flag}: got {value:g}, expected {expected}")
+
+
+def check_experiment_name(name: str) -> str:
+    """An experiment is a name, not a path: it names a directory, a database and a record
+    under the runs directory, so letters, digits, '.', '_' and '-' only, not starting
+    with a dot (no '..', no '/')."""
+    if not EXPERIMENT_NAME.fullmatch(name):
+        raise SearchError(
+            f"--experiment {shorten(name)}: expected a name of letters, digits, '.', '_' "
+            "and '-' (at most 128, not starting with '.' or '-'): it names files under "
+            "--runs-dir, so it cannot be a path"
+        )
+    return name
+
+
+def check_tracking_uri(uri: str) -> str:
+    """A tracking URI MLflow can use: a known scheme, and for sqlite a database whose
+    directory exists (MLflow would create it silently, anywhere)."""
+    scheme = uri.split(":", 1)[0] if ":" in uri else ""
+    if scheme not in TRACKING_SCHEMES:
+        raise SearchError(
+            f"--tracking-uri {shorten(uri)}: expected a URI of scheme "
+            f"{', '.join(TRACKING_SCHEMES)} (e.g. sqlite:////abs/path/mlflow.db or "
+            "http://host:5000)"
+        )
+    if scheme == "sqlite":
+        path = Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+        if path is None or not path.is_absolute():
+            raise SearchError(
+                f"--tracking-uri {shorten(uri)}: expected sqlite:////absolute/path/mlflow.db "
+                "(an absolute path, after three slashes: trials run in other directories)"
+            )
+        if not path.parent.is_dir():
+            raise SearchError(
+                f"--tracking-uri {shorten(uri)}: the directory {path.parent} does not exist"
+            )
+    return uri
+
+
+def shorten(value: object, limit: int = 80) -> str:
+    """``repr(value)``, cut to ``limit`` characters: messages never echo a whole value."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 15]}... ({len(text)} chars)"
+
+
+def _from_saved(record: Any) -> SearchSettings:
+    """Settings from a record: ``asdict(SearchSettings)``, or the parsed command line that
+    searches started before the settings were typed wrote (``{"args": ...}``)."""
+    if not isinstance(record, dict):
+        raise TypeError(f"expected a JSON object, got {type(record).__name__}")
+    if "args" not in record:
+        return SearchSettings.from_record(record)
+    saved = {**vars(parse_args([])), **record["args"]}
+    saved.update(resume=False, runs_dir=Path(saved["runs_dir"]))
+    if saved.get("space_file"):
+        saved["space_file"] = Path(saved["space_file"])
+    return SearchSettings.from_args(argparse.Namespace(**saved))
 
 
 def _resumed(args: argparse.Namespace) -> SearchSettings:
@@ -221,6 +326,8 @@ def _resumed(args: argparse.Namespace) -> SearchSettings:
     change taken from this command line."""
     if not args.experiment:
         raise SearchError("--resume needs --experiment NAME (the search to continue)")
+    check_experiment_name(args.experiment)
+    _check_amounts(args)
     layout = RunsLayout.at(args.runs_dir)
     path = layout.record(args.experiment)
     if not path.exists():
@@ -228,21 +335,29 @@ def _resumed(args: argparse.Namespace) -> SearchSettings:
             f"--resume: no search named {args.experiment!r} under --runs-dir "
             f"{args.runs_dir} (expected its record {path})"
         )
-    record = json.loads(path.read_text())
-    if "args" in record:  # written before the settings were typed: the old command line
-        saved = {**vars(parse_args([])), **record["args"]}
-        saved.update(resume=False, runs_dir=Path(saved["runs_dir"]))
-        if saved.get("space_file"):
-            saved["space_file"] = Path(saved["space_file"])
-        settings = SearchSettings.from_args(argparse.Namespace(**saved))
-    else:
-        settings = SearchSettings.from_record(record)
+    try:
+        settings = _from_saved(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, RecursionError) as err:
+        reason = str(err).splitlines()[0][:200] if str(err) else ""
+        raise SearchError(
+            f"--resume: {path} is not a readable search record ({type(err).__name__}: "
+            f"{reason}); it is written when a search starts and never edited: start a new "
+            "search, or restore the file"
+        ) from None
+    if settings.experiment != args.experiment:
+        raise SearchError(
+            f"--resume: {path} records the search {settings.experiment!r}, not "
+            f"{args.experiment!r}; the file was moved or edited"
+        )
     now = {
         "resume": True,
         "address": args.address,
         "dashboard": not args.no_dashboard,
         "dashboard_host": args.dashboard_host,
         "tracking_wait_s": args.tracking_wait,
+        "min_free_disk_mb": settings.min_free_disk_mb
+        if args.min_free_disk is None
+        else args.min_free_disk,
     }
     assert tuple(now) == RESUME_KEEPS
     return dataclasses.replace(settings, **now)

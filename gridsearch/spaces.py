@@ -13,6 +13,7 @@ from optuna.trial import BaseTrial
 
 from gridsearch._space import SearchSpace, sample_config
 from gridsearch._space_file import load_space_file
+from gridsearch.settings import SearchError, SearchSettings
 from trainables.config import NEGATIVES, POOLINGS, REDUCTIONS, RNN_TYPES
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "SearchSpace",
     "get_space",
     "list_spaces",
+    "load_space",
     "load_space_file",
     "sample_config",
 ]
@@ -165,3 +167,15 @@ def list_spaces() -> str:
     """One line per named space: its name, padded, and its description."""
     width = max(map(len, SPACES))
     return "\n".join(f"{name:<{width}}   {space.description}" for name, space in SPACES.items())
+
+
+def load_space(settings: SearchSettings) -> SearchSpace:
+    """The space a search's settings name (``--space`` or ``--space-file``); a bad one is
+    a ``SearchError`` naming it."""
+    try:
+        if settings.space_file is not None:
+            return load_space_file(settings.space_file)
+        assert settings.space is not None
+        return get_space(settings.space)
+    except ValueError as err:
+        raise SearchError(str(err)) from None

@@ -17,6 +17,7 @@ from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
+from gridsearch._interrupt import Interruption
 from gridsearch._outcome import Outcome, classify
 from gridsearch._reconcile import ReconcileReport, epoch_metrics, reconcile
 from gridsearch._runs import TrialRuns
@@ -47,6 +48,8 @@ class TrialTracker(Callback):
         self._client = MlflowClient(tracking_uri=uri)
         self.queue = WriteQueue(self._reachable, uri, retry_every_s=retry_every_s)
         self.runs = TrialRuns(self._client, experiment_id, parent_run_id, tags, self._reachable)
+        # set by the driver: a trial that ran out of disk space stops the whole search
+        self.interruption: Interruption | None = None
         self._seen: set[str] = set()  # trial ids with any event
         self._closing: set[str] = set()  # trial ids whose run has been asked to close
 

@@ -53,7 +53,7 @@ def test_both_objectives_and_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     [
         ([], "give --space NAME"),
         (["--space", "a", "--space-file", "b.yaml"], "not both"),
-        (["--space", "a", "--tracking-wait", "-1"], "--tracking-wait: got -1.0, expected >= 0"),
+        (["--space", "a", "--tracking-wait", "-1"], "--tracking-wait: got -1, expected a number"),
         (["--space", "a", "--data-via", "uri"], "--data-via uri needs --data"),
         (["--space", "a", "--num-samples", "0"], "--num-samples: got 0, expected a positive"),
         (["--space", "a", "--epochs", "-1"], "--epochs: got -1, expected a non-negative"),

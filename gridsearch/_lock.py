@@ -1,0 +1,181 @@
+"""One live driver per experiment, and one process at a time setting up a tracking store.
+
+``ExperimentLock`` is a file ``RUNS_DIR/locks/NAME.lock`` holding who runs the search
+(host, pid, the process's start time, since when). It is taken by ``link(2)``-ing a
+complete temporary file onto that name, which fails when the name exists: atomic on a
+local file system and on NFS (version 3 and later), so two drivers that share a runs
+directory over NFS exclude each other too. It cannot live on an object store (s3://,
+gs://), and does not need to: the runs directory is always a file system path, even
+when ``--storage-path`` is a URI. Two drivers of one experiment with *different* runs
+directories are not excluded (nothing they share can hold a lock).
+
+The lock is released on every exit path of the driver (a context manager, with SIGTERM
+turned into the same graceful stop as Ctrl+C by ``gridsearch.run``). A lock left by a
+killed driver is broken only when its holder is provably gone: the same host, and no
+process with that pid and start time (or a reboot since). A lock held from another host
+is never broken automatically; the error says which host and process hold it, and that
+the file may be removed once that process is known to be gone.
+
+``setup_lock`` serialises the first use of a sqlite tracking store in a runs directory
+(MLflow creating its schema from two processes at once fails) with ``flock(2)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+__all__ = ["ExperimentLock", "Holder", "LockHeld", "setup_lock"]
+
+
+class LockHeld(RuntimeError):
+    """Another live driver holds the experiment's lock (the message names it)."""
+
+
+@dataclass(frozen=True)
+class Holder:
+    host: str
+    pid: int
+    started: str  # the process's start time in clock ticks since boot (/proc), or ""
+    boot: str  # this boot's id (/proc/sys/kernel/random/boot_id), or ""
+    since: str  # when the lock was taken, local time
+
+    @classmethod
+    def me(cls) -> Holder:
+        pid = os.getpid()
+        return cls(
+            socket.gethostname(),
+            pid,
+            _process_start(pid),
+            _boot_id(),
+            time.strftime("%Y-%m-%d %H:%M:%S"),
+        )
+
+    def describe(self) -> str:
+        return f"host {self.host}, pid {self.pid}, since {self.since}"
+
+    def gone(self) -> bool:
+        """Provably not running: on this host, and its pid is free, taken by a later
+        process, or from before a reboot. From another host: never provable here."""
+        if self.host != socket.gethostname():
+            return False
+        if self.boot and self.boot != _boot_id():
+            return True
+        try:
+            os.kill(self.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:  # alive, another user's
+            return False
+        return bool(self.started) and _process_start(self.pid) != self.started
+
+
+class ExperimentLock:
+    """``with ExperimentLock(path, "--experiment NAME"): ...`` (see the module docstring)."""
+
+    def __init__(self, path: Path, what: str) -> None:
+        self.path = path
+        self.what = what  # names the locked thing in messages
+        self.holder = Holder.me()
+        self._held = False
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(2):  # a second try after breaking a stale lock
+            if self._link():
+                self._held = True
+                return
+            other = self._read()
+            if other is not None and not other.gone():
+                raise LockHeld(
+                    f"{self.what} is being run by another driver ({other.describe()}; lock "
+                    f"{self.path}): wait for it to end, or stop it; remove the lock file only "
+                    "if that process is gone"
+                )
+            self._break(other)
+        raise LockHeld(f"{self.what}: could not take the lock {self.path}; another driver races")
+
+    def release(self) -> None:
+        """Remove the lock if it is still ours (never another driver's)."""
+        if self._held and self._read() == self.holder:
+            self.path.unlink(missing_ok=True)
+        self._held = False
+
+    def __enter__(self) -> ExperimentLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def _link(self) -> bool:
+        temporary = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.tmp")
+        temporary.write_text(json.dumps(asdict(self.holder)))
+        try:
+            os.link(temporary, self.path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            temporary.unlink(missing_ok=True)
+
+    def _read(self) -> Holder | None:
+        """The holder in the lock file; None when there is none, or it is unreadable (a
+        lock is always written whole, so an unreadable one was damaged: stale)."""
+        return _read_holder(self.path)
+
+    def _break(self, stale: Holder | None) -> None:
+        """Remove a stale lock: renamed away first, so that of two drivers breaking it at
+        once only one succeeds, and a lock taken meanwhile by a third is not removed."""
+        aside = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.stale")
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(self.path, aside)
+            moved = _read_holder(aside)
+            if moved != stale:  # a live driver took it between our read and the rename
+                with contextlib.suppress(FileExistsError):
+                    os.link(aside, self.path)
+            aside.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def setup_lock(path: Path) -> Iterator[None]:
+    """Hold ``flock(2)`` on ``path`` for the block (one process at a time)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _read_holder(path: Path) -> Holder | None:
+    try:
+        return Holder(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _process_start(pid: int) -> str:
+    """A process's start time (clock ticks after boot, /proc/PID/stat field 22): with the
+    pid, it names one process even after the pid is reused."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[-1].split()[19]
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""

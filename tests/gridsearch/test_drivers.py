@@ -1,0 +1,140 @@
+"""Real drivers (the CLI in subprocesses, real Ray, real MLflow sqlite) meeting each other
+and their environment: one driver per experiment, two experiments side by side on a fresh
+runs directory, SIGTERM as a graceful stop, and a disk that fills mid-search."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from gridsearch.run import main
+
+pytestmark = pytest.mark.slow
+SEARCH = [
+    "--space", "margin_sweep", "--smoke-test", "--no-dashboard", "--scheduler", "fifo",
+    "--max-concurrent", "1",
+]  # fmt: skip
+
+
+class Driver:
+    """``python -m gridsearch.run ARGS`` in a subprocess, its output read as it comes."""
+
+    def __init__(self, *args: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gridsearch.run", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self.lines: list[str] = []
+
+    def wait_for(self, text: str, timeout_s: float = 300) -> None:
+        assert self.process.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        for line in self.process.stdout:
+            self.lines.append(line)
+            if text in line:
+                return
+            assert time.monotonic() < deadline, f"no {text!r} in {timeout_s} s"
+        raise AssertionError(f"the driver ended without {text!r}:\n{''.join(self.lines)}")
+
+    def finish(self, timeout_s: float = 300) -> tuple[int, str]:
+        rest = self.process.communicate(timeout=timeout_s)[0]
+        return self.process.returncode, "".join(self.lines) + rest
+
+
+def _trial_runs(mlflow_runs, runs_dir: Path, experiment: str) -> list:
+    _, runs = mlflow_runs(runs_dir, experiment)
+    assert not [r for r in runs if r.info.status == "RUNNING"]
+    return [r for r in runs if r.data.tags.get("search.role") == "trial"]
+
+
+def test_one_driver_per_experiment_and_two_experiments_side_by_side(
+    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = str(tmp_path / "runs")  # fresh: the first two drivers set up its stores at once
+    a = Driver(*SEARCH, "--num-samples", "2", "--runs-dir", runs, "--experiment", "a")
+    b = Driver(*SEARCH, "--num-samples", "1", "--runs-dir", runs, "--experiment", "b")
+    a.wait_for("epoch 1/2")
+    assert main([*SEARCH, "--runs-dir", runs, "--experiment", "a"]) == 2  # a new one
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "a already holds a search" in err[0]
+    assert main(["--runs-dir", runs, "--experiment", "a", "--resume", "--no-dashboard"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --experiment a is being run by")
+    assert f"pid {a.process.pid}" in err[0] and "since" in err[0]
+    for driver, trials in ((a, 2), (b, 1)):
+        code, out = driver.finish()
+        assert code == 0, out
+        assert f"{trials} trials: {trials} finished" in out
+    assert len(_trial_runs(mlflow_runs, Path(runs), "a")) == 2
+    assert len(_trial_runs(mlflow_runs, Path(runs), "b")) == 1
+    assert not list((Path(runs) / "locks").glob("*.lock"))  # every lock released
+
+
+def test_sigterm_stops_the_search_like_ctrl_c(tmp_path: Path, mlflow_runs, capsys) -> None:
+    runs = str(tmp_path / "runs")
+    driver = Driver(*SEARCH, "--num-samples", "2", "--runs-dir", runs, "--experiment", "t")
+    driver.wait_for("epoch 1/2")
+    driver.process.send_signal(signal.SIGTERM)
+    code, out = driver.finish(timeout_s=120)
+    assert code == 130, out  # interrupted: not a success, and no Ray abort dump (134)
+    assert "the search stopped (SIGTERM)" in out and "--resume" in out
+    assert "Aborted" not in out and "Traceback" not in out
+    _trial_runs(mlflow_runs, Path(runs), "t")  # nothing left RUNNING
+    assert not (Path(runs) / "locks" / "t.lock").exists()
+    assert main(["--experiment", "t", "--resume", "--runs-dir", runs, "--no-dashboard"]) == 0
+    assert "2 trials: 2 finished" in capsys.readouterr().out
+
+
+def _mount_tmpfs(where: Path, megabytes: int) -> bool:
+    where.mkdir()
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", str(where)],
+        capture_output=True,
+    )
+    return result.returncode == 0
+
+
+def test_a_full_disk_stops_the_search_resumably(tmp_path: Path, mlflow_runs, capsys) -> None:
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, 64):
+        pytest.skip("cannot mount a small tmpfs here (needs root and CAP_SYS_ADMIN)")
+    try:
+        runs = disk / "runs"
+        args = [*SEARCH, "--num-samples", "3", "--runs-dir", str(runs), "--experiment", "d"]
+        driver = Driver(*args, "--min-free-disk", "24")
+        driver.wait_for("epoch 1/2")
+        free = shutil.disk_usage(disk).free
+        ballast = disk / "ballast"
+        with ballast.open("wb") as handle:  # leave 12 MB: below the search's 24
+            handle.write(b"\0" * (free - 12 * 2**20))
+        code, out = driver.finish(timeout_s=180)
+        assert code == 2, out
+        errors = [line for line in out.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1 and f"no space left on {runs}" in errors[0], out
+        assert "MiB free" in errors[0] and "--resume" in errors[0]
+        assert "Traceback" not in out
+        trials = _trial_runs(mlflow_runs, runs, "d")  # every run closed with its outcome
+        assert all(r.data.tags["outcome"] in ("finished", "search_ended") for r in trials)
+        ballast.unlink()
+        resume = ["--experiment", "d", "--resume", "--runs-dir", str(runs), "--no-dashboard"]
+        assert main(resume) == 0
+        assert "3 trials: 3 finished" in capsys.readouterr().out
+        trials = _trial_runs(mlflow_runs, runs, "d")
+        assert len(trials) == 3 and {r.data.tags["outcome"] for r in trials} == {"finished"}
+        study = optuna.load_study(
+            study_name="d", storage=f"sqlite:///{runs / 'tune' / 'd.optuna.db'}"
+        )
+        assert sorted(t.number for t in study.trials) == [0, 1, 2]
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], capture_output=True)
