@@ -58,7 +58,7 @@ def fetch_weights(client: MlflowClient, run: Run) -> EnsembleWeights:
         except (MlflowException, OSError) as err:
             raise AnalysisError(
                 f"run {trial_label(run)} ({run.info.run_id}) has no {ENSEMBLE_FILE} artifact "
-                f"({type(err).__name__}); only finished trials keep their ensemble"
+                f"({type(err).__name__}); a trial keeps one once it has evaluated an epoch"
             ) from None
         try:
             return load_ensemble(Path(local), what=f"run {trial_label(run)}: {ENSEMBLE_FILE}")

@@ -1,6 +1,7 @@
 """What a trial's run keeps besides its metrics: ``config.json`` (every TrainConfig
 field), ``tradeoff.png`` (its dev curves, the paper's Fig. 4) and ``ensemble.pt`` (the
-weights its reported test metrics came from, in ``trainables.checkpoint``'s format)."""
+weights its reported test metrics came from, in ``trainables.checkpoint``'s format; for a
+trial stopped early or failed, the model of its last evaluated epoch, marked so)."""
 
 from __future__ import annotations
 
@@ -29,8 +30,8 @@ def write_trial_artifacts(
     finished: bool,
 ) -> None:
     """Write the artifacts into ``folder``: ``history`` holds ``(epoch, value)`` of
-    ``CURVE_KEYS``; ``checkpoint`` is the trial's last Tune checkpoint (or None), its
-    ensemble written when the trial ``finished``."""
+    ``CURVE_KEYS``; ``checkpoint`` is the trial's last Tune checkpoint (or None): its
+    ensemble when the trial ``finished``, else its last evaluated model."""
     (folder / "config.json").write_text(json.dumps(config.to_dict(), indent=2))
     curve = tradeoff_curve(history, *CURVE_KEYS)
     if curve.epochs:
@@ -40,9 +41,9 @@ def write_trial_artifacts(
             f"{trial_id}: margin {config.margin:.3g}, n={config.hidden_size}, "
             f"{config.rnn_type}/{config.pooling}",
         )
-    if finished and checkpoint is not None:
-        with checkpoint.as_directory() as source:
-            state = load_training_state(
-                Path(source) / TRAINER_FILE, what=f"{trial_id}'s checkpoint"
-            )
-        EnsembleWeights.from_training_state(state).save(folder / ENSEMBLE_FILE)
+    if checkpoint is None:
+        return
+    with checkpoint.as_directory() as source:
+        state = load_training_state(Path(source) / TRAINER_FILE, what=f"{trial_id}'s checkpoint")
+    build = EnsembleWeights.from_training_state if finished else EnsembleWeights.last_evaluated
+    build(state).save(folder / ENSEMBLE_FILE)

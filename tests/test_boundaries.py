@@ -27,6 +27,9 @@ LIBRARY_MODULES = [
     "trainables.loop",
     "trainables.train",
     "trainables.baselines",
+    "trainables.encoder",
+    "trainables.encode",
+    "storage.cli",
 ]
 
 

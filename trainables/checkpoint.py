@@ -19,8 +19,10 @@ training state only   ``model``, ``optimizer`` (state dicts), ``epoch``, ``step`
                       so far), ``history`` (the metrics of every reported epoch), ``rng``
                       (``{"torch", "cuda"}`` generator states)
 ensemble only         ``weights``: where the snapshots come from, ``"snapshots"`` (the
-                      best ``ensemble_size`` by dev R@10 mean) or ``"final model"`` (no
-                      snapshot was taken: the model the test metrics came from)
+                      best ``ensemble_size`` by dev R@10 mean), ``"final model"`` (no
+                      snapshot was taken: the model the test metrics came from) or
+                      ``"last evaluated model"`` (a trial stopped early or failed: the
+                      model of its last evaluated epoch, never tested as an ensemble)
 ====================  ==================================================================
 
 A file of another format, of a newer schema, truncated or not a torch file at all is a
@@ -44,6 +46,7 @@ from trainables.model import ALPHABET, GroundedEncoder
 
 __all__ = [
     "ENSEMBLE_FILE",
+    "LAST_EVALUATED",
     "SCHEMA_VERSION",
     "TRAINER_FILE",
     "CheckpointError",
@@ -62,6 +65,7 @@ TRAINER_FILE = "trainer.pt"  # a Tune checkpoint directory's training state
 ENSEMBLE_FILE = "ensemble.pt"  # a trial's MLflow artifact
 _TRAINING_KEYS = ("config", "model", "optimizer", "epoch", "step", "history", "snapshots", "rng")
 _ENSEMBLE_KEYS = ("config", "alphabet", "snapshots")
+LAST_EVALUATED = "last evaluated model"  # EnsembleWeights.weights of an unfinished run
 
 
 class CheckpointError(ValueError):
@@ -152,6 +156,20 @@ class EnsembleWeights:
             return cls(config, alphabet, list(state["snapshots"]))
         final = {"epoch": int(state["epoch"]), "score": math.nan, "state": state["model"]}
         return cls(config, alphabet, [final], weights="final model")
+
+    @classmethod
+    def last_evaluated(cls, state: Mapping[str, Any]) -> EnsembleWeights:
+        """A run that ended before its last epoch (stopped early, failed): the model of
+        the last epoch it evaluated, marked ``"last evaluated model"``."""
+        config = TrainConfig.from_dict(state["config"])
+        alphabet = str(state.get("alphabet", ALPHABET))
+        last = {"epoch": int(state["epoch"]), "score": math.nan, "state": state["model"]}
+        return cls(config, alphabet, [last], weights=LAST_EVALUATED)
+
+    @property
+    def complete(self) -> bool:
+        """Whether these are the weights of a run that trained every epoch."""
+        return self.weights != LAST_EVALUATED
 
     @property
     def epochs(self) -> list[int]:

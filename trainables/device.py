@@ -13,7 +13,12 @@ def resolve_device(name: str) -> torch.device:
     request."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:  # torch: "Invalid device string"
+        raise ValueError(
+            f"device: {name!r} is not a device; expected auto, cpu, cuda or cuda:N"
+        ) from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device: {name!r} requested but no CUDA GPU is available")
     if device.type == "cuda" and device.index is not None:

@@ -28,3 +28,9 @@ def test_a_gpu_index_past_the_visible_ones_is_named(monkeypatch, index):
         resolve_device(f"cuda:{index}")
     assert resolve_device("cuda:1") == torch.device("cuda:1")
     assert resolve_device("cuda") == torch.device("cuda")
+
+
+@pytest.mark.parametrize("name", ["cuda:abc", "gpu", "", "cpu:x"])
+def test_what_is_not_a_device_is_named(name):
+    with pytest.raises(ValueError, match="is not a device; expected auto, cpu, cuda or cuda:N"):
+        resolve_device(name)

@@ -1,0 +1,123 @@
+"""python -m trainables.encode: text, Parquet and stdin in; .npy, Parquet and text out;
+every bad input one error line, and an output file written whole or not at all."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from trainables import checkpoint
+from trainables.checkpoint import EnsembleWeights
+from trainables.config import TrainConfig
+from trainables.data import TrainingData
+from trainables.encode import MAX_CHARS
+from trainables.encoder import SentenceEncoder
+from trainables.loop import Trainer
+
+SENTENCES = ["A small red circle.", "two blue squares", "", "a green triangle ünd ✓"]
+
+
+@pytest.fixture(scope="module")
+def model(tiny_world: Path, tmp_path_factory) -> Path:
+    config = TrainConfig(hidden_size=8, batch_size=8, epochs=1, snapshot_interval=1,
+                         ensemble_size=1, device="cpu", semantic_every=0, threads=1)  # fmt: skip
+    trainer = Trainer(config, TrainingData.from_store(str(tiny_world)))
+    list(trainer.run())
+    folder = tmp_path_factory.mktemp("model")
+    return EnsembleWeights.from_training_state(trainer.state_dict()).save(
+        folder / checkpoint.ENSEMBLE_FILE
+    )
+
+
+def encode(*args: str | Path, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "trainables.encode", *map(str, args)],
+        input=stdin,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+
+
+def test_text_in_npy_parquet_and_text_out(model: Path, tmp_path: Path) -> None:
+    expected = SentenceEncoder.load(model, device="cpu").encode(SENTENCES)
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    done = encode("--model", model, "--input", sentences, "--output", tmp_path / "e.npy")
+    assert done.returncode == 0, done.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "e.npy"), expected)
+
+    table_in = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"id": range(4), "text": SENTENCES}), table_in)
+    args = ("--model", model, "--input", table_in, "--column", "text")
+    done = encode(*args, "--output", tmp_path / "e.parquet")
+    assert done.returncode == 0, done.stderr
+    table = pq.read_table(tmp_path / "e.parquet")
+    assert table.column("sentence").to_pylist() == SENTENCES
+    np.testing.assert_array_equal(np.array(table.column("embedding").to_pylist()), expected)
+
+    done = encode("--model", model, stdin="\n".join(SENTENCES).encode())
+    assert done.returncode == 0, done.stderr
+    rows = [list(map(float, line.split())) for line in done.stdout.decode().splitlines()]
+    np.testing.assert_allclose(np.array(rows), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_a_progress_line_when_asked(model: Path) -> None:
+    done = encode("--model", model, "--progress", "always", stdin=b"a\nb\n")
+    assert done.returncode == 0 and b"encoding [" in done.stderr and b"2/2" in done.stderr
+
+
+BAD_INPUTS = {
+    "not utf-8": (b"fine\n\xff\xfe broken\n", "line 2 is not UTF-8"),
+    "a line far too long": (b"x" * (MAX_CHARS + 1), "sentence 1 has 10,001 characters"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_text_is_one_error_line(model: Path, case: str) -> None:
+    data, message = BAD_INPUTS[case]
+    done = encode("--model", model, stdin=data)
+    assert done.returncode == 2 and done.stdout == b""
+    assert done.stderr.decode().count("\n") == 1 and message in done.stderr.decode()
+
+
+def test_bad_options_are_one_error_line_and_the_old_output_is_kept(
+    model: Path, tmp_path: Path
+) -> None:
+    good = tmp_path / "sentences.txt"
+    good.write_text("a red circle\n")
+    kept = tmp_path / "kept.npy"
+    kept.write_bytes(b"precious")
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"n": [1, 2]}), table)
+    cases = [
+        (["--model", tmp_path / "nope.pt", "--output", kept], "nope.pt"),
+        (["--model", good, "--output", kept], "not a readable grounded-ensemble"),
+        (["--model", model, "--input", tmp_path / "missing.txt"], "--input"),
+        (["--model", model, "--input", tmp_path], "not a regular file"),
+        (["--model", model, "--input", table], "no column 'sentence'"),
+        (["--model", model, "--input", table, "--column", "n"], "holds int64"),
+        (["--model", model, "--input", good, "--output", tmp_path / "e.csv"], ".npy or .parquet"),
+        (["--model", model, "--input", good, "--output", tmp_path / "no" / "e.npy"],
+         "does not exist"),
+        (["--model", model, "--input", good, "--output", tmp_path], "is a directory"),
+        (["--model", model, "--input", good, "--batch-size", "-1"], "--batch-size"),
+        (["--model", model, "--input", good, "--device", "cuda:abc"], "cuda:abc"),
+        (["--model", model, "--input", good, "--device", "cuda:0"], "no CUDA GPU"),
+        (["--model", model, "--frobnicate"], "unrecognized arguments"),
+        (["--input", good], "--model"),
+    ]  # fmt: skip
+    for args, message in cases:
+        done = encode(*args)
+        err = done.stderr.decode()
+        assert done.returncode == 2, (args, err)
+        assert err.startswith("error:") and err.count("\n") == 1 and message in err, (args, err)
+    assert kept.read_bytes() == b"precious"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.npy", "sentences.txt", "t.parquet"]

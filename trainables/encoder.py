@@ -1,0 +1,191 @@
+"""Use what a search found: a trained model (or snapshot ensemble) that embeds sentences.
+
+    from trainables.encoder import SentenceEncoder
+
+    encoder = SentenceEncoder.load("models:/margin_sweep@best-retrieval")
+    vectors = encoder.encode(["A small red circle.", "A big blue square."])  # (2, 2n)
+    encoder.similarity(["A red circle."], ["A small red circle.", "A dog."])  # (1, 2)
+
+``SentenceEncoder.load(model)`` takes any of:
+
+- an ensemble file (``ensemble.pt``, a trial's MLflow artifact) or a training checkpoint
+  (``trainables.train --checkpoint``, a Tune checkpoint's ``trainer.pt``, or the Tune
+  checkpoint directory holding it): its reported ensemble;
+- an MLflow run id, a Tune trial id or a trial's run name (``trial-8c1f0a2e``), looked up
+  in the tracking store (``tracking_uri``, default the search's ``runs/mlflow.db``);
+- a registered model URI, ``models:/NAME@ALIAS`` or ``models:/NAME/VERSION``, or a
+  ``runs:/RUN_ID/PATH`` URI.
+
+The last two are looked up by ``analysis.models``, imported only then: this module
+imports neither Ray nor MLflow. A stopped-early or failed trial's file holds its last
+evaluated model (``encoder.complete`` is False). Embeddings are the sum over the
+ensemble's snapshots, as the training code computes them, then L2-normalised unless
+``normalize=False``; float32 numpy arrays, batched by length, the same on every call.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from trainables.checkpoint import (
+    ENSEMBLE_FILE,
+    TRAINER_FILE,
+    CheckpointError,
+    EnsembleWeights,
+    from_bytes,
+    load_ensemble,
+)
+from trainables.device import resolve_device
+from trainables.embedding import embed_images, embed_sentences
+from trainables.model import CharEncoding
+
+__all__ = ["Progress", "SentenceEncoder"]
+
+Progress = Callable[[int, int], None]  # (sentences done, in all)
+
+
+class SentenceEncoder:
+    """A trained caption encoder and its image encoder (see the module docstring)."""
+
+    def __init__(
+        self, weights: EnsembleWeights, *, device: str = "auto", batch_size: int = 0
+    ) -> None:
+        self.weights = weights
+        self.device = resolve_device(device)
+        self.batch_size = batch_size  # sentences at once; 0 = by device
+        self.models = weights.models(self.device)
+        self.encoding = CharEncoding(weights.alphabet)
+
+    @classmethod
+    def load(
+        cls,
+        model: str | os.PathLike[str],
+        *,
+        tracking_uri: str | None = None,
+        device: str = "auto",
+        batch_size: int = 0,
+    ) -> SentenceEncoder:
+        """The encoder ``model`` names (see the module docstring); ``CheckpointError``
+        (a ``ValueError``) naming it when it is not one."""
+        return cls(_weights(model, tracking_uri), device=device, batch_size=batch_size)
+
+    @property
+    def config(self) -> object:
+        return self.weights.config
+
+    @property
+    def complete(self) -> bool:
+        """False for a stopped-early or failed trial's last evaluated model."""
+        return self.weights.complete
+
+    @property
+    def embedding_dim(self) -> int:
+        return self.weights.config.embedding_dim
+
+    def encode(
+        self,
+        sentences: Sequence[str],
+        *,
+        batch_size: int | None = None,
+        normalize: bool = True,
+        progress: Progress | None = None,
+    ) -> np.ndarray:
+        """``(len(sentences), 2n)`` float32 embeddings, in the sentences' order."""
+        if isinstance(sentences, str):
+            raise TypeError("sentences: expected a sequence of strings, got one string")
+        size = self.batch_size if batch_size is None else batch_size
+        chunk = max(size, 1) * 64 if size else 16_384  # sentences between progress calls
+        parts = []
+        for start in range(0, len(sentences), chunk):
+            part = list(sentences[start : start + chunk])
+            parts.append(
+                embed_sentences(
+                    self.models,
+                    part,
+                    batch_size=size,
+                    precision=self.weights.config.precision,
+                    encoding=self.encoding,
+                )
+            )
+            if progress is not None:
+                progress(min(start + chunk, len(sentences)), len(sentences))
+        if not parts:
+            return np.zeros((0, self.embedding_dim), dtype=np.float32)
+        return _finish(torch.cat(parts), normalize)
+
+    def encode_images(self, features: np.ndarray, *, normalize: bool = True) -> np.ndarray:
+        """``(N, 2n)`` float32 embeddings of CNN features ``(N, D)``."""
+        array = torch.as_tensor(np.asarray(features, dtype=np.float32))
+        if array.ndim != 2 or array.shape[1] != self.weights.feature_dim:
+            raise ValueError(
+                f"features: expected shape (N, {self.weights.feature_dim}), got "
+                f"{tuple(array.shape)}"
+            )
+        return _finish(embed_images(self.models, array), normalize)
+
+    def similarity(
+        self, a: Sequence[str] | np.ndarray, b: Sequence[str] | np.ndarray
+    ) -> np.ndarray:
+        """Cosine similarities ``(len(a), len(b))`` of sentences or embeddings."""
+        left, right = (self._vectors(x) for x in (a, b))
+        return (left @ right.T).astype(np.float32)
+
+    def _vectors(self, x: Sequence[str] | np.ndarray) -> np.ndarray:
+        if isinstance(x, np.ndarray):
+            norms = np.linalg.norm(x, axis=1, keepdims=True)
+            return x / np.maximum(norms, 1e-12)
+        return self.encode(x)
+
+
+def _finish(vectors: torch.Tensor, normalize: bool) -> np.ndarray:
+    if normalize:
+        vectors = torch.nn.functional.normalize(vectors, dim=1)
+    return vectors.cpu().numpy().astype(np.float32, copy=False)
+
+
+def _weights(model: str | os.PathLike[str], tracking_uri: str | None) -> EnsembleWeights:
+    text = os.fspath(model)
+    path = Path(text)
+    if path.is_dir():
+        inside = [path / name for name in (TRAINER_FILE, ENSEMBLE_FILE) if (path / name).exists()]
+        if not inside:
+            raise CheckpointError(
+                f"model {text}: a folder without {TRAINER_FILE} or {ENSEMBLE_FILE} in it"
+            )
+        path = inside[0]
+    if path.exists():
+        return _from_file(path)
+    if text.startswith(("models:/", "runs:/")) or _looks_like_a_run(text):
+        from analysis.models import fetch_ensemble  # MLflow lives in analysis
+
+        return fetch_ensemble(text, tracking_uri)
+    raise CheckpointError(
+        f"model {text}: no such file, and not an MLflow run id, trial id or models:/ URI"
+    )
+
+
+def _looks_like_a_run(text: str) -> bool:
+    """A run id (32 hex), a Tune trial id (``8c1f0a2e`` or ``search_trainable_8c1f0_00001``)
+    or a run name (``trial-...``), as opposed to a path that does not exist."""
+    return (
+        "/" not in text
+        and bool(re.fullmatch(r"[A-Za-z0-9_.\-]+", text))
+        and not text.endswith((".pt", ".pth"))
+    )
+
+
+def _from_file(path: Path) -> EnsembleWeights:
+    """An ensemble file as it is, or a training state's ensemble."""
+    try:
+        return load_ensemble(path)
+    except CheckpointError as not_ensemble:
+        if "grounded-training-state" not in str(not_ensemble):
+            raise
+    state = from_bytes(path, "grounded-training-state", what=str(path))
+    return EnsembleWeights.from_training_state(state)
