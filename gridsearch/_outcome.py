@@ -4,12 +4,16 @@
 ``Outcome``               MLflow     when
 ========================  =========  ====================================================
 ``finished``              FINISHED   it trained every epoch and reported its ensemble
-``stopped_early``         KILLED     ASHA stopped it (the search completed without it)
+``stopped_early``         FINISHED   ASHA stopped it (the search completed without it):
+                                     nothing went wrong, it lost
 ``failed``                FAILED     it raised, or its loss diverged, after its retries
 ``search_ended``          KILLED     the search stopped first (time budget, Ctrl+C)
 ``abandoned``             KILLED     its driver died before Tune saved it; the resumed
                                      search ran another trial in its place
 ========================  =========  ====================================================
+
+Two outcomes share ``FINISHED`` and three ``KILLED``: whatever reads a trial's end back
+reads its ``outcome`` tag (``_tags.OUTCOME_TAG``), never its status.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ class Outcome(StrEnum):
 
     @property
     def status(self) -> str:
-        """The MLflow run status that goes with it."""
-        if self is Outcome.FINISHED:
+        """The MLflow run status that goes with it: KILLED only for a trial cut short."""
+        if self in (Outcome.FINISHED, Outcome.STOPPED_EARLY):
             return "FINISHED"
         return "FAILED" if self is Outcome.FAILED else "KILLED"
 

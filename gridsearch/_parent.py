@@ -1,25 +1,38 @@
 """The search's own MLflow run (the parent of every trial's): what it records at the
 start (the space, sampler, scheduler, budget, resources, data and code version) and at
-the end (the summary, the best objective values, the elapsed time and its status)."""
+the end (the summary, the best trial's values, the elapsed time and its status).
+
+At the end the parent's row of the runs table reads like a trial's, for the best trial:
+every metric of the best trial on the search's objective under the trials' own names
+(``dev/r10_mean_best``, ``ensemble/r10_mean``, ``test/...``), except that each objective
+metric holds the best value any trial reached on it; a tag per objective,
+``best_trial.<metric>``, names the trial its value comes from. "Best" is decided on dev
+metrics only (``names.selectable``), as the summary decides it."""
 
 from __future__ import annotations
 
 import hashlib
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mlflow.entities import Metric, RunTag
 from mlflow.tracking import MlflowClient
 
 from gridsearch._space import SearchSpace
+from gridsearch._store import objective_metrics
+from gridsearch._tags import TRIAL_TAG, best_trial_tag
 from gridsearch.cluster import Resources
 from gridsearch.settings import SearchSettings
-from gridsearch.summary import TrialOutcome
+from gridsearch.summary import TrialOutcome, best_trial
 from storage import FeatureStore
 from trainables import names
 
-__all__ = ["close_parent", "code_version", "parent_params"]
+__all__ = ["best_values", "close_parent", "code_version", "parent_params"]
+
+BATCH_LIMIT = 1000  # MLflow's limit on metrics per log_batch call
 
 
 def parent_params(
@@ -36,6 +49,7 @@ def parent_params(
     return {
         "space": space.name,
         "space_definition": space.to_dict(),
+        "searched": space.searched_keys(),  # the columns of the experiment's results view
         "sampler": sampler,
         "scheduler": settings.scheduler,
         "objective": settings.objective,
@@ -82,14 +96,44 @@ def close_parent(
     left to run: a ``--resume`` continues), ``failed`` (every trial failed) or
     ``finished``."""
     client.log_text(parent, summary + "\n", "summary.txt")
-    for metric in (names.BEST_RETRIEVAL, names.BEST_SEMANTIC):
-        values = [o.metrics[metric] for o in outcomes if metric in o.metrics]
-        if values:
-            client.log_metric(parent, f"search/{metric.replace('/', '_')}", max(values))
-    client.log_metric(parent, "search/elapsed_s", elapsed_s)
+    run = client.get_run(parent)
+    objective = run.data.params.get("objective", "retrieval")
+    values, tags = best_values(client, run.info.experiment_id, objective, outcomes)
+    stamp = int(time.time() * 1000)
+    metrics = [Metric(k, v, stamp, 0) for k, v in values.items()]
+    metrics.append(Metric("search/elapsed_s", elapsed_s, stamp, 0))
+    for start in range(0, len(metrics), BATCH_LIMIT):
+        client.log_batch(parent, metrics=metrics[start : start + BATCH_LIMIT])
+    client.log_batch(parent, tags=[RunTag(k, v) for k, v in tags.items()])
     failed_all = bool(outcomes) and all(o.status == "failed" for o in outcomes)
     status = "KILLED" if unfinished else "FAILED" if failed_all else "FINISHED"
     outcome = "interrupted" if unfinished else status.lower()
     client.set_tag(parent, "outcome", outcome)
     client.set_terminated(parent, status)
     return outcome
+
+
+def best_values(
+    client: MlflowClient, experiment_id: str, objective: str, outcomes: Sequence[TrialOutcome]
+) -> tuple[dict[str, float], dict[str, str]]:
+    """The parent run's metrics and ``best_trial.<metric>`` tags (see the module
+    docstring): the latest value of every metric of the run of the best trial on
+    ``objective``'s metric, then per objective metric the best trial's value."""
+    values: dict[str, float] = {}
+    tags: dict[str, str] = {}
+    for rank, metric in enumerate(objective_metrics(objective)):
+        best = best_trial(outcomes, names.selectable(metric))
+        if best is None:
+            continue
+        logged = _run_metrics(client, experiment_id, best.trial_id)
+        if rank == 0:
+            values.update(logged)
+        values[metric] = logged.get(metric, float(best.metrics[metric]))
+        tags[best_trial_tag(metric)] = best.trial_id
+    return values, tags
+
+
+def _run_metrics(client: MlflowClient, experiment_id: str, trial_id: str) -> dict[str, float]:
+    """The latest value of each metric of the trial's run, as its row shows them."""
+    found = client.search_runs([experiment_id], f"tags.`{TRIAL_TAG}` = '{trial_id}'", max_results=1)
+    return dict(found[0].data.metrics) if found else {}

@@ -24,6 +24,7 @@ from gridsearch._outcome import Outcome
 from gridsearch._store import param_value
 from gridsearch._tags import (
     ERROR_TAG,
+    OUTCOME_RUNNING,
     OUTCOME_TAG,
     PARENT_TAG,
     ROLE_TAG,
@@ -102,6 +103,7 @@ class TrialRuns:
                 PARENT_TAG: self.parent_run_id,
                 ROLE_TAG: ROLE_TRIAL,
                 TRIAL_TAG: trial_id,
+                OUTCOME_TAG: OUTCOME_RUNNING,
                 **self.tags,
             },
         )
@@ -114,6 +116,7 @@ class TrialRuns:
         """A trial that runs again (restored by ``--resume``) is RUNNING again."""
         run_id = self.run_of(trial_id, config)
         if run_id in self._closed:
+            self.client.set_tag(run_id, OUTCOME_TAG, OUTCOME_RUNNING)
             self.client.update_run(run_id, status="RUNNING")
             self._closed.discard(run_id)
 

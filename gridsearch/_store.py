@@ -1,6 +1,13 @@
 """The MLflow tracking store of a search: checked to answer before anything starts, the
-experiment created once (several trials creating it at once would race), and the
-search's parent run. MLflow only: no Ray, so ``analysis`` opens stores the same way."""
+experiment created once (several trials creating it at once would race) and marked for
+MLflow's UI, and the search's parent run. MLflow only: no Ray, so ``analysis`` opens
+stores the same way.
+
+MLflow 3.17's UI opens an experiment on its GenAI pages unless its "Model training"
+switch is on; the experiment's kind tag says what it is, and ``results_url`` is the link
+that opens the runs table of a search directly: the switch set by the URL, and the
+search's saved view (``results_view``: the trial runs in one flat list, best first,
+with the objectives, test values, searched parameters and outcome as columns)."""
 
 from __future__ import annotations
 
@@ -8,24 +15,50 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from mlflow.entities import Param
 from mlflow.tracking import MlflowClient
 
-from gridsearch._tags import ROLE_SEARCH, ROLE_TAG
+from gridsearch._tags import (
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    OUTCOME_RUNNING,
+    OUTCOME_TAG,
+    RESULTS_VIEW,
+    ROLE_SEARCH,
+    ROLE_TAG,
+    VIEW_TAG_PREFIX,
+)
+from gridsearch.settings import OBJECTIVES
+from trainables import names
 
 __all__ = [
+    "RESULT_METRICS",
     "TrackingError",
     "check_reachable",
     "ensure_experiment",
+    "objective_metrics",
     "param_value",
+    "results_link",
+    "results_url",
+    "results_view",
     "start_parent_run",
 ]
 
 PARAM_LIMIT = 6000  # MLflow's limit on a parameter value, in characters
+LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store by default
+# The columns of the results view after the two objectives: the test values of the
+# ensemble (finished trials) and of the last epoch's model (every trial), and the epoch a
+# trial got to.
+RESULT_METRICS = (
+    names.FINISHED,
+    names.key(names.ENSEMBLE, "semantic"),
+    names.key(names.TEST, "r10_mean"),
+    "epoch",
+)
 
 
 class TrackingError(RuntimeError):
@@ -56,11 +89,15 @@ def ensure_experiment(client: MlflowClient, experiment: str, artifact_root: Path
     every client)."""
     found = client.get_experiment_by_name(experiment)
     if found is not None:
-        return str(found.experiment_id)
-    if client.tracking_uri.startswith(("http://", "https://")):
-        return str(client.create_experiment(experiment))
-    location = (artifact_root.resolve() / experiment).as_uri()
-    return str(client.create_experiment(experiment, artifact_location=location))
+        experiment_id = str(found.experiment_id)
+    elif client.tracking_uri.startswith(("http://", "https://")):
+        experiment_id = str(client.create_experiment(experiment))
+    else:
+        location = (artifact_root.resolve() / experiment).as_uri()
+        experiment_id = str(client.create_experiment(experiment, artifact_location=location))
+    # also on --resume, so that searches recorded before the tag existed get it
+    client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return experiment_id
 
 
 def start_parent_run(
@@ -72,16 +109,21 @@ def start_parent_run(
     artifacts: Mapping[str, Any],
 ) -> str:
     """The search's run (``ROLE_TAG`` = ``ROLE_SEARCH``), reused when it is resumed;
-    ``artifacts`` are written as JSON files."""
+    ``artifacts`` are written as JSON files. Also (again on resume) the experiment's
+    results view, from ``params["objective"]`` and ``params["searched"]``."""
+    view = results_view(str(params.get("objective", "retrieval")), params.get("searched", ()))
+    client.set_experiment_tag(experiment_id, VIEW_TAG_PREFIX + RESULTS_VIEW, view)
     existing = client.search_runs(
         [experiment_id], f"tags.`{ROLE_TAG}` = '{ROLE_SEARCH}'", max_results=1
     )
     if existing:
         run_id = existing[0].info.run_id
+        client.set_tag(run_id, OUTCOME_TAG, OUTCOME_RUNNING)
         client.update_run(run_id, status="RUNNING")
         client.set_tag(run_id, "resumed_at", time.strftime("%Y-%m-%d %H:%M:%S"))
         return str(run_id)
-    run = client.create_run(experiment_id, run_name=name, tags={ROLE_TAG: ROLE_SEARCH, **tags})
+    own = {ROLE_TAG: ROLE_SEARCH, OUTCOME_TAG: OUTCOME_RUNNING}
+    run = client.create_run(experiment_id, run_name=name, tags={**own, **tags})
     client.log_batch(run.info.run_id, params=[Param(k, param_value(v)) for k, v in params.items()])
     with tempfile.TemporaryDirectory() as folder:
         for filename, content in artifacts.items():
@@ -95,3 +137,52 @@ def param_value(value: Any) -> str:
     MLflow's limit."""
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     return text[:PARAM_LIMIT]
+
+
+def objective_metrics(objective: str) -> tuple[str, ...]:
+    """Both objective metrics (``dev/..._best``), the search's own first (for ``both``,
+    retrieval's: the paper's selection)."""
+    metric = OBJECTIVES[objective][0]
+    first = metric[0] if isinstance(metric, list) else metric
+    return (first, *(m for m in (names.BEST_RETRIEVAL, names.BEST_SEMANTIC) if m != first))
+
+
+def results_view(objective: str, searched: Sequence[str]) -> str:
+    """The saved runs-table view of a search, as the value of its experiment tag (the
+    envelope and state of MLflow 3.17's saved views): sorted by the search's objective,
+    best first, which lists the runs flat instead of nested under the parent; columns:
+    ``objective_metrics``, ``RESULT_METRICS``, the ``searched`` parameters and the
+    outcome tag."""
+    metrics = [*objective_metrics(objective), *RESULT_METRICS]
+    state = {
+        "orderByKey": f"metrics.`{metrics[0]}`",
+        "orderByAsc": False,
+        "selectedColumns": [
+            *(f"metrics.`{m}`" for m in metrics),
+            *(f"params.`{p}`" for p in searched),
+            f"tags.`{OUTCOME_TAG}`",
+        ],
+    }
+    now = int(time.time() * 1000)
+    envelope = {"name": "search results", "createdAt": now, "updatedAt": now}
+    return json.dumps({**envelope, "state": json.dumps(state)})
+
+
+def results_url(experiment_id: str, ui: str = LOCAL_UI) -> str:
+    """The MLflow UI's page of a search: its runs table in the "Model training" view,
+    through the search's results view."""
+    query = f"workflowType=machine_learning&viewStateShareKey={RESULTS_VIEW}"
+    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs?{query}"
+
+
+def results_link(tracking_uri: str, experiment: str) -> str | None:
+    """``results_url`` of ``experiment``, served by the tracking server itself or, for a
+    local store, by ``mlflow ui`` at its default address; None when it cannot be found."""
+    try:
+        found = MlflowClient(tracking_uri=tracking_uri).get_experiment_by_name(experiment)
+    except Exception:  # MLflow raises many kinds for a store that is away
+        return None
+    if found is None:
+        return None
+    remote = tracking_uri.startswith(("http://", "https://"))
+    return results_url(str(found.experiment_id), tracking_uri if remote else LOCAL_UI)

@@ -4,13 +4,20 @@ a search without importing Ray or torch."""
 from __future__ import annotations
 
 __all__ = [
+    "BEST_TRIAL_TAG",
     "ERROR_TAG",
+    "EXPERIMENT_KIND",
+    "EXPERIMENT_KIND_TAG",
+    "OUTCOME_RUNNING",
     "OUTCOME_TAG",
     "PARENT_TAG",
+    "RESULTS_VIEW",
     "ROLE_SEARCH",
     "ROLE_TAG",
     "ROLE_TRIAL",
     "TRIAL_TAG",
+    "VIEW_TAG_PREFIX",
+    "best_trial_tag",
 ]
 
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's own: nests a trial's run under the search's
@@ -18,5 +25,26 @@ ROLE_TAG = "search.role"  # ROLE_SEARCH (the parent run) or ROLE_TRIAL
 ROLE_SEARCH = "search"
 ROLE_TRIAL = "trial"
 TRIAL_TAG = "tune.trial_id"  # a trial's run is found again by its Tune trial id
-OUTCOME_TAG = "outcome"  # an Outcome value (gridsearch._outcome)
+# a trial's Outcome value (gridsearch._outcome); the parent's finished, failed or
+# interrupted (gridsearch._parent); OUTCOME_RUNNING on either while it runs
+OUTCOME_TAG = "outcome"
+OUTCOME_RUNNING = "running"
 ERROR_TAG = "error"  # a failed or abandoned trial's error, its last 5,000 characters
+# On the parent run: BEST_TRIAL_TAG + "." + an objective metric -> the Tune trial id whose
+# value of that metric the parent run shows.
+BEST_TRIAL_TAG = "best_trial"
+
+# Experiment tags read by MLflow's UI (mlflow 3.17: the keys and values of its JavaScript
+# build, mlflow/server/js). The kind marks a model-training ("Machine learning")
+# experiment rather than a GenAI one.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+# A saved runs-table view is an experiment tag VIEW_TAG_PREFIX + its key; the UI opens it
+# from the URL parameter ``viewStateShareKey`` and lists it under "Views".
+VIEW_TAG_PREFIX = "mlflow.sharedViewState."
+RESULTS_VIEW = "search-results"  # the key of the view a search writes
+
+
+def best_trial_tag(metric: str) -> str:
+    """``best_trial_tag("dev/r10_mean_best") == "best_trial.dev/r10_mean_best"``."""
+    return f"{BEST_TRIAL_TAG}.{metric}"

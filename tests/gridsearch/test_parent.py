@@ -1,0 +1,171 @@
+"""What MLflow's UI is given to show a search, in a real MLflow sqlite store without Tune:
+the experiment's kind and results view, the parent run's row holding the best trial's
+values under the trials' own metric names, and every trial's outcome in a tag that
+tells apart the outcomes sharing a status."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from analysis import load_search
+from gridsearch._outcome import Outcome
+from gridsearch._parent import close_parent
+from gridsearch._runs import TrialRuns
+from gridsearch._store import ensure_experiment, results_link, results_url, start_parent_run
+from gridsearch._tags import (
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    OUTCOME_TAG,
+    RESULTS_VIEW,
+    VIEW_TAG_PREFIX,
+    best_trial_tag,
+)
+from gridsearch.summary import TrialOutcome
+from trainables import names
+
+R10, SEM = names.BEST_RETRIEVAL, names.BEST_SEMANTIC
+TEST_R10 = names.key(names.TEST, "r10_mean")
+# Per trial: its outcome and per epoch its metrics. "b" is best on dev retrieval, "c" on
+# the dev semantic score; "a" has by far the best test values, which must not count.
+TRIALS: dict[str, tuple[Outcome, list[dict[str, float]]]] = {
+    "a": (Outcome.STOPPED_EARLY, [{R10: 10.0, SEM: 0.30, TEST_R10: 90.0}]),
+    "b": (
+        Outcome.FINISHED,
+        [
+            {R10: 20.0, SEM: 0.40, TEST_R10: 15.0},
+            {R10: 40.0, SEM: 0.40, TEST_R10: 35.0, names.FINISHED: 38.0},
+        ],
+    ),
+    "c": (Outcome.FINISHED, [{R10: 30.0, SEM: 0.60, TEST_R10: 25.0, names.FINISHED: 27.0}]),
+    "d": (Outcome.FAILED, [{R10: 5.0, SEM: 0.10, TEST_R10: 50.0}]),
+    "e": (Outcome.SEARCH_ENDED, [{R10: 1.0, SEM: 0.05}]),
+}
+
+
+def _search(tmp_path: Path, objective: str) -> tuple[MlflowClient, str, str, TrialRuns]:
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    experiment = ensure_experiment(client, "sweep", tmp_path / "artifacts")
+    params = {"objective": objective, "searched": ["margin", "rnn_type"]}
+    parent = start_parent_run(client, experiment, "sweep", params, {}, {})
+    return client, experiment, parent, TrialRuns(client, experiment, parent, {})
+
+
+def _record(runs: TrialRuns) -> list[TrialOutcome]:
+    """Log and close every trial of TRIALS; Tune's view of them (last report)."""
+    outcomes: list[TrialOutcome] = []
+    for trial_id, (outcome, epochs) in TRIALS.items():
+        config = {"margin": 0.1 * len(outcomes) + 0.1}
+        for epoch, metrics in enumerate(epochs):
+            runs.log_epoch(trial_id, config, epoch, metrics)
+        error = "diverged" if outcome is Outcome.FAILED else None
+        runs.close(trial_id, config, outcome, checkpoint=None, error=error)
+        outcomes.append(TrialOutcome(trial_id, config, epochs[-1], outcome.value))
+    return outcomes
+
+
+def test_the_experiment_is_a_model_training_one_with_a_results_view(tmp_path: Path) -> None:
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    old = client.create_experiment("old", artifact_location=(tmp_path / "a").as_uri())
+    assert EXPERIMENT_KIND_TAG not in client.get_experiment(old).tags  # made before the tag
+    assert ensure_experiment(client, "old", tmp_path / "a") == old  # what --resume does
+    assert client.get_experiment(old).tags[EXPERIMENT_KIND_TAG] == "custom_model_development"
+
+    _, experiment, _, _ = _search(tmp_path, "semantic")
+    tags = client.get_experiment(experiment).tags
+    assert tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND
+    view = json.loads(tags[VIEW_TAG_PREFIX + RESULTS_VIEW])
+    assert view["name"] == "search results" and isinstance(view["createdAt"], int)
+    state = json.loads(view["state"])
+    assert state["orderByKey"] == f"metrics.`{SEM}`" and state["orderByAsc"] is False
+    columns = state["selectedColumns"]
+    assert columns[:2] == [f"metrics.`{SEM}`", f"metrics.`{R10}`"]  # its objective first
+    assert f"metrics.`{names.FINISHED}`" in columns and f"metrics.`{TEST_R10}`" in columns
+    assert columns[-3:] == ["params.`margin`", "params.`rnn_type`", "tags.`outcome`"]
+
+    url = results_url(experiment)
+    assert url == (
+        f"http://127.0.0.1:5000/#/experiments/{experiment}/runs"
+        "?workflowType=machine_learning&viewStateShareKey=search-results"
+    )
+    assert results_link(client.tracking_uri, "sweep") == url
+    assert results_link(client.tracking_uri, "no such search") is None
+
+
+def test_the_parent_shows_the_best_trials_values_under_the_trials_names(tmp_path: Path) -> None:
+    client, _, parent, runs = _search(tmp_path, "retrieval")
+    outcomes = _record(runs)
+    assert close_parent(client, parent, outcomes, "summary", 0, 12.5) == "finished"
+    run = client.get_run(parent)
+    metrics, tags = run.data.metrics, run.data.tags
+    # every column of "b" (the best on dev R@10, the search's objective) ...
+    best = client.get_run(runs.run_of("b", {})).data.metrics
+    assert {k: metrics[k] for k in best if k != SEM} == {k: v for k, v in best.items() if k != SEM}
+    assert metrics[R10] == 40.0 and metrics[TEST_R10] == 35.0 and metrics[names.FINISHED] == 38.0
+    # ... except the semantic objective, which is the best any trial reached: "c"'s
+    assert metrics[SEM] == 0.60
+    assert tags[best_trial_tag(R10)] == "b" and tags[best_trial_tag(SEM)] == "c"
+    assert metrics["search/elapsed_s"] == 12.5 and not any(
+        k.startswith("search/dev") for k in metrics
+    )
+    assert run.info.status == "FINISHED" and tags["outcome"] == "finished"
+
+    # resumed with one more trial that beats them all on dev: its values replace them
+    runs.log_epoch("f", {"margin": 0.9}, 0, {R10: 50.0, SEM: 0.7, TEST_R10: 1.0})
+    runs.close("f", {"margin": 0.9}, Outcome.FINISHED, checkpoint=None)
+    more = [*outcomes, TrialOutcome("f", {}, {R10: 50.0, SEM: 0.7, TEST_R10: 1.0}, "finished")]
+    close_parent(client, parent, more, "summary", 0, 20.0)
+    run = client.get_run(parent)
+    assert run.data.metrics[R10] == 50.0 and run.data.metrics[TEST_R10] == 1.0
+    assert run.data.tags[best_trial_tag(R10)] == "f" == run.data.tags[best_trial_tag(SEM)]
+
+
+def test_the_semantic_objective_fills_the_row_from_its_own_best_trial(tmp_path: Path) -> None:
+    client, _, parent, runs = _search(tmp_path, "semantic")
+    close_parent(client, parent, _record(runs), "summary", 0, 1.0)
+    metrics = client.get_run(parent).data.metrics
+    assert metrics[SEM] == 0.60 and metrics[TEST_R10] == 25.0 and metrics[names.FINISHED] == 27.0
+    assert metrics[R10] == 40.0  # the best dev R@10 mean, "b"'s
+
+
+def test_each_outcome_has_its_status_and_a_tag_to_filter_on(tmp_path: Path) -> None:
+    client, experiment, parent, runs = _search(tmp_path, "retrieval")
+    runs.log_epoch("running", {"margin": 0.5}, 0, {R10: 3.0})
+    assert client.get_run(runs.run_of("running", {})).data.tags[OUTCOME_TAG] == "running"
+    assert client.get_run(parent).data.tags[OUTCOME_TAG] == "running"
+    close_parent(client, parent, _record(runs), "summary", 0, 1.0)
+    statuses = {
+        r.data.tags["tune.trial_id"]: (r.info.status, r.data.tags[OUTCOME_TAG])
+        for r in client.search_runs([experiment], "tags.`search.role` = 'trial'")
+    }
+    assert statuses == {
+        "a": ("FINISHED", "stopped_early"),
+        "b": ("FINISHED", "finished"),
+        "c": ("FINISHED", "finished"),
+        "d": ("FAILED", "failed"),
+        "e": ("KILLED", "search_ended"),
+        "running": ("RUNNING", "running"),
+    }
+    stopped = client.search_runs([experiment], "tags.outcome = 'stopped_early'")
+    assert [r.data.tags["tune.trial_id"] for r in stopped] == ["a"]
+    # the analysis reads the tag, so the two FINISHED outcomes stay apart
+    record = load_search(client, client.tracking_uri, "sweep")
+    read = dict(zip(record.trials["trial_id"], record.trials["outcome"], strict=True))
+    assert read == {t: outcome for t, (_, outcome) in statuses.items()}
+
+
+def test_a_search_resumed_is_running_again_in_its_tags(tmp_path: Path) -> None:
+    client, _, parent, runs = _search(tmp_path, "retrieval")
+    runs.log_epoch("t", {"margin": 0.2}, 0, {R10: 3.0})
+    runs.close("t", {"margin": 0.2}, Outcome.SEARCH_ENDED, checkpoint=None)
+    again = TrialRuns(client, runs.experiment_id, runs.parent_run_id, {})  # --resume
+    again.reopen("t", {"margin": 0.2})
+    run = client.get_run(again.run_of("t", {}))
+    assert (run.info.status, run.data.tags[OUTCOME_TAG]) == ("RUNNING", "running")
+
+    close_parent(client, parent, [], "summary", 1, 1.0)  # stopped with a trial left
+    assert client.get_run(parent).data.tags[OUTCOME_TAG] == "interrupted"
+    resumed = start_parent_run(client, runs.experiment_id, "sweep", {}, {}, {})
+    assert resumed == parent and client.get_run(parent).data.tags[OUTCOME_TAG] == "running"
