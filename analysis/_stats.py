@@ -7,6 +7,9 @@
 - Correlations with the same gold scores: Steiger's (1980) z and Williams' t for two
   dependent correlations r(A, gold) and r(B, gold), using r(A, B), the correlation
   between the two models' similarity scores.
+
+Every signed statistic follows B - A: positive when B's value is the larger (for the
+correlations and recalls: B better; for ranks, where lower is better: B worse).
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ class Difference(NamedTuple):
 
 def steiger_z(r_a: float, r_b: float, r_ab: float, n: int) -> tuple[float, float]:
     """Steiger's (1980, eq. 14) z for H0: rho(A, gold) == rho(B, gold), with the Fisher z
-    of each and the pooled r: ``z = (z_a - z_b) sqrt((n - 3) / (2 - 2c))``, where
+    of each and the pooled r: ``z = (z_b - z_a) sqrt((n - 3) / (2 - 2c))`` (signed as
+    ``r_b - r_a``: positive when B correlates better with the gold scores), where
     ``c = psi / (1 - rbar^2)^2`` and ``psi = r_ab (1 - 2 rbar^2) - rbar^2 (1 - 2 rbar^2
     - r_ab^2) / 2``. Returns ``(z, two-sided p)``; for degenerate input see
     :func:`_degenerate` (never an exception for a correlation in [-1, 1])."""
@@ -45,13 +49,14 @@ def steiger_z(r_a: float, r_b: float, r_ab: float, n: int) -> tuple[float, float
     c = psi / (1 - rbar2) ** 2
     if 2 - 2 * c <= 0:  # r_ab at 1 up to rounding: no variance left to test against
         return math.nan, math.nan
-    z = (math.atanh(r_a) - math.atanh(r_b)) * math.sqrt((n - 3) / (2 - 2 * c))
+    z = (math.atanh(r_b) - math.atanh(r_a)) * math.sqrt((n - 3) / (2 - 2 * c))
     return z, float(2 * stats.norm.sf(abs(z)))
 
 
 def williams_t(r_a: float, r_b: float, r_ab: float, n: int) -> tuple[float, float]:
-    """Williams' t (Steiger 1980, eq. 7; df = n - 3) for the same hypothesis:
-    ``t = (r_a - r_b) sqrt((n-1)(1+r_ab)) / sqrt(2 (n-1)/(n-3) |R| + rbar^2 (1-r_ab)^3)``
+    """Williams' t (Steiger 1980, eq. 7; df = n - 3) for the same hypothesis, signed as
+    ``r_b - r_a``:
+    ``t = (r_b - r_a) sqrt((n-1)(1+r_ab)) / sqrt(2 (n-1)/(n-3) |R| + rbar^2 (1-r_ab)^3)``
     with ``|R| = 1 - r_a^2 - r_b^2 - r_ab^2 + 2 r_a r_b r_ab``. Returns ``(t, p)``; for
     degenerate input see :func:`_degenerate`."""
     degenerate = _degenerate(r_a, r_b, r_ab, n)
@@ -62,7 +67,7 @@ def williams_t(r_a: float, r_b: float, r_ab: float, n: int) -> tuple[float, floa
     denominator = 2 * (n - 1) / (n - 3) * det + rbar**2 * (1 - r_ab) ** 3
     if denominator <= 0:  # |R| = 0 (one score a linear function of the others) at r_ab = 1
         return math.nan, math.nan
-    t = (r_a - r_b) * math.sqrt((n - 1) * (1 + r_ab) / denominator)
+    t = (r_b - r_a) * math.sqrt((n - 1) * (1 + r_ab) / denominator)
     return t, float(2 * stats.t.sf(abs(t), n - 3))
 
 

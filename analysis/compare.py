@@ -13,6 +13,10 @@ its semantic sets (``--senteval`` overrides):
   for every metric, and McNemar's exact test on the R@K hits;
 - semantic: per STS subtask, STS-B and SICK-R, Steiger's z (and Williams' t) for two
   dependent correlations with the same gold scores.
+
+Every difference and statistic is signed as B - A (a positive z or t: B correlates
+better); the output ends with one verdict line per family, e.g. ``retrieval: B better on
+4 of 6 R@K (p<0.05 on 2)``.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ __all__ = [
     "find_run",
     "format_comparison",
     "main",
+    "verdict",
 ]
 
 
@@ -63,6 +68,8 @@ logger = logging.getLogger(__name__)
 SPLITS = {"test": "test", "val": "val", "dev": "val"}
 MAX_RESAMPLES = 1_000_000  # every difference is kept in memory: 11 metrics x 8 bytes each
 SEED_LIMIT = 2**63
+ALPHA = 0.05  # the verdict's significance level
+RECALLS = tuple(f"{d}_r{k}" for d in ("c2i", "i2c") for k in (1, 5, 10))  # higher is better
 
 
 def find_run(client: MlflowClient, ref: str, experiment: str | None = None) -> Run:
@@ -185,7 +192,37 @@ def format_comparison(header: list[str], retrieval: pd.DataFrame, semantic: pd.D
                 "- : undefined there (a constant score, a correlation of exactly 1 on one "
                 "side only, or n <= 3)"
             )
+    lines += [
+        "",
+        f"verdict (B - A; p<{ALPHA:g} by the paired bootstrap for retrieval, Steiger's z "
+        "for semantic)",
+        verdict("retrieval", retrieval[retrieval["metric"].isin(RECALLS)], "p_bootstrap", "R@K"),
+    ]
+    if not semantic.empty:
+        lines.append(verdict("semantic", semantic, "p_steiger", "sets"))
     return "\n".join(lines)
+
+
+def verdict(family: str, rows: pd.DataFrame, p_column: str, unit: str) -> str:
+    """One line: on how many of ``rows`` (each a metric where higher is better, with a
+    ``diff`` = B - A and a p value in ``p_column``) B is better, A is better or they tie,
+    and on how many of those the difference is significant (p < ALPHA). Rows whose
+    difference is undefined (NaN) are left out."""
+    if rows.empty:
+        return f"{family}: no {unit} to compare"
+    defined = rows[rows["diff"].notna()]
+    significant = defined[p_column] < ALPHA
+    b_better, a_better = defined["diff"] > 0, defined["diff"] < 0
+    line = (
+        f"{family}: B better on {int(b_better.sum())} of {len(defined)} {unit} "
+        f"(p<{ALPHA:g} on {int((b_better & significant).sum())})"
+    )
+    if a_better.any():
+        line += f", A better on {int(a_better.sum())} (p<{ALPHA:g} on "
+        line += f"{int((a_better & significant).sum())})"
+    if ties := len(defined) - int(b_better.sum()) - int(a_better.sum()):
+        line += f", equal on {ties}"
+    return line
 
 
 def _num(value: float, spec: str) -> str:

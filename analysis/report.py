@@ -1,6 +1,7 @@
 """``python -m analysis.report``: the paper's views of a search, as one HTML page.
 
     python -m analysis.report --experiment margins --runs-dir runs --out reports/margins
+    python -m analysis.report --runs-dir runs    # the search that started last there
 
 Reads the search from MLflow (the parent run and one run per trial, see
 ``gridsearch.tracking``) and writes ``report.html`` (figures embedded, so the one file
@@ -45,11 +46,13 @@ from analysis._data import (
 from analysis._html import render_page
 from analysis._importance import Importances, default_optuna_storage, param_importances
 from gridsearch._layout import RunsLayout
+from gridsearch._record import latest_search
 
 __all__ = [
     "ARTIFACT_PATH",
     "check_finished",
     "default_out",
+    "latest_experiment",
     "log_report",
     "main",
     "write_report",
@@ -223,7 +226,12 @@ def _parser() -> argparse.ArgumentParser:
         description="Write the report of a search (one HTML page, its figures and tables).",
         epilog="Exit status: 0 written, 2 bad input (one 'error:' line naming it).",
     )
-    parser.add_argument("--experiment", required=True, help="the search (its MLflow experiment)")
+    parser.add_argument(
+        "--experiment",
+        default=None,
+        help="the search (its MLflow experiment; default: the search that started last in "
+        "--runs-dir, by its record RUNS_DIR/searches/NAME.json)",
+    )
     parser.add_argument(
         "--runs-dir",
         type=Path,
@@ -281,7 +289,28 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def latest_experiment(runs_dir: str | os.PathLike[str]) -> tuple[str, float]:
+    """The experiment name and start time of the search that started last in
+    ``runs_dir`` (by its record); AnalysisError when it holds none."""
+    found = latest_search(RunsLayout.at(runs_dir))
+    if found is None:
+        raise AnalysisError(
+            f"--runs-dir {runs_dir}: holds no search (no record in "
+            f"{RunsLayout.at(runs_dir).record('NAME').parent}); pass --runs-dir of a search "
+            "or --experiment NAME"
+        )
+    return found
+
+
 def _report(args: argparse.Namespace) -> int:
+    if args.experiment is None:
+        args.experiment, started = latest_experiment(args.runs_dir)
+        print(
+            f"reporting {args.experiment!r}, the latest search in {args.runs_dir} (started "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(started))}; --experiment "
+            "NAME picks another)",
+            file=sys.stderr,
+        )
     uri = tracking_uri_for(args.tracking_uri, args.runs_dir)
     out = args.out or default_out(args.runs_dir, args.experiment)
     _check_out(out, f"--out {out}" if args.out else f"the report folder {out}")

@@ -1,5 +1,6 @@
 """The search's command line: ``python -m gridsearch.run --help``. Parsing only; what
-the options become is ``settings.SearchSettings.from_argv``."""
+the options become is ``settings.SearchSettings.from_argv``. Every option's help says
+what it is and, for an option that takes a value, its default, once."""
 
 from __future__ import annotations
 
@@ -31,14 +32,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _what_to_search(p: argparse.ArgumentParser) -> None:
     what = p.add_argument_group("what to search")
-    what.add_argument("--space", default=None, help="a named space (--list-spaces)")
-    what.add_argument("--space-file", type=Path, default=None, help="a YAML/TOML space file")
+    what.add_argument(
+        "--space",
+        metavar="NAME",
+        default=None,
+        help="a named space, see --list-spaces (no default: give --space or --space-file)",
+    )
+    what.add_argument(
+        "--space-file",
+        type=Path,
+        metavar="FILE",
+        default=None,
+        help="a YAML/TOML space file (no default: give --space or --space-file)",
+    )
     what.add_argument("--list-spaces", action="store_true", help="list the named spaces")
     what.add_argument(
         "--objective",
         choices=OBJECTIVE_CHOICES,
         default="retrieval",
-        help="dev R@10 mean, dev semantic score, or both (a Pareto front)",
+        help="dev R@10 mean, dev semantic score, or both (a Pareto front) (default: retrieval)",
     )
     what.add_argument(
         "--scheduler",
@@ -49,18 +61,37 @@ def _what_to_search(p: argparse.ArgumentParser) -> None:
     what.add_argument(
         "--num-samples",
         type=int,
+        metavar="N",
         default=None,
-        help="trials (default: the grid size for grid spaces, else 8; 4 on CPU)",
+        help="trials; with --resume, a larger N extends the search (default: the grid's "
+        "size for grid spaces, else 8 with a GPU, 4 without, 2 in --smoke-test; with "
+        "--resume, the search's)",
     )
-    what.add_argument("--epochs", type=int, default=None, help="epochs per trial")
+    what.add_argument(
+        "--epochs",
+        type=int,
+        metavar="N",
+        default=None,
+        help="epochs per trial (default: 32, the paper's; 2 without a GPU unless "
+        "--full-size, and in --smoke-test)",
+    )
     what.add_argument(
         "--max-concurrent",
         type=int,
+        metavar="N",
         default=None,
         help="trials at once (default: what the resources allow)",
     )
-    what.add_argument("--time-budget", type=float, default=None, help="stop after this many s")
-    what.add_argument("--seed", type=int, default=0, help="sampler and training seed")
+    what.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="S",
+        default=None,
+        help="stop the search after this many seconds, resumably (default: no limit)",
+    )
+    what.add_argument(
+        "--seed", type=int, metavar="N", default=0, help="sampler and training seed (default: 0)"
+    )
     what.add_argument(
         "--full-size", action="store_true", help="keep the paper's model size even without a GPU"
     )
@@ -69,8 +100,19 @@ def _what_to_search(p: argparse.ArgumentParser) -> None:
 
 def _data(p: argparse.ArgumentParser) -> None:
     data = p.add_argument_group("data")
-    data.add_argument("--data", default=None, help="feature store (default: the embedded world)")
-    data.add_argument("--senteval", default=None, help="SentEval data/downstream directory")
+    data.add_argument(
+        "--data",
+        metavar="STORE",
+        default=None,
+        help="feature store, a path or URI (default: the embedded world, built once in "
+        "RUNS_DIR/world)",
+    )
+    data.add_argument(
+        "--senteval",
+        metavar="DIR",
+        default=None,
+        help="SentEval data/downstream directory (default: the store's own semantic sets)",
+    )
     data.add_argument(
         "--no-verify",
         action="store_true",
@@ -83,26 +125,43 @@ def _data(p: argparse.ArgumentParser) -> None:
         default="object-store",
         help="object-store: the driver reads the store and Ray ships it once per node; "
         "uri: every trial reads --data itself (it must be a path or URI every node can "
-        "read: NFS, s3://, gs://)",
+        "read: NFS, s3://, gs://) (default: object-store)",
     )
 
 
 def _resources(p: argparse.ArgumentParser) -> None:
     res = p.add_argument_group("resources")
-    res.add_argument("--cpus-per-trial", type=float, default=None)
+    res.add_argument(
+        "--cpus-per-trial",
+        type=float,
+        metavar="N",
+        default=None,
+        help="CPUs each trial holds, also its torch threads (default: 1 without GPUs; with "
+        "GPUs, the cluster's CPUs shared among the trials its GPUs hold)",
+    )
     res.add_argument(
         "--gpus-per-trial",
         type=float,
+        metavar="N",
         default=None,
-        help="a fraction packs trials on a GPU (each capped to its share)",
+        help="GPUs each trial holds; a fraction packs trials on a GPU, each capped to its "
+        "share of the memory (default: 1 when the cluster has a GPU, else 0)",
     )
-    res.add_argument("--address", default=None, help="join a Ray cluster: auto, ray://host:port")
+    res.add_argument(
+        "--address",
+        metavar="ADDRESS",
+        default=None,
+        help="join a running Ray cluster: auto (the one `ray start` made on this machine), "
+        "HOST:PORT (its head, e.g. HEAD:6379) or ray://HOST:PORT (Ray Client) "
+        "(default: start a local Ray for this search)",
+    )
     res.add_argument("--no-dashboard", action="store_true", help="start the local Ray without it")
     res.add_argument(
         "--dashboard-host",
+        metavar="HOST",
         default="127.0.0.1",
-        help="where the local Ray's dashboard listens (default: this machine only; "
-        "0.0.0.0 opens it to the network)",
+        help="where the local Ray's dashboard listens; 0.0.0.0 opens it to the network "
+        "(default: 127.0.0.1, this machine only)",
     )
 
 
@@ -111,31 +170,49 @@ def _where_results_go(p: argparse.ArgumentParser) -> None:
     out.add_argument(
         "--runs-dir",
         type=Path,
+        metavar="DIR",
         default=Path("runs"),
-        help="local home of the defaults below and the cached embedded world",
+        help="local home of the defaults below and the cached embedded world (default: runs)",
     )
     out.add_argument(
         "--storage-path",
+        metavar="PATH",
         default=None,
-        help="Tune experiments (local path or URI; default RUNS_DIR/tune)",
+        help="Tune experiments, a local path or URI (default: RUNS_DIR/tune)",
     )
     out.add_argument(
         "--experiment",
+        metavar="NAME",
         default=None,
-        help="names the Tune and MLflow experiments (default: SPACE-TIMESTAMP)",
+        help="names the Tune and MLflow experiments and the Optuna study "
+        "(default: SPACE-YYYYmmdd-HHMMSS)",
     )
-    out.add_argument("--resume", action="store_true", help="continue an interrupted search")
+    out.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the search --experiment NAME with the settings it started with, or "
+        "extend it with a larger --num-samples",
+    )
     out.add_argument(
         "--tracking-uri",
+        metavar="URI",
         default=None,
         help="MLflow tracking URI (default: sqlite:///RUNS_DIR/mlflow.db)",
     )
     out.add_argument(
         "--optuna-storage",
+        metavar="URL",
         default=None,
-        help="Optuna study database URL (default: an sqlite file beside the experiment)",
+        help="Optuna study database URL (default: sqlite:///STORAGE_PATH/NAME.optuna.db "
+        "beside the Tune experiment, or under RUNS_DIR/optuna when that is a URI)",
     )
-    out.add_argument("--max-failures", type=int, default=2, help="retries of a failing trial")
+    out.add_argument(
+        "--max-failures",
+        type=int,
+        metavar="N",
+        default=2,
+        help="retries of a failing trial, each from its last checkpoint (default: 2)",
+    )
     out.add_argument(
         "--min-free-disk",
         type=float,
@@ -147,7 +224,8 @@ def _where_results_go(p: argparse.ArgumentParser) -> None:
     out.add_argument(
         "--tracking-wait",
         type=float,
+        metavar="S",
         default=300.0,
-        help="seconds the search waits at its end for an MLflow server that went away "
-        "(training never waits; --resume records what is still missing)",
+        help="seconds the search waits at its end for an MLflow server that went away; "
+        "training never waits, --resume records what is still missing (default: 300)",
     )

@@ -16,7 +16,7 @@ from typing import Any
 import ray
 from ray import tune
 
-from gridsearch import _optuna
+from gridsearch import _extend, _optuna
 from gridsearch._inputs import (
     check_experiment_path,
     load_benchmark,
@@ -85,6 +85,8 @@ def run_search(
     _optuna.quiet()
     space = space or load_space(settings)
     check_experiment_path(settings)
+    if settings.resume:  # nothing left to run, or --num-samples below the recorded number
+        _extend.check_resume(settings)
     prepare_runs_dir(settings)  # a runs directory that takes no files fails first
     store, senteval, data = load_data(settings, write)  # before Ray: forked workers must not
     benchmark = load_benchmark(senteval, settings.objective)
@@ -233,19 +235,24 @@ class _Run:
             guard,
         ]
         if settings.resume:  # the experiment keeps its own scheduler and searcher
-            return tune.Tuner.restore(
+            restored = tune.Tuner.restore(
                 settings.experiment_path,
                 trainable=trainable,
                 resume_unfinished=True,
                 resume_errored=True,
             )
+            if settings.num_samples is not None:  # the record's, or a larger --num-samples
+                _extend.extend(restored, settings.num_samples)
+                settings.save_record()  # the record keeps the number of trials
+                self.write(f"resuming {settings.experiment!r} up to {self.num_samples} trials")
+            return restored
         if settings.scheduler == "asha":
             self.write(describe_rungs(self.epochs, self.cycle))
         self.write(
             f"searching {self.space.name!r} ({self.num_samples} trials, {self.sampler_name}, "
             f"{settings.scheduler}, objective {settings.objective}) as {settings.experiment!r}"
         )
-        settings.save_record()
+        settings.save_record(num_samples=self.num_samples)
         return tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(

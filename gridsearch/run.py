@@ -28,7 +28,7 @@ os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_
 # MLflow sets its logger to INFO when imported; its database set-up lines are not ours.
 os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
-from gridsearch.settings import SearchError, SearchSettings, parse_args
+from gridsearch.settings import NothingToRun, SearchError, SearchSettings, parse_args
 
 if TYPE_CHECKING:  # the driver imports Ray: only when a search runs
     from gridsearch.driver import SearchResult
@@ -67,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SearchError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except NothingToRun as done:  # a --resume of a search that ran all its trials
+        print(done, file=sys.stderr)
+        return 0
     except KeyboardInterrupt:
         resume = settings.resume_command if settings else "the same command with --resume"
         print(f"interrupted before the search ran: continue it with `{resume}`", file=sys.stderr)
@@ -86,13 +89,28 @@ def _report(result: SearchResult) -> int:
         )
     else:
         say(f"\nfinished in {result.elapsed_s:.0f} s ({result.elapsed_s / 60:.1f} min)")
-    say(f"compare the runs:  mlflow ui --backend-store-uri {settings.tracking_uri}")
+    from gridsearch._store import results_link  # MLflow: imported once a search ran
+    from gridsearch.summary import closing_commands
+
+    partial = not any(o.status == "finished" for o in result.outcomes)
+    (runs, mlflow_ui), *others = closing_commands(settings, partial=partial)
+    say(f"{runs}:  {mlflow_ui}")
+    if (link := results_link(settings.tracking_uri, settings.experiment)) is not None:
+        say(f"  and open {link}")
+    for what, command in others:  # the report, the Optuna study
+        say(f"{what}:  {command}")
     if result.dashboard:
         say(
             f"Ray dashboard:  {result.dashboard} (live while a search runs; for one that stays "
             "up, `ray start --head` and pass --address auto)"
         )
-    say(f"continue or extend it:  {settings.resume_command}")
+    if result.unfinished:
+        say(f"continue it:  {settings.resume_command}")
+    else:
+        say(
+            f"extend it to N > {len(result.outcomes)} trials (the same Optuna study):  "
+            f"{settings.resume_command} --num-samples N"
+        )
     if not result.interrupted:
         return 0
     if result.stopped_by and result.stopped_by.startswith("no space"):

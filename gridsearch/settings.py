@@ -17,6 +17,7 @@ from typing import Any
 
 from gridsearch._arguments import build_parser
 from gridsearch._layout import RunsLayout
+from gridsearch._record import STARTED, write_record
 from trainables import names
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "OBJECTIVES",
     "SMOKE",
     "SMOKE_WORLD_IMAGES",
+    "NothingToRun",
     "SearchError",
     "SearchSettings",
     "parse_args",
@@ -47,9 +49,11 @@ CPU_SIZED = {"hidden_size": 32, "batch_size": 64, "epochs": 2, **SHORT_CYCLES}
 SMOKE = {"hidden_size": 8, "batch_size": 8, "epochs": 2, **SHORT_CYCLES}
 SMOKE_WORLD_IMAGES = 120
 # What a --resume takes from its own command line; everything else comes from the
-# search's record, so the continued search runs exactly as it started.
+# search's record, so the continued search runs exactly as it started. num_samples only
+# grows: a larger --num-samples extends the search (the record keeps the new number).
 RESUME_KEEPS = (
     "resume",
+    "num_samples",
     "address",
     "dashboard",
     "dashboard_host",
@@ -65,6 +69,11 @@ class SearchError(Exception):
     """Bad input or an unusable environment, reported without a traceback."""
 
 
+class NothingToRun(Exception):
+    """A ``--resume`` of a search that ran every trial it was asked for (and no larger
+    ``--num-samples``): not an error; the message says so in one line."""
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The raw command line (``--help``, ``--list-spaces``); ``SearchSettings.from_argv``
     validates it."""
@@ -78,7 +87,8 @@ class SearchSettings:
     space_file: Path | None  # a YAML/TOML space file (absolute)
     objective: str  # "retrieval", "semantic" or "both"
     scheduler: str  # "asha" or "fifo" (resolved: fifo for "both")
-    num_samples: int | None  # trials; None = the space's grid size or a default
+    num_samples: int | None  # trials; None = the space's grid size or a default (the
+    # record holds the number the search resolved it to)
     epochs: int | None  # epochs per trial; None = the model size's default
     max_concurrent: int | None  # None = what the resources allow
     time_budget_s: float | None  # stop the search after this long
@@ -191,15 +201,21 @@ class SearchSettings:
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> SearchSettings:
         values = dict(record)
+        values.pop(STARTED, None)  # the record's start time (gridsearch._record)
         values["layout"] = RunsLayout(Path(values["layout"]["root"]))
         if values.get("space_file"):
             values["space_file"] = Path(values["space_file"])
         return cls(**values)
 
-    def save_record(self) -> Path:
+    def save_record(self, num_samples: int | None = None) -> Path:
+        """Write the search's record (``num_samples``: the number of trials the search
+        resolved, when the settings left it to the space or the hardware); a ``--resume``
+        rewrites it keeping its start time."""
         path = self.layout.record(self.experiment)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_record(), indent=2))
+        resolved = self.num_samples if num_samples is None else num_samples
+        write_record(
+            path, dataclasses.replace(self, resume=False, num_samples=resolved).to_record()
+        )
         return path
 
 
@@ -341,8 +357,8 @@ def _resumed(args: argparse.Namespace) -> SearchSettings:
         reason = str(err).splitlines()[0][:200] if str(err) else ""
         raise SearchError(
             f"--resume: {path} is not a readable search record ({type(err).__name__}: "
-            f"{reason}); it is written when a search starts and never edited: start a new "
-            "search, or restore the file"
+            f"{reason}); it is written when a search starts (and when a --resume extends "
+            "it), never by hand: start a new search, or restore the file"
         ) from None
     if settings.experiment != args.experiment:
         raise SearchError(
@@ -351,6 +367,7 @@ def _resumed(args: argparse.Namespace) -> SearchSettings:
         )
     now = {
         "resume": True,
+        "num_samples": _resumed_trials(args, settings),
         "address": args.address,
         "dashboard": not args.no_dashboard,
         "dashboard_host": args.dashboard_host,
@@ -361,3 +378,25 @@ def _resumed(args: argparse.Namespace) -> SearchSettings:
     }
     assert tuple(now) == RESUME_KEEPS
     return dataclasses.replace(settings, **now)
+
+
+def _resumed_trials(args: argparse.Namespace, settings: SearchSettings) -> int | None:
+    """The number of trials a ``--resume`` runs up to: the record's, or a larger
+    ``--num-samples``, which extends the search (more trials of the same Optuna study)."""
+    wanted, recorded = args.num_samples, settings.num_samples
+    if wanted is None:
+        return recorded
+    if wanted < 1:
+        raise SearchError(f"--num-samples: got {wanted}, expected a positive integer")
+    if recorded is not None and wanted < recorded:
+        raise SearchError(
+            f"--num-samples {wanted}: the search {settings.experiment!r} was asked for "
+            f"{recorded} trials, and a --resume cannot take any back; give {recorded} or "
+            "more (more extends it), or leave --num-samples out"
+        )
+    if wanted != recorded and (args.address or "").startswith("ray://"):
+        raise SearchError(
+            f"--num-samples {wanted} with --address {args.address}: a search is extended "
+            "by a driver on the cluster (--address auto or HOST:PORT), not through Ray Client"
+        )
+    return wanted

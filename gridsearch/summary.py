@@ -1,20 +1,28 @@
 """What a finished search found: the best trial per objective and the Pareto front of
-dev retrieval against the dev semantic score. Computing only; printing is separate."""
+dev retrieval against the dev semantic score; and the commands that look at it (MLflow's
+UI, the report, Optuna's dashboard). Computing only; ``gridsearch.run`` prints."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import re
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gridsearch.settings import SearchSettings
 from trainables import names
 
 __all__ = [
     "TrialOutcome",
     "best_trial",
+    "closing_commands",
+    "dashboard_command",
     "format_summary",
     "pareto_front",
+    "report_command",
 ]
 
 
@@ -85,3 +93,48 @@ def _params(config: Mapping[str, Any]) -> str:
     return " ".join(
         f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(config.items())
     )
+
+
+def report_command(settings: SearchSettings, *, partial: bool = False) -> str:
+    """The exact ``analysis.report`` command for the search (``--partial`` when no trial
+    has finished yet)."""
+    words = [
+        "python -m analysis.report",
+        f"--runs-dir {shlex.quote(str(settings.layout.root))}",
+        f"--experiment {settings.experiment}",
+    ]
+    if settings.tracking_uri != settings.layout.tracking_uri:
+        words.append(f"--tracking-uri {shlex.quote(_without_password(settings.tracking_uri))}")
+    if partial:
+        words.append("--partial")
+    return " ".join(words)
+
+
+def dashboard_command(settings: SearchSettings) -> str:
+    """The exact ``optuna-dashboard`` command that shows the search's Optuna study (a
+    password in a database URL shown as ``***``)."""
+    return f"optuna-dashboard {shlex.quote(_without_password(settings.optuna_storage))}"
+
+
+def closing_commands(settings: SearchSettings, *, partial: bool = False) -> list[tuple[str, str]]:
+    """``(what, command)`` for the search's closing lines: MLflow's UI, the report and
+    Optuna's dashboard (with how to install it when it is not)."""
+    dashboard = dashboard_command(settings)
+    if importlib.util.find_spec("optuna_dashboard") is None:
+        dashboard += "   (pip install optuna-dashboard)"
+    tracking = _without_password(settings.tracking_uri)
+    runs = (
+        f"open {tracking} (the MLflow server)"
+        if tracking.startswith(("http://", "https://"))
+        else f"mlflow ui --backend-store-uri {shlex.quote(tracking)}"
+    )
+    return [
+        ("compare the runs", runs),
+        ("write its report", report_command(settings, partial=partial)),
+        ("its Optuna study", dashboard),
+    ]
+
+
+def _without_password(url: str) -> str:
+    """``postgresql://user:secret@host/db`` -> ``postgresql://user:***@host/db``."""
+    return re.sub(r"^([a-z0-9+.-]+://[^:/@]*:)[^@/]*@", r"\1***@", url, flags=re.IGNORECASE)

@@ -154,12 +154,14 @@ def test_an_optuna_storage_that_is_not_a_study_is_an_error(tmp_path: Path, capsy
 
 
 def test_an_unknown_option_or_a_missing_one_is_one_line(tmp_path: Path, capsys) -> None:
-    for argv in (["--runs-dir", str(tmp_path)], [*_report(tmp_path), "--bogus"]):
-        with pytest.raises(SystemExit) as stopped:
-            report.main(argv)
-        assert _error_line(capsys, int(stopped.value.code or 0)).endswith(
-            "(see python -m analysis.report --help)"
-        )
+    with pytest.raises(SystemExit) as stopped:
+        report.main([*_report(tmp_path), "--bogus"])
+    assert _error_line(capsys, int(stopped.value.code or 0)).endswith(
+        "(see python -m analysis.report --help)"
+    )
+    # without --experiment: the latest search of --runs-dir, and this one holds none
+    line = _error_line(capsys, report.main(["--runs-dir", str(tmp_path)]))
+    assert line.startswith(f"error: --runs-dir {tmp_path}: holds no search")
 
 
 def test_a_runs_dir_that_does_not_exist_is_not_created(tmp_path: Path, capsys) -> None:

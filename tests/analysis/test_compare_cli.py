@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import NamedTuple
 
+import numpy as np
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
@@ -87,13 +88,49 @@ def test_a_trial_compared_with_itself_is_identical_everywhere(
     for column, value in (("steiger_z", 0.0), ("p_steiger", 1.0), ("williams_t", 0.0),
                           ("p_williams", 1.0)):  # fmt: skip
         assert (semantic[column] == value).all(), column
+    *_, retrieval_line, semantic_line = out.rstrip("\n").splitlines()
+    assert retrieval_line == "retrieval: B better on 0 of 6 R@K (p<0.05 on 0), equal on 6"
+    assert semantic_line == (
+        f"semantic: B better on 0 of {len(semantic)} sets (p<0.05 on 0), equal on {len(semantic)}"
+    )
 
 
-def test_two_trials_give_p_values_in_range(search: Search, capsys) -> None:
-    code, out, err = _run(search, capsys, "t0", "t1", "--experiment", "cmp", "--resamples", "200")
+def test_two_trials_give_p_values_in_range(search: Search, tmp_path: Path, capsys) -> None:
+    csv = tmp_path / "t0-t1.csv"
+    code, out, err = _run(
+        search, capsys, "t0", "t1", "--experiment", "cmp", "--resamples", "200", "--csv", str(csv)
+    )
     assert code == 0, err
     assert out.startswith(f"A = t0 (run {search.ids['t0']}), B = t1 (run {search.ids['t1']})")
     assert "same run" not in out and "Steiger" in out
+    rows = pd.read_csv(csv)
+    semantic = rows[(rows["kind"] == "semantic") & rows["steiger_z"].notna()]
+    assert len(semantic) > 4
+    for column in ("steiger_z", "williams_t"):  # every statistic signed as B - A
+        assert (np.sign(semantic[column]) == np.sign(semantic["diff"])).all(), column
+    retrieval = rows[rows["kind"] == "retrieval"]
+    assert (retrieval["ci_low"] <= retrieval["diff"]).all()
+    assert (retrieval["diff"] <= retrieval["ci_high"]).all()
+    lines = out.rstrip("\n").splitlines()
+    assert lines[-2].startswith("retrieval: B better on ") and " of 6 R@K (p<0.05 on " in lines[-2]
+    assert lines[-1].startswith("semantic: B better on ") and " sets (p<0.05 on " in lines[-1]
+
+
+def test_the_verdict_counts_each_family_by_b_minus_a() -> None:
+    from analysis.compare import verdict
+
+    rows = pd.DataFrame(
+        {
+            "metric": ["c2i_r1", "c2i_r5", "c2i_r10", "i2c_r1", "i2c_r5", "i2c_r10", "x"],
+            "diff": [2.0, 1.0, 0.5, 3.0, -1.0, 0.0, math.nan],
+            "p_bootstrap": [0.01, 0.2, 0.04, 0.5, 0.001, 1.0, math.nan],
+        }
+    )
+    assert verdict("retrieval", rows, "p_bootstrap", "R@K") == (
+        "retrieval: B better on 4 of 6 R@K (p<0.05 on 2), A better on 1 (p<0.05 on 1), equal on 1"
+    )
+    empty = verdict("semantic", rows.iloc[:0], "p_bootstrap", "sets")
+    assert empty == "semantic: no sets to compare"
 
 
 @pytest.mark.parametrize(

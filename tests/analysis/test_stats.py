@@ -14,10 +14,11 @@ from trainables.metrics import summarise_ranks
 def test_steiger_z_against_a_hand_computed_value() -> None:
     # r(A, gold) = .5, r(B, gold) = .3, r(A, B) = .4, n = 100:
     # rbar^2 = .16; psi = .4 (1 - .32) - .08 (1 - .32 - .16) = .272 - .0416 = .2304;
-    # c = .2304 / .84^2 = 16/49; z = (atanh .5 - atanh .3) sqrt(97 / (2 - 32/49))
-    #   = 0.2397859 * sqrt(97 * 49 / 66) = 2.03487; p = 2 (1 - Phi(2.03487)) = 0.04186.
+    # c = .2304 / .84^2 = 16/49; z = (atanh .3 - atanh .5) sqrt(97 / (2 - 32/49))
+    #   = -0.2397859 * sqrt(97 * 49 / 66) = -2.03487; p = 2 (1 - Phi(2.03487)) = 0.04186.
+    # Signed as B - A: A (.5) correlates better, so z < 0.
     z, p = _stats.steiger_z(0.5, 0.3, 0.4, 100)
-    assert z == pytest.approx(2.03487, abs=1e-5)
+    assert z == pytest.approx(-2.03487, abs=1e-5)
     assert p == pytest.approx(0.04186, abs=1e-5)
     z_swapped, p_swapped = _stats.steiger_z(0.3, 0.5, 0.4, 100)
     assert (z_swapped, p_swapped) == pytest.approx((-z, p))
@@ -25,10 +26,22 @@ def test_steiger_z_against_a_hand_computed_value() -> None:
 
 def test_williams_t_against_a_hand_computed_value() -> None:
     # |R| = 1 - .25 - .09 - .16 + 2 (.5)(.3)(.4) = .62;
-    # t = .2 sqrt(99 * 1.4) / sqrt(2 (99/97) .62 + .16 * .6^3) = 2.35457 / 1.14023 = 2.06499
+    # t = -.2 sqrt(99 * 1.4) / sqrt(2 (99/97) .62 + .16 * .6^3) = -2.35457 / 1.14023
+    #   = -2.06499 (B - A: A correlates better)
     t, p = _stats.williams_t(0.5, 0.3, 0.4, 100)
-    assert t == pytest.approx(2.06499, abs=1e-5)
+    assert t == pytest.approx(-2.06499, abs=1e-5)
     assert p == pytest.approx(0.04159, abs=1e-5)
+
+
+@pytest.mark.parametrize("test", [_stats.steiger_z, _stats.williams_t])
+def test_every_statistic_has_the_sign_of_b_minus_a(test) -> None:
+    """A positive statistic means B correlates better with the gold scores, as B - A."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        r_a, r_b = rng.uniform(-0.95, 0.95, size=2)
+        r_ab = rng.uniform(0.0, 0.95)
+        stat, _ = test(r_a, r_b, r_ab, 500)
+        assert math.isnan(stat) or np.sign(stat) == np.sign(r_b - r_a), (r_a, r_b, r_ab, stat)
 
 
 def test_equal_correlations_are_no_difference() -> None:

@@ -1,0 +1,34 @@
+"""The file names the documentation tells users to type are the ones the code uses: the
+ResNet-152 weights file (``storage.features.RESNET152_FILENAME``) and Flickr8k's image
+folder, which its archive names ``Flicker8k_Dataset`` (sic), as ``storage.build`` says."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import storage.build
+from storage.features import RESNET152_FILENAME
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ("docs/cluster.md", "README.md")
+FLICKR8K_IMAGES = "Flicker8k_Dataset"  # the folder Flickr8k_Dataset.zip unpacks to
+NAMES = {
+    r"resnet152-\w+\.pth": RESNET152_FILENAME,
+    r"Flick\w*8k_Dataset(?!\.zip)": FLICKR8K_IMAGES,
+}
+
+
+@pytest.mark.parametrize("doc", DOCS)
+@pytest.mark.parametrize(("pattern", "expected"), list(NAMES.items()))
+def test_documented_file_names_are_the_codes(doc: str, pattern: str, expected: str) -> None:
+    found = re.findall(pattern, (ROOT / doc).read_text(encoding="utf-8"))
+    assert found, f"{doc} names no {pattern}"
+    assert set(found) == {expected}, f"{doc}: {sorted(set(found))}, the code uses {expected}"
+
+
+def test_the_build_cli_says_the_same_names() -> None:
+    usage = storage.build.__doc__ or ""
+    assert FLICKR8K_IMAGES in usage and RESNET152_FILENAME in usage
