@@ -22,7 +22,7 @@ from gridsearch._tags import OUTCOME_TAG, ROLE_SEARCH, ROLE_TAG
 from gridsearch.settings import NothingToRun, SearchError, SearchSettings
 from gridsearch.summary import report_command
 
-__all__ = ["ExtendedSearch", "check_resume", "extend"]
+__all__ = ["ExtendedSearch", "check_resume", "extend", "use_callbacks"]
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,16 @@ def extend(tuner: tune.Tuner, num_samples: int) -> None:
     if isinstance(searcher, SearchGenerator):
         searcher = searcher.searcher
     config.search_alg = ExtendedSearch(searcher, num_samples)
+
+
+def use_callbacks(tuner: tune.Tuner, callbacks: list[Any]) -> None:
+    """Give the restored ``tuner`` this driver's callbacks. ``Tuner.restore`` brings back
+    the ones pickled when the search began (Ray 2.60 pickles the whole ``RunConfig`` into
+    ``tuner.pkl`` and takes no new one): copies of the tracker, the progress printer and
+    the disk guard that this driver never set up (its interruption, its write queue)."""
+    internal = getattr(tuner, "_local_tuner", None)
+    if internal is not None:
+        internal._run_config.callbacks = list(callbacks)
 
 
 def check_resume(settings: SearchSettings) -> None:

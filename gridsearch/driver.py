@@ -39,6 +39,7 @@ from gridsearch.cluster import (
     token_auth_enabled,
 )
 from gridsearch.progress import ProgressPrinter
+from gridsearch.registry import register_best
 from gridsearch.settings import SearchError, SearchSettings
 from gridsearch.spaces import SearchSpace, load_space
 from gridsearch.summary import TrialOutcome, format_summary
@@ -241,6 +242,7 @@ class _Run:
                 resume_unfinished=True,
                 resume_errored=True,
             )
+            _extend.use_callbacks(restored, callbacks)
             if settings.num_samples is not None:  # the record's, or a larger --num-samples
                 _extend.extend(restored, settings.num_samples)
                 settings.save_record()  # the record keeps the number of trials
@@ -300,6 +302,15 @@ class _Run:
         outcomes = _outcomes(results, self.searched, complete)
         summary = format_summary(outcomes, self.settings.objective)
         outcome = close_parent(self.client, self.parent, outcomes, summary, unfinished, elapsed_s)
+        if stopped_by in (None, "time budget"):  # not after Ctrl+C, SIGTERM, a full disk
+            register_best(
+                outcomes,
+                tracking_uri=self.settings.tracking_uri,
+                experiment=self.settings.experiment,
+                space=self.space.name,
+                objective=self.settings.objective,
+                write=self.write,
+            )
         return SearchResult(
             self.settings,
             outcomes,
