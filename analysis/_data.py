@@ -8,7 +8,6 @@ sizes (for the intervals). Nothing here draws or computes statistics.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import logging
@@ -19,7 +18,7 @@ import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import pandas as pd
 from mlflow.entities import Run
@@ -57,13 +56,6 @@ _STORE_HINT = "pass --runs-dir DIR of the search, or --tracking-uri URI"
 class AnalysisError(Exception):
     """Bad input (an unknown experiment or run, nothing to analyse); the CLIs print it
     as ``error: ...`` and exit with status 2."""
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a bad command line is one ``error:`` line (exit 2), not a usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
 
 
 def print_out(text: str) -> int:

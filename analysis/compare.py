@@ -38,7 +38,6 @@ from mlflow.tracking import MlflowClient
 from analysis import _ensemble, _stats
 from analysis._data import (
     AnalysisError,
-    OneLineParser,
     all_runs,
     experiment_id,
     first_line,
@@ -49,6 +48,7 @@ from analysis._data import (
 )
 from gridsearch._tags import PARENT_TAG, TRIAL_TAG
 from storage._atomic import write_text_atomic
+from storage.cli import OneLineParser
 from trainables.config import DEVICE_FORMS, ConfigError, check_device
 from trainables.data import EncodedSplit
 from trainables.stats import pearson

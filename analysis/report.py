@@ -33,7 +33,6 @@ from analysis import _sections
 from analysis._data import (
     OPTUNA_TABLES,
     AnalysisError,
-    OneLineParser,
     SearchRecord,
     check_sqlite_file,
     first_line,
@@ -47,6 +46,7 @@ from analysis._html import render_page
 from analysis._importance import Importances, default_optuna_storage, param_importances
 from gridsearch._layout import RunsLayout
 from gridsearch._record import latest_search
+from storage.cli import OneLineParser
 
 __all__ = [
     "ARTIFACT_PATH",

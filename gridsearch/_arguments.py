@@ -6,22 +6,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import NoReturn
+
+from storage.cli import OneLineParser
 
 __all__ = ["OBJECTIVE_CHOICES", "build_parser"]
 
 OBJECTIVE_CHOICES = ("retrieval", "semantic", "both")
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse, but a bad command line is one ``error:`` line (exit 2), not a usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = Parser(
+    p = OneLineParser(
         prog="python -m gridsearch.run",
         description="Hyperparameter search with Ray Tune + Optuna, tracked in MLflow.",
     )

@@ -3,25 +3,19 @@ a failing filesystem each end in exactly one ``error:`` line on stderr and exit 
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 from collections.abc import Callable
-from typing import NoReturn
 
 from storage._errors import StoreError, one_line, os_reason
+from storage.cli import OneLineParser
 
 __all__ = ["Parser", "run_cli"]
 
 logger = logging.getLogger(__name__)
 
 
-class Parser(argparse.ArgumentParser):
-    """argparse, but a bad command line is one ``error:`` line (exit 2), not a usage block.
-    Sub-commands made by ``add_subparsers`` are of this class too."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {one_line(message)} (see {self.prog} --help)\n")
+Parser = OneLineParser  # the storage commands' name for it
 
 
 def run_cli(body: Callable[[], int]) -> int:
