@@ -12,7 +12,10 @@ the downloaded artifact. Errors are ``CheckpointError`` naming the reference.
 
 from __future__ import annotations
 
+import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from analysis._data import AnalysisError, first_line, open_client, tracking_uri_for
@@ -44,14 +47,15 @@ def _from_uri(uri: str, tracking_uri: str) -> EnsembleWeights:
 
     with tempfile.TemporaryDirectory() as folder:
         try:
-            local = Path(
-                mlflow.artifacts.download_artifacts(
-                    artifact_uri=uri,
-                    dst_path=folder,
-                    tracking_uri=tracking_uri,
-                    registry_uri=tracking_uri,
+            with _mlflow_at(tracking_uri):
+                local = Path(
+                    mlflow.artifacts.download_artifacts(
+                        artifact_uri=uri,
+                        dst_path=folder,
+                        tracking_uri=tracking_uri,
+                        registry_uri=tracking_uri,
+                    )
                 )
-            )
         except (MlflowException, OSError) as err:
             raise CheckpointError(f"model {uri}: cannot be fetched ({first_line(err)})") from None
         found = [local] if local.is_file() else sorted(local.rglob(ENSEMBLE_FILE))
@@ -60,3 +64,27 @@ def _from_uri(uri: str, tracking_uri: str) -> EnsembleWeights:
                 f"model {uri}: expected one {ENSEMBLE_FILE} in it, found {len(found)}"
             )
         return load_ensemble(found[0], what=f"model {uri}: {found[0].name}")
+
+
+@contextmanager
+def _mlflow_at(uri: str) -> Iterator[None]:
+    """MLflow 3.17 looks ``models:/NAME@ALIAS`` up in its process-wide registry whatever
+    ``download_artifacts`` is told (``ModelsArtifactRepository._get_model_uri_infos``):
+    point the process's tracking URI at ``uri`` meanwhile (and keep MLflow's per-file
+    download bar off stderr), then put both back as they were."""
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    # the registry follows the tracking URI unless MLFLOW_REGISTRY_URI names another
+    keys = ("MLFLOW_REGISTRY_URI", "MLFLOW_TRACKING_URI", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
+    saved = {key: os.environ.get(key) for key in keys}
+    os.environ.pop("MLFLOW_REGISTRY_URI", None)
+    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
+    try:
+        with _use_tracking_uri(uri):
+            yield
+    finally:  # putting back an unset URI unsets the variable, which may have been set
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

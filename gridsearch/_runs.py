@@ -20,6 +20,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from gridsearch._artifacts import CURVE_KEYS, write_trial_artifacts
+from gridsearch._lineage import copy_inputs
 from gridsearch._outcome import Outcome
 from gridsearch._store import param_value
 from gridsearch._tags import (
@@ -110,6 +111,7 @@ class TrialRuns:
         values = {**config.to_dict(), **{f"search.{k}": v for k, v in helpers.items()}}
         params = [Param(k, param_value(v)) for k, v in values.items()]
         self.client.log_batch(run.info.run_id, params=params)
+        copy_inputs(self.client, self.parent_run_id, run.info.run_id)  # the search's data
         return str(run.info.run_id)
 
     def reopen(self, trial_id: str, config: Mapping[str, Any]) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from mlflow.entities import Param
 from mlflow.tracking import MlflowClient
 
+from gridsearch._lineage import log_store_input
 from gridsearch._tags import (
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
@@ -129,6 +130,8 @@ def start_parent_run(
         for filename, content in artifacts.items():
             Path(folder, filename).write_text(json.dumps(content, indent=2, default=str))
         client.log_artifacts(run.info.run_id, folder)
+    if "data" in params:  # the feature store, as the run's dataset input (lineage)
+        log_store_input(client, run.info.run_id, str(params["data"]))
     return str(run.info.run_id)
 
 

@@ -1,0 +1,398 @@
+"""The Model Registry at the end of a search, and the data lineage of its runs: a tiny real
+search (``--objective both``) through the real CLI, its best trials registered as pyfunc
+models that embed sentences as ``SentenceEncoder`` does, loaded back by alias, served by
+``mlflow models serve`` over HTTP; and a registry that fails without losing the search."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import io
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+import urllib.request
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+from mlflow.tracking import MlflowClient
+from packaging.requirements import Requirement
+
+from gridsearch._lineage import DIGEST_LENGTH
+from gridsearch.registry import (
+    _tracking_uri,
+    choose,
+    model_name,
+    register_best,
+)
+from gridsearch.run import main
+from gridsearch.summary import TrialOutcome, best_trial, pareto_front
+from storage import FeatureStore
+from trainables import names
+from trainables.checkpoint import ENSEMBLE_FILE
+from trainables.encoder import SentenceEncoder
+
+ROOT = Path(__file__).resolve().parents[2]
+EXPERIMENT = "best"
+SPACE = "lr_bounds"  # trials that differ (a margin sweep's tiny trials tie)
+NAME = model_name(SPACE)
+SMOKE = ["--smoke-test", "--no-dashboard"]
+SENTENCES = ["A small red circle.", "two blue squares next to a green triangle", ""]
+
+
+class Search(NamedTuple):
+    runs_dir: Path
+    uri: str
+    out: str  # what the CLI printed
+
+
+def _run(argv: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = main(argv)
+    return status, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def search(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory) -> Search:
+    runs_dir = tmp_path_factory.mktemp("registry-search")
+    argv = ["--space", SPACE, *SMOKE, "--objective", "both", "--num-samples", "3"]
+    argv += ["--data", str(tiny_world), "--runs-dir", str(runs_dir), "--experiment", EXPERIMENT]
+    status, out = _run(argv)
+    assert status == 0, out
+    assert "3 trials: 3 finished" in out  # every trial a candidate: the summary's best is ours
+    return Search(runs_dir, f"sqlite:///{runs_dir / 'mlflow.db'}", out)
+
+
+def _client(uri: str) -> MlflowClient:
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def _summary_ids(out: str) -> tuple[dict[str, str], list[str]]:
+    """The summary's best trial per objective, and its Pareto front in order."""
+    lines = out.splitlines()
+    best = {
+        f"best-{line.split()[1]}": line.split()[2].rstrip(":")
+        for line in lines
+        if line.startswith("best ")
+    }
+    start = next(i for i, line in enumerate(lines) if line.startswith("Pareto front"))
+    front = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("  "):
+            break
+        front.append(line.split()[0].rstrip(":"))
+    return best, front
+
+
+def _trial_runs(client: MlflowClient) -> dict[str, Any]:
+    found = client.get_experiment_by_name(EXPERIMENT)
+    assert found is not None
+    runs = client.search_runs([found.experiment_id], "tags.`search.role` = 'trial'")
+    return {run.data.tags["tune.trial_id"]: run for run in runs}
+
+
+def _outcomes(client: MlflowClient) -> list[TrialOutcome]:
+    """The trials as the search's end saw them, read back from MLflow."""
+    return [
+        TrialOutcome(trial_id, {}, dict(run.data.metrics), run.data.tags["outcome"])
+        for trial_id, run in _trial_runs(client).items()
+    ]
+
+
+@pytest.mark.slow
+def test_the_aliases_name_the_trials_the_summary_calls_best(search: Search) -> None:
+    client = _client(search.uri)
+    best, front = _summary_ids(search.out)
+    assert set(best) == {"best-retrieval", "best-semantic"} and front
+    aliases = client.get_registered_model(NAME).aliases
+    expected = {**best, **{f"pareto-{k}": t for k, t in enumerate(front, 1)}}
+    assert set(aliases) == set(expected)
+    runs = _trial_runs(client)
+    for alias, trial_id in expected.items():
+        version = client.get_model_version_by_alias(NAME, alias)
+        run = runs[trial_id]
+        assert version.tags["trial_id"] == trial_id and version.run_id == run.info.run_id
+        assert version.tags["experiment"] == EXPERIMENT and version.tags["objective"] == "both"
+        assert alias in version.tags["chosen_as"].split(", ")
+        for key in (names.BEST_RETRIEVAL, names.BEST_SEMANTIC, names.FINISHED):
+            assert float(version.tags[key]) == pytest.approx(run.data.metrics[key], rel=1e-5)
+        # the model is an output of the trial's run, which stays as the search closed it
+        assert version.source.removeprefix("models:/") in {
+            o.model_id for o in run.outputs.model_outputs
+        }
+        assert run.info.status == "FINISHED" and run.data.tags["outcome"] == "finished"
+        epochs = client.get_metric_history(run.info.run_id, "epoch")
+        assert sorted(m.step for m in epochs) == [0, 1, 2]  # each epoch still once
+    # one version per trial: the best on retrieval is also first on the front
+    versions = client.search_model_versions(f"name = '{NAME}'")
+    assert len(versions) == len(set(expected.values()))
+    assert f"registered models:/{NAME}@best-retrieval" in search.out
+
+
+@pytest.mark.slow
+def test_the_registered_model_embeds_as_the_best_trial_did(search: Search, tmp_path: Path) -> None:
+    client = _client(search.uri)
+    uri = f"models:/{NAME}@best-retrieval"
+    with _tracking_uri(search.uri):  # mlflow.pyfunc.load_model reads MLflow's global URI
+        model = mlflow.pyfunc.load_model(uri)
+    from_list = model.predict(SENTENCES)
+    from_frame = model.predict(pd.DataFrame({"sentence": SENTENCES}))
+    assert from_list.dtype == np.float32 and np.array_equal(from_list, from_frame)
+
+    by_alias = SentenceEncoder.load(uri, tracking_uri=search.uri, device="cpu")
+    trial_id = client.get_model_version_by_alias(NAME, "best-retrieval").tags["trial_id"]
+    run = _trial_runs(client)[trial_id]
+    local = client.download_artifacts(run.info.run_id, ENSEMBLE_FILE, str(tmp_path))
+    from_trial = SentenceEncoder.load(local, device="cpu").encode(SENTENCES)
+    assert from_list.shape == (len(SENTENCES), by_alias.embedding_dim)
+    assert np.array_equal(from_list, by_alias.encode(SENTENCES))
+    assert np.array_equal(from_list, from_trial)
+    assert np.array_equal(from_list, model.predict(SENTENCES))  # deterministic
+    with _tracking_uri(search.uri), pytest.raises(ValueError, match="cuda:abc"):
+        mlflow.pyfunc.load_model(uri, model_config={"device": "cuda:abc"})  # reaches the model
+
+    signature = model.metadata.signature
+    assert signature.inputs.input_types() == [mlflow.types.DataType.string]
+    (output,) = signature.outputs.inputs
+    assert output.type == np.float32 and output.shape == (-1, by_alias.embedding_dim)
+    with _tracking_uri(search.uri):  # as load_model: models:/ URIs go by the global URI
+        folder = Path(mlflow.artifacts.download_artifacts(uri, dst_path=str(tmp_path / "model")))
+    assert (folder / "input_example.json").is_file()
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    required = (folder / "requirements.txt").read_text().split()
+    assert sorted(map(_requirement, required)) == sorted(map(_requirement, declared))
+
+
+def _requirement(text: str) -> tuple[str, str]:
+    parsed = Requirement(text)
+    return parsed.name.lower(), str(parsed.specifier)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _post(url: str, body: dict[str, Any]) -> np.ndarray:
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=60) as answer:
+        return np.asarray(json.loads(answer.read())["predictions"], dtype=np.float32)
+
+
+def _wait_for(url: str, server: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        assert server.poll() is None, log.read_text()[-3000:]
+        with contextlib.suppress(OSError), urllib.request.urlopen(url, timeout=5) as answer:
+            if answer.status == 200:
+                return
+        time.sleep(1)
+    raise AssertionError(f"{url} did not answer: {log.read_text()[-3000:]}")
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    """End the server and what it started (its own process group), and check that
+    nothing of it is left."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(server.pid, 0)  # anything left in the group?
+        except ProcessLookupError:
+            return
+        time.sleep(0.5)
+    os.killpg(server.pid, signal.SIGKILL)
+    raise AssertionError("the model server left processes behind")
+
+
+@pytest.mark.slow
+def test_mlflow_models_serve_answers_with_the_same_vectors(search: Search, tmp_path: Path) -> None:
+    port = _free_port()
+    uri = f"models:/{NAME}@best-retrieval"
+    expected = SentenceEncoder.load(uri, tracking_uri=search.uri, device="cpu").encode(SENTENCES)
+    # away from this checkout and without it on the path: the model brings its own code
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["MLFLOW_TRACKING_URI"] = search.uri
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    command = [sys.executable, "-m", "mlflow", "models", "serve", "-m", uri]
+    command += ["--env-manager", "local", "-h", "127.0.0.1", "-p", str(port)]
+    log = tmp_path / "serve.log"
+    with log.open("wb") as sink:
+        server = subprocess.Popen(
+            command, cwd=tmp_path, env=env, stdout=sink, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+    try:
+        _wait_for(f"http://127.0.0.1:{port}/ping", server, log)
+        invocations = f"http://127.0.0.1:{port}/invocations"
+        as_inputs = _post(invocations, {"inputs": SENTENCES})
+        split = {"columns": ["sentence"], "data": [[s] for s in SENTENCES]}
+        as_frame = _post(invocations, {"dataframe_split": split})
+    finally:
+        _stop(server)
+    assert as_inputs.shape == expected.shape
+    np.testing.assert_allclose(as_inputs, expected, rtol=0, atol=1e-6)
+    assert np.array_equal(as_inputs, as_frame)
+
+
+@pytest.mark.slow
+def test_the_parent_and_every_trial_record_the_store_they_read(
+    search: Search, tiny_world: Path
+) -> None:
+    client = _client(search.uri)
+    manifest = FeatureStore.open(tiny_world).manifest
+    sha256 = hashlib.sha256((tiny_world / "manifest.json").read_bytes()).hexdigest()
+    found = client.get_experiment_by_name(EXPERIMENT)
+    assert found is not None
+    (parent,) = client.search_runs([found.experiment_id], "tags.`search.role` = 'search'")
+    assert parent.data.params["data_manifest_sha256"] == sha256
+    counts = {n: {"images": s.images, "captions": s.captions} for n, s in manifest.splits.items()}
+    trials = list(_trial_runs(client).values())
+    assert len(trials) == 3
+    for run, context in [(parent, "search"), *((t, "training") for t in trials)]:
+        (given,) = run.inputs.dataset_inputs
+        dataset = given.dataset
+        assert dataset.digest == sha256[:DIGEST_LENGTH] and dataset.name == tiny_world.name
+        assert dataset.source_type == "local"
+        assert json.loads(dataset.source) == {"uri": str(tiny_world)}
+        profile = json.loads(dataset.profile)
+        assert profile["splits"] == counts and profile["manifest_sha256"] == sha256
+        assert {t.key: t.value for t in given.tags} == {"mlflow.data.context": context}
+
+
+@pytest.mark.slow
+def test_a_search_that_ends_again_points_the_aliases_at_new_versions(
+    search: Search, tmp_path: Path
+) -> None:
+    shutil.copy(search.runs_dir / "mlflow.db", tmp_path / "mlflow.db")  # this test's own copy
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = _client(uri)
+    before = client.get_registered_model(NAME).aliases
+    outcomes = _outcomes(client)
+    lines: list[str] = []
+    again = functools.partial(
+        register_best, tracking_uri=uri, experiment=EXPERIMENT, space=SPACE,
+        objective="both", write=lines.append,
+    )  # fmt: skip
+    versions = again(outcomes)
+    assert set(versions) == set(before)
+    for alias, version in versions.items():
+        assert int(version) > max(map(int, before.values()))
+        moved = client.get_model_version_by_alias(NAME, alias)
+        was = client.get_model_version(NAME, before[alias])
+        assert str(moved.version) == version
+        for key in (names.BEST_RETRIEVAL, names.BEST_SEMANTIC):  # the same choice (or a tie)
+            assert moved.tags[key] == was.tags[key]
+    assert any(line.startswith(f"registered models:/{NAME}@") for line in lines)
+
+    # a front of three, whatever the search found: values given here, trials real
+    ids = sorted(o.trial_id for o in outcomes)
+    front = [_finished(t, 50.0 - 10 * k, 0.1 + 0.1 * k) for k, t in enumerate(ids)]
+    again(front)
+    aliases = client.get_registered_model(NAME).aliases
+    trial_of = {
+        a: client.get_model_version(NAME, str(v)).tags["trial_id"] for a, v in aliases.items()
+    }
+    assert trial_of == {
+        "best-retrieval": ids[0], "best-semantic": ids[2],
+        "pareto-1": ids[0], "pareto-2": ids[1], "pareto-3": ids[2],
+    }  # fmt: skip
+    alone = {"best-retrieval", "best-semantic", "pareto-1"}
+    assert set(again(front[:1])) == alone
+    assert set(client.get_registered_model(NAME).aliases) == alone  # pareto-2, -3: removed
+
+
+def _finished(trial_id: str, r10: float, semantic: float) -> TrialOutcome:
+    metrics = {names.BEST_RETRIEVAL: r10, names.BEST_SEMANTIC: semantic, names.FINISHED: 1.0}
+    return TrialOutcome(trial_id, {}, metrics, "finished")
+
+
+def test_only_finished_trials_are_chosen_as_the_summary_chooses() -> None:
+    def trial(trial_id: str, r10: float, semantic: float, status: str) -> TrialOutcome:
+        metrics = {names.BEST_RETRIEVAL: r10, names.BEST_SEMANTIC: semantic}
+        return TrialOutcome(trial_id, {}, metrics, status)
+
+    outcomes = [
+        trial("a", 50.0, 0.30, "finished"),
+        trial("b", 40.0, 0.50, "finished"),
+        trial("c", 30.0, 0.40, "finished"),  # dominated by b
+        trial("d", 90.0, 0.90, "stopped_early"),  # better than all, but not finished
+        trial("e", 99.0, 0.99, "failed"),
+    ]
+    finished = outcomes[:3]
+    picks = choose(outcomes, "both")
+    assert picks["best-retrieval"] == best_trial(finished, names.BEST_RETRIEVAL) == outcomes[0]
+    assert picks["best-semantic"] == best_trial(finished, names.BEST_SEMANTIC) == outcomes[1]
+    front = [finished[i] for i in pareto_front([(o.retrieval, o.semantic) for o in finished])]
+    assert [picks[f"pareto-{k}"] for k in (1, 2)] == front == [outcomes[0], outcomes[1]]
+    assert set(choose(outcomes, "retrieval")) == {"best-retrieval", "best-semantic"}
+    assert choose(outcomes[3:], "both") == {}
+
+
+def test_a_registry_that_is_away_is_one_warning_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+    away = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    metrics = {names.BEST_RETRIEVAL: 50.0, names.BEST_SEMANTIC: 0.5, names.FINISHED: 45.0}
+    outcomes = [TrialOutcome("a1b2c3d4_00000", {}, metrics, "finished")]
+    lines: list[str] = []
+    started = time.monotonic()
+    found = register_best(
+        outcomes, tracking_uri=away, experiment="e", space="s", objective="retrieval",
+        write=lines.append,
+    )  # fmt: skip
+    assert found == {} and len(lines) == 1, lines
+    assert lines[0].startswith(
+        f"warning: the best models were not registered as 'grounded-s' in {away}"
+    )
+    assert time.monotonic() - started < 60
+    # no finished trial: nothing to register, nothing said
+    assert register_best([], tracking_uri=away, experiment="e", space="s", objective="both",
+                         write=lines.append) == {} and len(lines) == 1  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_failing_registry_leaves_the_search_whole(tiny_world: Path, tmp_path: Path) -> None:
+    # the logged models' folder of the experiment is taken by a file: registering fails
+    blocked = tmp_path / "mlartifacts" / "blocked" / "models"
+    blocked.parent.mkdir(parents=True)
+    blocked.write_text("not a folder")
+    argv = ["--space", "margin_sweep", *SMOKE, "--num-samples", "2", "--scheduler", "fifo"]
+    argv += ["--data", str(tiny_world)]
+    status, out = _run([*argv, "--runs-dir", str(tmp_path), "--experiment", "blocked"])
+    assert status == 0, out
+    warnings = [line for line in out.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "were not registered" in warnings[0], out
+    assert "2 trials: 2 finished" in out and "registered models:/" not in out
+    client = _client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    found = client.get_experiment_by_name("blocked")
+    assert found is not None
+    runs = client.search_runs([found.experiment_id])
+    assert len(runs) == 3 and {r.info.status for r in runs} == {"FINISHED"}
+    assert client.search_model_versions(f"name = '{model_name('margin_sweep')}'") == []
+    for run in runs:  # every trial keeps its ensemble
+        if run.data.tags.get("search.role") == "trial":
+            assert ENSEMBLE_FILE in {a.path for a in client.list_artifacts(run.info.run_id)}
