@@ -86,17 +86,18 @@ def run_search(
     _optuna.quiet()
     space = space or load_space(settings)
     check_experiment_path(settings)
-    if settings.resume:  # nothing left to run, or --num-samples below the recorded number
-        _extend.check_resume(settings)
     prepare_runs_dir(settings)  # a runs directory that takes no files fails first
-    store, senteval, data = load_data(settings, write)  # before Ray: forked workers must not
-    benchmark = load_benchmark(senteval, settings.objective)
     lock = ExperimentLock(
         settings.layout.lock(settings.experiment), f"--experiment {settings.experiment}"
     )
     try:
-        with lock:
+        with lock:  # before the experiment is read: another driver may be writing it
             check_experiment_path(settings)  # again, now that no other driver can start it
+            if settings.resume:  # nothing left to run, or fewer trials than recorded
+                _extend.check_resume(settings)
+            # before Ray: forked workers must not read the store again
+            store, senteval, data = load_data(settings, write)
+            benchmark = load_benchmark(senteval, settings.objective)
             with setup_lock(settings.layout.setup_lock):
                 client = tracking_client(settings)
             inputs = _Inputs(space, client, store, senteval, data, benchmark)

@@ -15,6 +15,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+import gridsearch.driver  # noqa: F401  (imported now: the in-process drivers below start at once)
 from gridsearch.run import main
 
 pytestmark = pytest.mark.slow
@@ -62,7 +63,9 @@ def test_one_driver_per_experiment_and_two_experiments_side_by_side(
     tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str]
 ) -> None:
     runs = str(tmp_path / "runs")  # fresh: the first two drivers set up its stores at once
-    a = Driver(*SEARCH, "--num-samples", "2", "--runs-dir", runs, "--experiment", "a")
+    # a runs long enough (4 trials, one at a time) to still hold its lock while the two
+    # refused drivers below start in this process
+    a = Driver(*SEARCH, "--num-samples", "4", "--runs-dir", runs, "--experiment", "a")
     b = Driver(*SEARCH, "--num-samples", "1", "--runs-dir", runs, "--experiment", "b")
     a.wait_for("epoch 1/2")
     assert main([*SEARCH, "--runs-dir", runs, "--experiment", "a"]) == 2  # a new one
@@ -72,11 +75,11 @@ def test_one_driver_per_experiment_and_two_experiments_side_by_side(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --experiment a is being run by")
     assert f"pid {a.process.pid}" in err[0] and "since" in err[0]
-    for driver, trials in ((a, 2), (b, 1)):
+    for driver, trials in ((a, 4), (b, 1)):
         code, out = driver.finish()
         assert code == 0, out
         assert f"{trials} trials: {trials} finished" in out
-    assert len(_trial_runs(mlflow_runs, Path(runs), "a")) == 2
+    assert len(_trial_runs(mlflow_runs, Path(runs), "a")) == 4
     assert len(_trial_runs(mlflow_runs, Path(runs), "b")) == 1
     assert not list((Path(runs) / "locks").glob("*.lock"))  # every lock released
 
