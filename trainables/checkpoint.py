@@ -11,8 +11,15 @@ key                   value
 ====================  ==================================================================
 ``format``            ``"grounded-training-state"`` or ``"grounded-ensemble"``
 ``schema_version``    ``SCHEMA_VERSION`` (files written before it existed read as 0)
-``config``            ``dataclasses.asdict(TrainConfig)``: every field, flat
-``alphabet``          the characters of the model's input (``trainables.model.ALPHABET``)
+``config``            ``dataclasses.asdict(TrainConfig)``: every field, flat (its
+                      ``encoder`` names the family; files of versions 0 and 1 have none:
+                      character models)
+``alphabet``          the characters of a character model's input
+                      (``trainables.model.ALPHABET``); ``""`` for a word model
+``vocabulary``        (version 2) a word model's input, ``WordVocabulary.to_state()``:
+                      ``{"kind": "words", "pattern", "lowercase", "words" (index 2 on),
+                      "min_count", "max_size"}``; None for a character model (versions 0
+                      and 1 have no such key: character models)
 ``snapshots``         ``[{"epoch", "score", "state"}]``: a model's ``state_dict`` per kept
                       snapshot, ``score`` its dev R@10 mean (NaN when not a snapshot)
 training state only   ``model``, ``optimizer`` (state dicts), ``epoch``, ``step`` (trained
@@ -42,7 +49,9 @@ from typing import Any
 import torch
 
 from trainables.config import TrainConfig
+from trainables.families import tokenizer_from_entries
 from trainables.model import ALPHABET, GroundedEncoder
+from trainables.vocabulary import Tokenizer
 
 __all__ = [
     "ENSEMBLE_FILE",
@@ -58,7 +67,7 @@ __all__ = [
     "training_state_header",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: word models (the ``vocabulary`` key); 1: the format field
 TRAINING_STATE = "grounded-training-state"
 ENSEMBLE = "grounded-ensemble"
 TRAINER_FILE = "trainer.pt"  # a Tune checkpoint directory's training state
@@ -142,29 +151,30 @@ class EnsembleWeights:
     """An ensemble file in memory: the snapshots' weights and what rebuilds them."""
 
     config: TrainConfig
-    alphabet: str
+    alphabet: str  # a character model's input ("" for a word model)
     snapshots: list[dict[str, Any]]  # {"epoch", "score", "state"}, best first
     weights: str = "snapshots"  # "snapshots" or "final model" (see the module docstring)
+    vocabulary: dict[str, Any] | None = None  # a word model's input (WordVocabulary state)
 
     @classmethod
     def from_training_state(cls, state: Mapping[str, Any]) -> EnsembleWeights:
         """The ensemble a run's test metrics came from: its kept snapshots, or the final
         model when it took none (``Trainer.ensemble_metrics``)."""
         config = TrainConfig.from_dict(state["config"])
-        alphabet = str(state.get("alphabet", ALPHABET))
+        alphabet, vocabulary = str(state.get("alphabet", ALPHABET)), state.get("vocabulary")
         if state["snapshots"]:
-            return cls(config, alphabet, list(state["snapshots"]))
+            return cls(config, alphabet, list(state["snapshots"]), vocabulary=vocabulary)
         final = {"epoch": int(state["epoch"]), "score": math.nan, "state": state["model"]}
-        return cls(config, alphabet, [final], weights="final model")
+        return cls(config, alphabet, [final], weights="final model", vocabulary=vocabulary)
 
     @classmethod
     def last_evaluated(cls, state: Mapping[str, Any]) -> EnsembleWeights:
         """A run that ended before its last epoch (stopped early, failed): the model of
         the last epoch it evaluated, marked ``"last evaluated model"``."""
         config = TrainConfig.from_dict(state["config"])
-        alphabet = str(state.get("alphabet", ALPHABET))
+        alphabet, vocabulary = str(state.get("alphabet", ALPHABET)), state.get("vocabulary")
         last = {"epoch": int(state["epoch"]), "score": math.nan, "state": state["model"]}
-        return cls(config, alphabet, [last], weights=LAST_EVALUATED)
+        return cls(config, alphabet, [last], weights=LAST_EVALUATED, vocabulary=vocabulary)
 
     @property
     def complete(self) -> bool:
@@ -186,6 +196,7 @@ class EnsembleWeights:
             "schema_version": SCHEMA_VERSION,
             "config": self.config.to_dict(),
             "alphabet": self.alphabet,
+            "vocabulary": self.vocabulary,
             "snapshots": self.snapshots,
             "weights": self.weights,
         }
@@ -194,11 +205,22 @@ class EnsembleWeights:
         Path(path).write_bytes(to_bytes(self.to_dict()))
         return Path(path)
 
+    def tokenizer(self) -> Tokenizer:
+        """The models' input: ``CharEncoding`` of the alphabet, or the word vocabulary;
+        ``CheckpointError`` when the file lacks what its family needs."""
+        try:
+            return tokenizer_from_entries(
+                self.config, {"alphabet": self.alphabet, "vocabulary": self.vocabulary}
+            )
+        except ValueError as err:
+            raise CheckpointError(str(err)) from None
+
     def models(self, device: str | torch.device = "cpu") -> list[GroundedEncoder]:
-        """One evaluation-mode model per snapshot, on ``device``."""
+        """One evaluation-mode model per snapshot, on ``device``, sharing one tokenizer."""
         built = []
+        tokenizer = self.tokenizer()
         for snapshot in self.snapshots:
-            model = GroundedEncoder(self.config, self.feature_dim)
+            model = GroundedEncoder(self.config, self.feature_dim, tokenizer)
             model.load_state_dict(snapshot["state"])
             built.append(model.to(device).eval())
         return built
@@ -214,9 +236,15 @@ def load_ensemble(data: bytes | str | os.PathLike[str], what: str = "") -> Ensem
         config = TrainConfig.from_dict(state["config"])
     except ValueError as err:
         raise CheckpointError(f"{what}: its config is not a TrainConfig ({err})") from None
-    return EnsembleWeights(
+    weights = EnsembleWeights(
         config,
         str(state["alphabet"]),
         list(state["snapshots"]),
         str(state.get("weights", "snapshots")),
+        vocabulary=state.get("vocabulary"),
     )
+    try:
+        weights.tokenizer()  # the input its family needs is there
+    except CheckpointError as err:
+        raise CheckpointError(f"{what}: {err}") from None
+    return weights

@@ -4,7 +4,9 @@ Each field's comment says what it is; the defaults are the paper's Flickr8k sett
 (SPEC sections 1-3). ``TrainConfig.from_dict`` is the single boundary where a flat dict
 (Tune's ``config``, a CLI, a JSON file) becomes a config: it rejects unknown keys and
 invalid values, naming the key, the value and what is allowed (a ``ConfigError``, whose
-``field`` a CLI turns into its option's name).
+``field`` a CLI turns into its option's name). ``encoder`` picks the caption encoder
+family; a field that only some families have (``APPLIES_TO``) must keep its default for
+the others, and is refused naming both ("pooling: does not apply to encoder word_bow").
 """
 
 from __future__ import annotations
@@ -19,22 +21,33 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "APPLIES_TO",
+    "BOW_POOLINGS",
     "CHOICES",
     "DEVICE_FORMS",
+    "ENCODERS",
     "INT_LIMIT",
     "LOSSES",
     "NEGATIVES",
     "POOLINGS",
     "PRECISIONS",
     "REDUCTIONS",
+    "RNN_ENCODERS",
     "RNN_TYPES",
     "STSB_ENCODINGS",
+    "WORD_ENCODERS",
+    "WORD_VECTORS_UPDATES",
     "ConfigError",
     "TrainConfig",
     "check_device",
 ]
 
 
+# the caption encoder families (README "Encoder families"): the paper's character model,
+# the authors' word-level model (their flickr_words scripts), VETE's bag of words
+ENCODERS = ("char_rnn", "word_rnn", "word_bow")
+RNN_ENCODERS = ("char_rnn", "word_rnn")
+WORD_ENCODERS = ("word_rnn", "word_bow")
 RNN_TYPES = ("gru", "lstm")
 POOLINGS = ("attention", "max")
 LOSSES = ("hinge", "pearson")
@@ -42,8 +55,11 @@ REDUCTIONS = ("sum", "mean")
 NEGATIVES = ("all", "hardest")
 PRECISIONS = ("fp32", "bf16")
 STSB_ENCODINGS = ("senteval", "rescaled")
+BOW_POOLINGS = ("sum", "mean")
+WORD_VECTORS_UPDATES = ("learned", "frozen_map")
 # what each field of fixed choices takes (the help of a CLI lists them)
 CHOICES = {
+    "encoder": ENCODERS,
     "rnn_type": RNN_TYPES,
     "pooling": POOLINGS,
     "loss": LOSSES,
@@ -51,6 +67,25 @@ CHOICES = {
     "negatives": NEGATIVES,
     "precision": PRECISIONS,
     "stsb_encoding": STSB_ENCODINGS,
+    "bow_pooling": BOW_POOLINGS,
+    "word_vectors_update": WORD_VECTORS_UPDATES,
+}
+# the fields that only some encoder families have; set to anything but its default for
+# another family, a field is refused, naming both (``TrainConfig.from_dict``)
+APPLIES_TO: dict[str, tuple[str, ...]] = {
+    "hidden_size": RNN_ENCODERS,
+    "rnn_type": RNN_ENCODERS,
+    "pooling": RNN_ENCODERS,
+    "attention_hidden": RNN_ENCODERS,
+    "attention_heads": RNN_ENCODERS,
+    "attention_penalty": RNN_ENCODERS,
+    "char_embedding_dim": ("char_rnn",),
+    "word_embedding_dim": WORD_ENCODERS,
+    "vocab_min_count": WORD_ENCODERS,
+    "vocab_max_size": WORD_ENCODERS,
+    "word_vectors": WORD_ENCODERS,
+    "word_vectors_update": WORD_ENCODERS,
+    "bow_pooling": ("word_bow",),
 }
 DEVICE_FORMS = "auto, cpu, cuda or cuda:N (N from 0 to 127)"
 # every integer field is below 2**63, what a 64-bit signed integer holds: torch keeps
@@ -77,12 +112,34 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class TrainConfig:
-    # -- model (SPEC section 1) --
+    # -- model (SPEC section 1; the other families: README "Encoder families") --
     hidden_size: int = 1024  # n: RNN units per direction; both embeddings have 2n dimensions
     rnn_type: str = "gru"  # "gru" or "lstm"
     pooling: str = "attention"  # "attention" (vectorial, masked) or "max" (masked)
     char_embedding_dim: int = 20  # size of the learned character embedding
-    attention_hidden: int = 128  # hidden units of the vectorial attention
+    attention_hidden: int = 128  # hidden units of the vectorial attention (of each head)
+    # the caption encoder: "char_rnn" (the paper's), "word_rnn" (the same over words),
+    # "word_bow" (VETE: the normalised sum of word embeddings)
+    encoder: str = "char_rnn"
+    # attention heads, concatenated (the embeddings have 2n x heads dimensions); 1 = the paper
+    attention_heads: int = 1
+    # weight of the authors' attention diversity penalty in the loss (0 = off; > 1 head)
+    attention_penalty: float = 0.0
+    # word families: the size of a word embedding (word_bow: also both embeddings' size;
+    # the authors' word GRU used 300, VETE 128)
+    word_embedding_dim: int = 300
+    # word families: the vocabulary, built from the training captions only (words seen at
+    # least this often; 5 as the authors' dictionaries), at most vocab_max_size words
+    # (0 = no cap); every other word is the unknown word
+    vocab_min_count: int = 5
+    vocab_max_size: int = 0
+    # word families: a local GloVe-format text file initialising the embeddings of the
+    # words it has ("" = every embedding learned from scratch); never downloaded
+    word_vectors: str = ""
+    # "learned": the embeddings train; "frozen_map": the vectors stay fixed and a learned
+    # linear map follows them (GroundSent); needs word_vectors
+    word_vectors_update: str = "learned"
+    bow_pooling: str = "sum"  # word_bow: "sum" or "mean" of the word embeddings, then L2
     # -- loss (SPEC section 2) --
     loss: str = "hinge"  # "hinge" (bidirectional, in-batch negatives) or "pearson" (VETE)
     margin: float = 0.2  # hinge margin alpha; the paper's best is 0.2 (stable 0.15-0.25)
@@ -124,16 +181,19 @@ class TrainConfig:
             "hidden_size",
             "char_embedding_dim",
             "attention_hidden",
+            "attention_heads",
+            "word_embedding_dim",
+            "vocab_min_count",
             "cycle_epochs",
             "batch_size",
             "snapshot_interval",
             "ensemble_size",
         ):
             _check_int(name, getattr(self, name), low=1)
-        for name in ("epochs", "semantic_every", "eval_batch_size", "seed"):
+        for name in ("epochs", "semantic_every", "eval_batch_size", "seed", "vocab_max_size"):
             _check_int(name, getattr(self, name), low=0)
         _check_int("threads", self.threads, low=0, high=MAX_THREADS)
-        for name in ("margin", "clip_image", "clip_caption"):
+        for name in ("margin", "clip_image", "clip_caption", "attention_penalty"):
             _check_float(name, getattr(self, name), low=0.0)
         for name in ("lr_min", "lr_max"):
             _check_float(name, getattr(self, name), low=0.0, open_low=True)
@@ -150,11 +210,15 @@ class TrainConfig:
                 "second pair)",
             )
         check_device(self.device)
+        _check_applies(self)
 
     @property
     def embedding_dim(self) -> int:
-        """Both encoders' output size: 2n."""
-        return 2 * self.hidden_size
+        """Both encoders' output size: 2n per attention head for the RNN families, the
+        word embedding size for word_bow."""
+        if self.encoder == "word_bow":
+            return self.word_embedding_dim
+        return 2 * self.hidden_size * self.attention_heads
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -181,6 +245,39 @@ class TrainConfig:
 
 
 _KINDS: dict[str, type] = typing.get_type_hints(TrainConfig)
+_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+
+
+def _check_applies(config: TrainConfig) -> None:
+    """A field that the config's encoder family (or its pooling, or its single attention
+    head) does not have must keep its default: a search that sets it would otherwise
+    seem to compare values that change nothing."""
+    for name, families in APPLIES_TO.items():
+        if config.encoder not in families and getattr(config, name) != _DEFAULTS[name]:
+            raise ConfigError(
+                name,
+                f"does not apply to encoder {config.encoder} (only to {', '.join(families)}); "
+                f"leave it at its default {_DEFAULTS[name]!r}",
+            )
+    if config.pooling == "max":
+        for name in ("attention_heads", "attention_penalty"):
+            if getattr(config, name) != _DEFAULTS[name]:
+                raise ConfigError(name, "does not apply to pooling max (only to attention)")
+    if config.attention_penalty > 0 and config.attention_heads == 1:
+        raise ConfigError(
+            "attention_penalty",
+            f"got {config.attention_penalty}, but it does not apply to attention_heads 1 "
+            "(the penalty keeps two or more heads apart)",
+        )
+    if config.word_vectors != config.word_vectors.strip() or "\n" in config.word_vectors:
+        raise ConfigError(
+            "word_vectors", f"got {config.word_vectors!r}, expected a file path or '' (none)"
+        )
+    if config.word_vectors_update == "frozen_map" and not config.word_vectors:
+        raise ConfigError(
+            "word_vectors_update",
+            "frozen_map keeps pretrained vectors fixed: set word_vectors (a GloVe-format file)",
+        )
 
 
 def check_device(name: object) -> str:

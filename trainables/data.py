@@ -1,8 +1,10 @@
 """Training data in memory, and the paper's batching (SPEC section 3).
 
 ``TrainingData`` holds every split as plain numpy arrays (features, captions encoded as
-padded uint8 character indices, lengths), so it is read from the store once, shared
-through Ray's object store without copies, and moved to the GPU once per trial.
+padded uint8 character indices, lengths, and the caption strings), so it is read from
+the store once, shared through Ray's object store without copies, and moved to the GPU
+once per trial. A word-level trial encodes the captions again with its own vocabulary
+(``EncodedSplit.encoded_with``), built from the training captions.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 
 from storage import CAPTIONS_PER_IMAGE, FeatureStore, SplitData
 from trainables.model import CharEncoding
+from trainables.vocabulary import Tokenizer
 
 __all__ = [
     "EncodedSplit",
@@ -32,26 +35,48 @@ class EncodedSplit:
     """One split; caption ``j`` belongs to image ``j // 5``."""
 
     features: np.ndarray  # (N, D) float32
-    chars: np.ndarray  # (5N, T) uint8 character indices, 0 = padding
+    # (5N, T) token indices, 0 = padding: uint8 characters (TrainingData.from_store), or
+    # words (uint8 up to 256 indices, else int32)
+    tokens: np.ndarray
     lengths: np.ndarray  # (5N,) int64
-    captions: np.ndarray  # (5N,) object: the caption strings, for inspection and reports
+    captions: np.ndarray  # (5N,) object: the caption strings, encoded again by word models
     image_ids: np.ndarray  # (N,) object
 
     @property
     def num_images(self) -> int:
         return len(self.features)
 
+    @property
+    def chars(self) -> np.ndarray:
+        """``tokens`` (their name when every model read characters)."""
+        return self.tokens
+
     @classmethod
-    def from_split(cls, split: SplitData, encoding: CharEncoding) -> EncodedSplit:
+    def from_split(cls, split: SplitData, encoding: Tokenizer) -> EncodedSplit:
         captions = split.captions.reshape(-1)
-        chars, lengths = encoding.encode(list(captions))
+        tokens, lengths = encoding.encode(list(captions))
         return cls(
             np.ascontiguousarray(split.features, dtype=np.float32),
-            chars,
+            _compact(tokens, encoding.size),
             lengths,
             captions,
             split.image_ids,
         )
+
+    def encoded_with(self, tokenizer: Tokenizer) -> EncodedSplit:
+        """The same split, its captions encoded by ``tokenizer`` (the arrays of
+        features, captions and image ids are shared, not copied)."""
+        tokens, lengths = tokenizer.encode(list(self.captions))
+        return EncodedSplit(
+            self.features, _compact(tokens, tokenizer.size), lengths, self.captions, self.image_ids
+        )
+
+
+def _compact(tokens: np.ndarray, size: int) -> np.ndarray:
+    """Indices in the smallest type that holds ``size`` of them (the GPU copy of a
+    split's captions stays small; a batch is made int64 when it is used)."""
+    dtype = np.uint8 if size <= 256 else np.int32
+    return tokens if tokens.dtype == dtype else tokens.astype(dtype)
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,8 +9,12 @@ batch holds little padding) and returned in their original order; nothing here d
 how the sentences were batched, beyond floating-point rounding.
 
     images = embed_images(models, features)                # (N, 2n)
-    captions = embed_captions(models, chars, lengths)      # (5N, 2n)
+    captions = embed_captions(models, tokens, lengths)     # (5N, 2n)
     sentences = embed_sentences(models, ["A red circle."])  # (1, 2n)
+
+Sentences are encoded by the models' own input (``caption_encoder.tokenizer``: the
+alphabet of a character model, the vocabulary of a word model); every model of an
+ensemble shares it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections.abc import Sequence
 import torch
 
 from trainables.model import CharEncoding, GroundedEncoder
+from trainables.vocabulary import Tokenizer
 
 __all__ = ["default_batch_size", "embed_captions", "embed_images", "embed_sentences"]
 
@@ -56,15 +61,15 @@ def embed_images(models: Sequence[GroundedEncoder], features: torch.Tensor) -> t
 @torch.inference_mode()
 def embed_captions(
     models: Sequence[GroundedEncoder],
-    chars: torch.Tensor,
+    tokens: torch.Tensor,
     lengths: torch.Tensor,
     *,
     batch_size: int = 0,
     precision: str = "fp32",
 ) -> torch.Tensor:
-    """``(B, 2n)`` embeddings of encoded captions (``chars`` (B, T) character indices on
-    any device, ``lengths`` (B,) on the CPU), summed over ``models``; ``batch_size`` 0 =
-    ``default_batch_size``; ``precision`` "bf16" runs under autocast."""
+    """``(B, 2n)`` embeddings of encoded captions (``tokens`` (B, T) indices, characters
+    or words, on any device, ``lengths`` (B,) on the CPU), summed over ``models``;
+    ``batch_size`` 0 = ``default_batch_size``; ``precision`` "bf16" runs under autocast."""
     device = _device(models)
     size = batch_size or default_batch_size(device)
     order = torch.argsort(lengths, descending=True)
@@ -72,7 +77,7 @@ def embed_captions(
     for start in range(0, len(order), size):
         rows = order[start : start + size]
         width = int(lengths[rows[0]])
-        batch = chars[rows.to(chars.device), :width].to(device).long()
+        batch = tokens[rows.to(tokens.device), :width].to(device).long()
         on_device = rows.to(device)
         for model in models:
             with _autocast(device, precision):
@@ -87,15 +92,16 @@ def embed_sentences(
     *,
     batch_size: int = 0,
     precision: str = "fp32",
-    encoding: CharEncoding | None = None,
+    encoding: Tokenizer | None = None,
 ) -> torch.Tensor:
-    """``(len(sentences), 2n)`` embeddings of raw sentences, characters encoded with
-    ``encoding`` (default: the models' alphabet; unknown characters are counted there)."""
-    encoding = encoding or CharEncoding(models[0].caption_encoder.alphabet)
-    chars, lengths = encoding.encode(list(sentences))
+    """``(len(sentences), 2n)`` embeddings of raw sentences, encoded with ``encoding``
+    (default: the models' own tokenizer; unknown symbols are counted there)."""
+    if encoding is None:
+        encoding = models[0].caption_encoder.tokenizer if models else CharEncoding()
+    tokens, lengths = encoding.encode(list(sentences))
     return embed_captions(
         models,
-        torch.from_numpy(chars),
+        torch.from_numpy(tokens),
         torch.from_numpy(lengths),
         batch_size=batch_size,
         precision=precision,

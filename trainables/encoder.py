@@ -21,6 +21,11 @@ imports neither Ray nor MLflow. A stopped-early or failed trial's file holds its
 evaluated model (``encoder.complete`` is False). Embeddings are the sum over the
 ensemble's snapshots, as the training code computes them, then L2-normalised unless
 ``normalize=False``; float32 numpy arrays, batched by length, the same on every call.
+
+Every encoder family (``TrainConfig.encoder``) works the same way: raw text is encoded
+with the model's own input, kept in its file (``encoder.encoding``): the characters of a
+character model, or the vocabulary and tokenisation of a word model
+(``trainables.vocabulary``: words it never saw in training are its unknown word).
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ from trainables.checkpoint import (
 )
 from trainables.device import resolve_device
 from trainables.embedding import embed_images, embed_sentences
-from trainables.model import CharEncoding
+from trainables.vocabulary import Tokenizer
 
 __all__ = ["Progress", "SentenceEncoder"]
 
@@ -60,7 +65,8 @@ class SentenceEncoder:
         self.device = resolve_device(device)
         self.batch_size = batch_size  # sentences at once; 0 = by device
         self.models = weights.models(self.device)
-        self.encoding = CharEncoding(weights.alphabet)
+        # the models' own input: the alphabet, or a word model's vocabulary and tokenisation
+        self.encoding: Tokenizer = self.models[0].caption_encoder.tokenizer
 
     @classmethod
     def load(
@@ -188,4 +194,9 @@ def _from_file(path: Path) -> EnsembleWeights:
         if "grounded-training-state" not in str(not_ensemble):
             raise
     state = from_bytes(path, "grounded-training-state", what=str(path))
-    return EnsembleWeights.from_training_state(state)
+    try:
+        weights = EnsembleWeights.from_training_state(state)
+        weights.tokenizer()  # the input its family needs is there
+    except ValueError as err:
+        raise CheckpointError(f"{path}: {err}") from None
+    return weights

@@ -23,14 +23,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainables import checkpoint, names
+from trainables import checkpoint, families, names
 from trainables.config import TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches
 from trainables.device import resolve_device
 from trainables.embedding import embed_captions, embed_images, embed_sentences
 from trainables.loss import make_loss
 from trainables.metrics import retrieval_metrics
-from trainables.model import CharEncoding, GroundedEncoder
+from trainables.model import GroundedEncoder
 from trainables.schedule import cyclic_cosine_lr
 from trainables.semantic import (
     DevSemanticEvaluator,
@@ -38,6 +38,8 @@ from trainables.semantic import (
     SemanticEvaluation,
     SemanticEvaluator,
 )
+from trainables.vocabulary import UNKNOWN_INDEX, Tokenizer
+from trainables.word_vectors import PretrainedVectors
 
 __all__ = [
     "NonFiniteLossError",
@@ -89,13 +91,19 @@ class Snapshot:
 
 
 class _DeviceSplit:
-    """A split's tensors on the training device (captions as uint8 to save memory)."""
+    """A split's tensors on the training device (captions in the smallest integer type
+    that holds their indices, to save memory)."""
 
     def __init__(self, split: EncodedSplit, device: torch.device) -> None:
         self.features = torch.from_numpy(split.features).to(device)
-        self.chars = torch.from_numpy(split.chars).to(device)
+        self.tokens = torch.from_numpy(split.tokens).to(device)
         self.lengths = torch.from_numpy(split.lengths)  # stays on the CPU for packing
         self.num_images = split.num_images
+
+    @property
+    def chars(self) -> torch.Tensor:
+        """``tokens`` (their name when every model read characters)."""
+        return self.tokens
 
 
 class Trainer:
@@ -111,21 +119,41 @@ class Trainer:
                 f"batch_size: got {config.batch_size}, but the training split has "
                 f"only {data.train.num_images} images"
             )
+        # the model's input: the alphabet, or the vocabulary of the training captions
+        self.tokenizer: Tokenizer = families.build_tokenizer(config, data.train.captions)
+        pretrained = families.load_pretrained(config, self.tokenizer)
         torch.manual_seed(config.seed)
-        self.model = GroundedEncoder(config, data.feature_dim).to(self.device)
+        self.model = self._new_model(data.feature_dim, pretrained)
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr_min)
         self.loss_fn = make_loss(config)
         self.semantic = semantic
-        self.train_split = _DeviceSplit(data.train, self.device)
-        self.val_split = _DeviceSplit(data.val, self.device)
-        self.test_split = _DeviceSplit(data.test, self.device)
+        self._data = data
+        self._place_splits()
         self.steps_per_epoch = 5 * (data.train.num_images // config.batch_size)
         self.cycle = self.steps_per_epoch * config.cycle_epochs
         self.epoch = 0  # epochs trained so far
         self.step = 0  # minibatches trained so far
         self.history: list[dict[str, float]] = []  # the metrics reported after each epoch
         self.snapshots: list[Snapshot] = []  # the best `ensemble_size` snapshots so far
-        self._encoding = CharEncoding()
+        self._penalties: torch.Tensor | None = None  # the last epoch's attention penalties
+
+    def _new_model(
+        self, feature_dim: int, pretrained: PretrainedVectors | None = None
+    ) -> GroundedEncoder:
+        model = GroundedEncoder(self.config, feature_dim, self.tokenizer, pretrained)
+        return model.to(self.device)
+
+    def _place_splits(self) -> None:
+        """The three splits on the device, encoded for the model: as the data hold them
+        (characters), or again with the word vocabulary."""
+        splits: tuple[EncodedSplit, ...] = (self._data.train, self._data.val, self._data.test)
+        if self.config.encoder != "char_rnn":
+            splits = tuple(split.encoded_with(self.tokenizer) for split in splits)
+            unknown = [int((split.tokens == UNKNOWN_INDEX).sum()) for split in splits[1:]]
+            logger.info("dev and test captions: %d and %d unknown words", *unknown)
+        self.train_split, self.val_split, self.test_split = (
+            _DeviceSplit(split, self.device) for split in splits
+        )
 
     # -- the loop --------------------------------------------------------------
 
@@ -153,9 +181,13 @@ class Trainer:
         losses = self.train_batches(plan)
         self.epoch += 1
         self._check_finite(losses.cpu().numpy())
+        metrics = {names.LOSS: float(losses.mean())}
+        if self._penalties is not None:
+            self._check_finite(self._penalties.cpu().numpy(), "attention penalty")
+            metrics[names.ATTENTION_PENALTY] = float(self._penalties.mean())
         seconds = time.perf_counter() - started
         return {
-            names.LOSS: float(losses.mean()),
+            **metrics,
             names.LEARNING_RATE: self.optimizer.param_groups[0]["lr"],
             names.TRAIN_SECONDS: seconds,
             names.CAPTIONS_PER_S: len(plan) * cfg.batch_size / max(seconds, 1e-9),
@@ -165,27 +197,42 @@ class Trainer:
         """One optimiser step per row of ``plan`` (caption rows of the training split,
         ``(steps, batch_size)``, as ``epoch_batches`` makes them); the losses, still on
         the device. ``train_one_epoch`` runs an epoch's plan through it; benchmarks time
-        a few steps of the same code path with it."""
+        a few steps of the same code path with it. With ``attention_penalty`` > 0 the
+        step minimises the loss plus that weight times the attention diversity penalty,
+        whose values stay in ``_penalties``; the losses returned are the loss alone."""
         cfg, split = self.config, self.train_split
         rows_on_device = torch.from_numpy(plan).to(self.device)
         widths = split.lengths[torch.from_numpy(plan)].amax(dim=1).tolist()
         losses = torch.empty(len(plan), device=self.device)
+        penalised = cfg.attention_penalty > 0
+        penalties = torch.empty(len(plan), device=self.device) if penalised else None
         self.model.train()
         for i in range(len(plan)):
             for group in self.optimizer.param_groups:
                 group["lr"] = cyclic_cosine_lr(self.step, self.cycle, cfg.lr_min, cfg.lr_max)
             rows = rows_on_device[i]
-            chars = split.chars[rows, : widths[i]].long()
+            tokens = split.tokens[rows, : widths[i]].long()
             lengths = split.lengths[torch.from_numpy(plan[i])]
+            features = split.features[rows // 5]
             with self._autocast():
-                images, captions = self.model(split.features[rows // 5], chars, lengths)
+                if penalties is not None:
+                    images, captions, penalty = self.model.forward_with_penalty(
+                        features, tokens, lengths
+                    )
+                else:
+                    images, captions = self.model(features, tokens, lengths)
             loss = self.loss_fn(images.float(), captions.float())
+            objective = loss
+            if penalties is not None:
+                objective = loss + cfg.attention_penalty * penalty.float()
+                penalties[i] = penalty.detach()
             self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            objective.backward()
             self._clip_gradients()
             self.optimizer.step()
             losses[i] = loss.detach()
             self.step += 1
+        self._penalties = penalties
         return losses
 
     def _clip_gradients(self) -> None:
@@ -196,13 +243,13 @@ class Trainer:
             if limit > 0:
                 torch.nn.utils.clip_grad_norm_(module.parameters(), limit, foreach=True)
 
-    def _check_finite(self, losses: np.ndarray) -> None:
+    def _check_finite(self, losses: np.ndarray, what: str = "loss") -> None:
         bad = np.flatnonzero(~np.isfinite(losses))
         if len(bad):
             first = int(bad[0])
             step_in_run = self.step - len(losses) + first
             raise NonFiniteLossError(
-                f"the loss became {losses[first]} at epoch {self.epoch}, step {first + 1} of "
+                f"the {what} became {losses[first]} at epoch {self.epoch}, step {first + 1} of "
                 f"{len(losses)} (minibatch {step_in_run + 1} of the run); lower lr_max "
                 f"(now {self.config.lr_max}) or enable gradient clipping"
             )
@@ -286,7 +333,7 @@ class Trainer:
         return metrics
 
     def _model_from(self, state: dict[str, torch.Tensor]) -> GroundedEncoder:
-        model = GroundedEncoder(self.config, self.train_split.features.shape[1]).to(self.device)
+        model = self._new_model(self._data.feature_dim)
         model.load_state_dict(state)
         return model
 
@@ -297,7 +344,7 @@ class Trainer:
         images = embed_images(models, split.features)
         captions = embed_captions(
             models,
-            split.chars,
+            split.tokens,
             split.lengths,
             batch_size=self.config.eval_batch_size,
             precision=self.config.precision,
@@ -313,7 +360,7 @@ class Trainer:
                 sentences,
                 batch_size=self.config.eval_batch_size,
                 precision=self.config.precision,
-                encoding=self._encoding,
+                encoding=self.tokenizer,
             )
 
         return embed
@@ -338,11 +385,23 @@ class Trainer:
                 "torch": torch.get_rng_state(),
                 "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
             },
-            "alphabet": self.model.caption_encoder.alphabet,
+            **families.tokenizer_entries(self.tokenizer),
         }
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        check_resumable(state["config"], self.config)
+    def load_state_dict(self, state: dict[str, Any], what: str = "") -> None:
+        """Continue from ``state_dict()``'s dictionary. A word model continues with the
+        vocabulary it was trained with (saved in ``state``), whatever the data's."""
+        what = what or "the checkpoint"
+        check_resumable(state["config"], self.config, what)
+        try:
+            saved = families.tokenizer_from_entries(self.config, state)
+        except ValueError as err:
+            raise checkpoint.CheckpointError(f"{what}: {err}") from None
+        if families.tokenizer_entries(saved) != families.tokenizer_entries(self.tokenizer):
+            self.tokenizer = saved  # the weights and the optimiser follow from state
+            self.model = self._new_model(self._data.feature_dim)
+            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.lr_min)
+            self._place_splits()
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.epoch, self.step = int(state["epoch"]), int(state["step"])
@@ -360,4 +419,4 @@ class Trainer:
         a file that is not one, or of another config, is a ``CheckpointError`` naming
         ``what`` (default: the file)."""
         what = what or (os.fspath(data) if not isinstance(data, bytes) else "checkpoint")
-        self.load_state_dict(checkpoint.load_training_state(data, self.device, what))
+        self.load_state_dict(checkpoint.load_training_state(data, self.device, what), what)

@@ -1,9 +1,14 @@
-"""The visually grounded sentence encoder of Merkx & Frank (2019), SPEC section 1.
+"""The visually grounded sentence encoder of Merkx & Frank (2019), SPEC section 1, and
+the other caption encoder families of ``TrainConfig.encoder`` (README "Encoder families").
 
-Caption encoder: characters -> 20-d embedding -> one bidirectional GRU/LSTM layer
-(n units per direction) -> vectorial attention or max pooling, both masked over the
-padding -> L2 normalisation. Image encoder: one linear layer from the CNN feature to 2n
--> L2 normalisation. Variable-length batches run as packed sequences (cuDNN on GPU).
+Caption encoder (``char_rnn``, the paper's): characters -> 20-d embedding -> one
+bidirectional GRU/LSTM layer (n units per direction) -> vectorial attention (one head or
+several, ``trainables.attention``) or max pooling, both masked over the padding -> L2
+normalisation. ``word_rnn`` is the same encoder over word embeddings (the authors'
+``flickr_words`` model); ``word_bow`` is VETE's bag of words
+(``trainables.word_encoders``). Image encoder: one linear layer from the CNN feature to
+the caption embedding's size -> L2 normalisation. Variable-length batches run as packed
+sequences (cuDNN on GPU; the hand-written recurrence when training on a CPU).
 """
 
 from __future__ import annotations
@@ -18,7 +23,11 @@ from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
 
 from trainables._packed_rnn import packed_bidirectional
+from trainables.attention import MultiHeadVectorialAttention, VectorialAttention
 from trainables.config import TrainConfig
+from trainables.vocabulary import Tokenizer
+from trainables.word_encoders import BagOfWordsEncoder, WordEmbedding
+from trainables.word_vectors import PretrainedVectors
 
 __all__ = [
     "ALPHABET",
@@ -29,6 +38,7 @@ __all__ = [
     "CharEncoding",
     "GroundedEncoder",
     "ImageEncoder",
+    "MultiHeadVectorialAttention",
     "VectorialAttention",
 ]
 
@@ -51,6 +61,11 @@ class CharEncoding:
         self._table[[ord(ch) for ch in alphabet]] = np.arange(1, len(alphabet) + 1)
         self.unknown_count = 0  # characters mapped to unknown_index so far
 
+    @property
+    def size(self) -> int:
+        """Indices in all: the characters, padding and unknown."""
+        return len(self.alphabet) + 2
+
     def encode(self, captions: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """``(indices (B, T) uint8, lengths (B,) int64)``; T is the longest caption. An
         empty caption becomes one unknown symbol, so the RNN has a step to run."""
@@ -66,45 +81,74 @@ class CharEncoding:
         return out, lengths
 
 
-class VectorialAttention(nn.Module):
-    """``a_t = softmax_t(V tanh(W h_t + b_w) + b_v)``, one weight per feature and time
-    step; ``sum_t a_t * h_t``. Padded steps get zero weight."""
-
-    def __init__(self, dim: int, hidden: int) -> None:
-        super().__init__()
-        self.hidden = nn.Linear(dim, hidden)
-        self.out = nn.Linear(hidden, dim)
-
-    def forward(self, states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        scores = self.out(torch.tanh(self.hidden(states)))  # (B, T, 2n)
-        scores = scores.masked_fill(~mask.unsqueeze(-1), float("-inf"))
-        weights = torch.softmax(scores, dim=1)
-        return (weights * states).sum(dim=1)
-
-
 class CaptionEncoder(nn.Module):
-    def __init__(self, config: TrainConfig) -> None:
+    """The RNN families (``char_rnn``, ``word_rnn``): embedding -> BiGRU/BiLSTM -> masked
+    attention or max pooling -> L2 normalisation. ``tokenizer`` is the model's input
+    (default: the character alphabet); a word model needs its vocabulary, and takes
+    ``pretrained`` vectors for its word embedding."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        tokenizer: Tokenizer | None = None,
+        pretrained: PretrainedVectors | None = None,
+    ) -> None:
         super().__init__()
-        self.alphabet = ALPHABET
-        self.embedding = nn.Embedding(VOCAB_SIZE, config.char_embedding_dim, padding_idx=PAD_INDEX)
+        self.embedding: nn.Module
+        if config.encoder == "char_rnn":
+            self.tokenizer: Tokenizer = tokenizer if tokenizer is not None else CharEncoding()
+            self.alphabet = getattr(self.tokenizer, "alphabet", ALPHABET)
+            self.embedding = nn.Embedding(
+                self.tokenizer.size, config.char_embedding_dim, padding_idx=PAD_INDEX
+            )
+            input_dim = config.char_embedding_dim
+        else:
+            self.tokenizer = _required(tokenizer, config)
+            self.embedding = WordEmbedding(
+                self.tokenizer.size,
+                config.word_embedding_dim,
+                pretrained=pretrained,
+                update=config.word_vectors_update,
+            )
+            input_dim = config.word_embedding_dim
         rnn_class = nn.GRU if config.rnn_type == "gru" else nn.LSTM
         self.rnn = rnn_class(
-            config.char_embedding_dim,
-            config.hidden_size,
-            num_layers=1,
-            batch_first=True,
-            bidirectional=True,
+            input_dim, config.hidden_size, num_layers=1, batch_first=True, bidirectional=True
         )
         self.pooling = config.pooling
-        self.attention = (
-            VectorialAttention(config.embedding_dim, config.attention_hidden)
-            if config.pooling == "attention"
-            else None
-        )
+        self.attention: VectorialAttention | MultiHeadVectorialAttention | None = None
+        if config.pooling == "attention" and config.attention_heads == 1:
+            self.attention = VectorialAttention(2 * config.hidden_size, config.attention_hidden)
+        elif config.pooling == "attention":
+            self.attention = MultiHeadVectorialAttention(
+                2 * config.hidden_size, config.attention_hidden, config.attention_heads
+            )
 
     def forward(self, chars: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """``chars``: (B, T) indices on the model's device; ``lengths``: (B,) on the CPU
-        (packing needs them there; keeping them there avoids a device sync)."""
+        """``chars``: (B, T) indices (characters or words) on the model's device;
+        ``lengths``: (B,) on the CPU (packing needs them there; keeping them there avoids a
+        device sync)."""
+        return self.encode(chars, lengths)[0]
+
+    def encode(
+        self, chars: torch.Tensor, lengths: torch.Tensor, *, penalty: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The normalised embeddings, and with ``penalty`` and several attention heads
+        their diversity penalty (``trainables.attention``; None otherwise)."""
+        states = self._states(chars, lengths)
+        mask = chars != PAD_INDEX
+        if isinstance(self.attention, MultiHeadVectorialAttention):
+            pooled, weights = self.attention.pool(states, mask)
+            embedding = F.normalize(pooled, dim=-1)
+            return embedding, self.attention.penalty(weights, embedding) if penalty else None
+        if self.attention is not None:
+            pooled = self.attention(states, mask)
+        else:
+            pooled = states.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)
+        return F.normalize(pooled, dim=-1), None
+
+    def _states(self, chars: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The RNN's outputs ``(B, T, 2n)``, zero on padded steps."""
         embedded = self.embedding(chars)
         packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
         if _hand_written_backward(chars):
@@ -117,12 +161,15 @@ class CaptionEncoder(nn.Module):
         states, _ = pad_packed_sequence(
             packed_states, batch_first=True, total_length=chars.shape[1]
         )
-        mask = chars != PAD_INDEX
-        if self.attention is not None:
-            pooled = self.attention(states, mask)
-        else:
-            pooled = states.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)
-        return F.normalize(pooled, dim=-1)
+        return states
+
+
+def _required(tokenizer: Tokenizer | None, config: TrainConfig) -> Tokenizer:
+    if tokenizer is None:
+        raise ValueError(
+            f"encoder {config.encoder}: needs its vocabulary (trainables.families.build_tokenizer)"
+        )
+    return tokenizer
 
 
 def _hand_written_backward(chars: torch.Tensor) -> bool:
@@ -149,15 +196,38 @@ class ImageEncoder(nn.Module):
 
 
 class GroundedEncoder(nn.Module):
-    """Both encoders; ``forward`` embeds a batch of image features and captions."""
+    """Both encoders; ``forward`` embeds a batch of image features and captions.
+    ``tokenizer``: the captions' (default: the character alphabet; a word family's
+    vocabulary is required); ``pretrained``: word vectors for a word family."""
 
-    def __init__(self, config: TrainConfig, feature_dim: int = 2048) -> None:
+    def __init__(
+        self,
+        config: TrainConfig,
+        feature_dim: int = 2048,
+        tokenizer: Tokenizer | None = None,
+        pretrained: PretrainedVectors | None = None,
+    ) -> None:
         super().__init__()
-        self.embedding_dim = config.embedding_dim  # both sides: 2n
+        self.embedding_dim = config.embedding_dim  # both sides
         self.image_encoder = ImageEncoder(feature_dim, config.embedding_dim)
-        self.caption_encoder = CaptionEncoder(config)
+        self.caption_encoder: CaptionEncoder | BagOfWordsEncoder
+        if config.encoder == "word_bow":
+            self.caption_encoder = BagOfWordsEncoder(
+                config, _required(tokenizer, config), pretrained
+            )
+        else:
+            self.caption_encoder = CaptionEncoder(config, tokenizer, pretrained)
 
     def forward(
         self, features: torch.Tensor, chars: torch.Tensor, lengths: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         return self.image_encoder(features), self.caption_encoder(chars, lengths)
+
+    def forward_with_penalty(
+        self, features: torch.Tensor, tokens: torch.Tensor, lengths: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``forward``, and the attention diversity penalty of the batch (0 without
+        several attention heads)."""
+        images = self.image_encoder(features)
+        captions, penalty = self.caption_encoder.encode(tokens, lengths, penalty=True)
+        return images, captions, penalty if penalty is not None else images.new_zeros(())

@@ -34,6 +34,7 @@ import re
 from collections.abc import Mapping
 
 __all__ = [
+    "ATTENTION_PENALTY",
     "BEST_RETRIEVAL",
     "BEST_SEMANTIC",
     "CAPTIONS_PER_S",
@@ -107,7 +108,10 @@ SEMANTIC = (
     "semantic",  # (sts12_16_pearson + sickr_pearson) / 2: the paper's Fig. 4 combination
 )
 
-LOSS = "train/loss"
+LOSS = "train/loss"  # the training objective's loss alone (hinge or Pearson), epoch mean
+# with attention_penalty > 0 only: the epoch mean of the attention diversity penalty, which
+# the training step adds, times attention_penalty, to the loss it minimises
+ATTENTION_PENALTY = "train/attention_penalty"
 LEARNING_RATE = "train/lr"
 CAPTIONS_PER_S = "train/captions_per_s"
 TRAIN_SECONDS = "time/train_s"

@@ -64,7 +64,19 @@ _MEANINGS = {
     "semantic_every": "0 = no semantic evaluation",
     "clip_image": "gradient-norm clip, 0 = off",
     "clip_caption": "gradient-norm clip, 0 = off",
+    "encoder": "the caption encoder family (README: Encoder families)",
+    "attention_heads": "concatenated; embeddings have 2n x heads dimensions",
+    "attention_penalty": "weight of the heads' diversity penalty, 0 = off",
+    "word_embedding_dim": "word families; word_bow: also the embeddings' size",
+    "vocab_min_count": "word families: training-caption count a word needs",
+    "vocab_max_size": "word families: most words kept, 0 = no cap",
+    "word_vectors": "word families: local GloVe-format text file, '' = none",
+    "word_vectors_update": "word families: frozen_map needs --word-vectors",
+    "bow_pooling": "word_bow: after it, L2 normalisation",
 }
+
+
+_METAVARS = {"device": "DEVICE", "word_vectors": "PATH"}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -124,14 +136,14 @@ def _parser() -> argparse.ArgumentParser:
     for field in dataclasses.fields(TrainConfig):
         allowed = CHOICES.get(field.name)
         kind = str(field.type).upper()
-        metavar = "|".join(allowed) if allowed else "DEVICE" if field.name == "device" else kind
+        metavar = "|".join(allowed) if allowed else _METAVARS.get(field.name, kind)
         what = f"{_MEANINGS[field.name]}; " if field.name in _MEANINGS else ""
         group.add_argument(
             f"--{field.name.replace('_', '-')}",
             dest=field.name,
             default=None,
             metavar=metavar,
-            help=f"{what}default: {field.default}",
+            help=f"{what}default: {field.default if field.default != '' else repr('')}",
         )
     return parser
 
@@ -219,11 +231,18 @@ def _fail(err: object) -> int:
 
 def _out_of_memory(err: RuntimeError, config: TrainConfig | None) -> str:
     sizes = ""
-    if config is not None:
+    if config is not None and config.encoder == "char_rnn":
         sizes = (
             f" with hidden_size {config.hidden_size}, char_embedding_dim "
             f"{config.char_embedding_dim}, attention_hidden {config.attention_hidden}, "
             f"batch_size {config.batch_size} on device {config.device}"
+        )
+    elif config is not None:
+        rnn = "" if config.encoder == "word_bow" else f"hidden_size {config.hidden_size}, "
+        sizes = (
+            f" with encoder {config.encoder}, {rnn}word_embedding_dim "
+            f"{config.word_embedding_dim}, batch_size {config.batch_size} on device "
+            f"{config.device}"
         )
     first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
     return f"out of memory{sizes} ({first[:300]}); choose smaller sizes"
