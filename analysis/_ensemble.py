@@ -81,11 +81,13 @@ def build_ensemble(
 def ranks(ensemble: Ensemble) -> tuple[np.ndarray, np.ndarray]:
     """Per-query ranks ``(c2i (5N,), i2c (N,))`` of the ensemble on its split."""
     split, config = ensemble.split, ensemble.weights.config
+    # each ensemble reads the captions with its own tokenizer (characters or its words)
+    tokens, lengths = ensemble.weights.tokenizer().encode(list(split.captions))
     images = embed_images(ensemble.models, torch.from_numpy(split.features))
     captions = embed_captions(
         ensemble.models,
-        torch.from_numpy(split.chars),
-        torch.from_numpy(split.lengths),
+        torch.from_numpy(tokens),
+        torch.from_numpy(lengths),
         batch_size=config.eval_batch_size,
         precision=config.precision,
     )
