@@ -12,15 +12,13 @@ the downloaded artifact. Errors are ``CheckpointError`` naming the reference.
 
 from __future__ import annotations
 
-import os
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from analysis._data import AnalysisError, first_line, open_client, tracking_uri_for
 from analysis._ensemble import fetch_weights
 from analysis.compare import find_run
+from gridsearch._store import using_tracking_uri
 from trainables.checkpoint import ENSEMBLE_FILE, CheckpointError, EnsembleWeights, load_ensemble
 
 __all__ = ["URI_SCHEMES", "fetch_ensemble"]
@@ -47,7 +45,7 @@ def _from_uri(uri: str, tracking_uri: str) -> EnsembleWeights:
 
     with tempfile.TemporaryDirectory() as folder:
         try:
-            with _mlflow_at(tracking_uri):
+            with using_tracking_uri(tracking_uri):
                 local = Path(
                     mlflow.artifacts.download_artifacts(
                         artifact_uri=uri,
@@ -64,27 +62,3 @@ def _from_uri(uri: str, tracking_uri: str) -> EnsembleWeights:
                 f"model {uri}: expected one {ENSEMBLE_FILE} in it, found {len(found)}"
             )
         return load_ensemble(found[0], what=f"model {uri}: {found[0].name}")
-
-
-@contextmanager
-def _mlflow_at(uri: str) -> Iterator[None]:
-    """MLflow 3.17 looks ``models:/NAME@ALIAS`` up in its process-wide registry whatever
-    ``download_artifacts`` is told (``ModelsArtifactRepository._get_model_uri_infos``):
-    point the process's tracking URI at ``uri`` meanwhile (and keep MLflow's per-file
-    download bar off stderr), then put both back as they were."""
-    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
-
-    # the registry follows the tracking URI unless MLFLOW_REGISTRY_URI names another
-    keys = ("MLFLOW_REGISTRY_URI", "MLFLOW_TRACKING_URI", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR")
-    saved = {key: os.environ.get(key) for key in keys}
-    os.environ.pop("MLFLOW_REGISTRY_URI", None)
-    os.environ["MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"] = "false"
-    try:
-        with _use_tracking_uri(uri):
-            yield
-    finally:  # putting back an unset URI unsets the variable, which may have been set
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value

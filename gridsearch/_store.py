@@ -15,7 +15,8 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ __all__ = [
     "results_url",
     "results_view",
     "start_parent_run",
+    "using_tracking_uri",
 ]
 
 PARAM_LIMIT = 6000  # MLflow's limit on a parameter value, in characters
@@ -189,3 +191,27 @@ def results_link(tracking_uri: str, experiment: str) -> str | None:
         return None
     remote = tracking_uri.startswith(("http://", "https://"))
     return results_url(str(found.experiment_id), tracking_uri if remote else LOCAL_UI)
+
+
+@contextmanager
+def using_tracking_uri(uri: str) -> Iterator[None]:
+    """MLflow's process-wide tracking URI (and so its registry's) set to ``uri``, and its
+    per-file download bars off, then all put back as they were. MLflow 3.17 reads only
+    that URI where ``log_model`` links a model and where ``models:/NAME@ALIAS`` is looked
+    up (``ModelsArtifactRepository._get_model_uri_infos``), whatever a call is told."""
+    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
+
+    bar = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    keys = ("MLFLOW_REGISTRY_URI", "MLFLOW_TRACKING_URI", bar)
+    saved = {key: os.environ.get(key) for key in keys}
+    os.environ.pop("MLFLOW_REGISTRY_URI", None)  # the registry follows the tracking URI
+    os.environ[bar] = "false"
+    try:
+        with _use_tracking_uri(uri):
+            yield
+    finally:  # putting back an unset URI unsets the variable, which may have been set
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -35,12 +35,10 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import os
 import re
 import tempfile
 import tomllib
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +62,7 @@ import gridsearch
 import storage
 import trainables
 from gridsearch._outcome import Outcome
+from gridsearch._store import using_tracking_uri
 from gridsearch._tags import TRIAL_TAG
 from gridsearch.summary import TrialOutcome, best_trial, pareto_front
 from trainables import names
@@ -165,7 +164,7 @@ def log_encoder(
         experiment_id, name="encoder", source_run_id=run_id, params=params, tags=dict(tags or {})
     )
     code = [str(Path(p.__file__).parent) for p in (gridsearch, storage, trainables) if p.__file__]
-    with _tracking_uri(client.tracking_uri):
+    with using_tracking_uri(client.tracking_uri):
         info = mlflow.pyfunc.log_model(
             name="encoder",
             model_id=logged.model_id,
@@ -254,7 +253,7 @@ class _Search:
         for alias, outcome in picks.items():
             by_trial.setdefault(outcome.trial_id, []).append(alias)
         versions: dict[str, str] = {}
-        with _tracking_uri(self.uri), tempfile.TemporaryDirectory() as folder:
+        with using_tracking_uri(self.uri), tempfile.TemporaryDirectory() as folder:
             for aliases in by_trial.values():
                 outcome = picks[aliases[0]]
                 version = self._version(name, found.experiment_id, outcome, aliases, folder)
@@ -338,23 +337,3 @@ def _without_password(uri: str) -> str:
 
 def _ours(alias: str) -> bool:
     return alias in BEST_ALIASES or alias.startswith(PARETO_ALIAS.format(""))
-
-
-@contextmanager
-def _tracking_uri(uri: str) -> Iterator[None]:
-    """MLflow's process-wide tracking URI set to ``uri`` (``log_model`` and the registry's
-    lookup of a logged model read only that one) and its download bars off, then both put
-    back as they were."""
-    from mlflow.tracking._tracking_service.utils import _use_tracking_uri
-
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", _PROGRESS_BAR)}
-    os.environ[_PROGRESS_BAR] = "false"
-    try:
-        with _use_tracking_uri(uri):
-            yield
-    finally:  # putting back an unset URI unsets the variable, which may have been set
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value

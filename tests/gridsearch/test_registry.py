@@ -30,8 +30,8 @@ from mlflow.tracking import MlflowClient
 from packaging.requirements import Requirement
 
 from gridsearch._lineage import DIGEST_LENGTH
+from gridsearch._store import using_tracking_uri
 from gridsearch.registry import (
-    _tracking_uri,
     choose,
     model_name,
     register_best,
@@ -145,7 +145,7 @@ def test_the_aliases_name_the_trials_the_summary_calls_best(search: Search) -> N
 def test_the_registered_model_embeds_as_the_best_trial_did(search: Search, tmp_path: Path) -> None:
     client = _client(search.uri)
     uri = f"models:/{NAME}@best-retrieval"
-    with _tracking_uri(search.uri):  # mlflow.pyfunc.load_model reads MLflow's global URI
+    with using_tracking_uri(search.uri):  # mlflow.pyfunc.load_model reads MLflow's global URI
         model = mlflow.pyfunc.load_model(uri)
     from_list = model.predict(SENTENCES)
     from_frame = model.predict(pd.DataFrame({"sentence": SENTENCES}))
@@ -160,14 +160,14 @@ def test_the_registered_model_embeds_as_the_best_trial_did(search: Search, tmp_p
     assert np.array_equal(from_list, by_alias.encode(SENTENCES))
     assert np.array_equal(from_list, from_trial)
     assert np.array_equal(from_list, model.predict(SENTENCES))  # deterministic
-    with _tracking_uri(search.uri), pytest.raises(ValueError, match="cuda:abc"):
+    with using_tracking_uri(search.uri), pytest.raises(ValueError, match="cuda:abc"):
         mlflow.pyfunc.load_model(uri, model_config={"device": "cuda:abc"})  # reaches the model
 
     signature = model.metadata.signature
     assert signature.inputs.input_types() == [mlflow.types.DataType.string]
     (output,) = signature.outputs.inputs
     assert output.type == np.float32 and output.shape == (-1, by_alias.embedding_dim)
-    with _tracking_uri(search.uri):  # as load_model: models:/ URIs go by the global URI
+    with using_tracking_uri(search.uri):  # as load_model: models:/ URIs go by the global URI
         folder = Path(mlflow.artifacts.download_artifacts(uri, dst_path=str(tmp_path / "model")))
     assert (folder / "input_example.json").is_file()
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
