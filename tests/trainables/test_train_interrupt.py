@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from trainables import names
 from trainables.checkpoint import load_training_state
@@ -26,17 +27,22 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _interrupt_after_epoch_1(argv: list[str]) -> tuple[int, list[str], list[str]]:
-    """Run ``python -m trainables.train *argv``, send SIGINT as soon as epoch 1 is
-    printed; (exit status, stdout lines, stderr lines)."""
-    process = subprocess.Popen(
+def _train(argv: list[str], **options: Any) -> subprocess.Popen[str]:
+    """``python -m trainables.train *argv`` with its output read as text as it comes."""
+    return subprocess.Popen(
         [sys.executable, "-m", "trainables.train", *argv],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=_default_sigint,
+        **options,
     )
+
+
+def _interrupt_after_epoch_1(argv: list[str]) -> tuple[int, list[str], list[str]]:
+    """Run ``python -m trainables.train *argv``, send SIGINT as soon as epoch 1 is
+    printed; (exit status, stdout lines, stderr lines)."""
+    process = _train(argv, preexec_fn=_default_sigint)
     assert process.stdout is not None
     lines = []
     for line in process.stdout:
@@ -100,13 +106,7 @@ def test_a_closed_output_stops_cleanly(tiny_world: Path, tmp_path: Path) -> None
     """`... | head -1`: the reader goes away; the run stops saying so, no traceback."""
     path = tmp_path / "run.pt"
     argv = ["--data", str(tiny_world), *OPTIONS, "--epochs", "30", "--checkpoint", str(path)]
-    process = subprocess.Popen(
-        [sys.executable, "-m", "trainables.train", *argv],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    process = _train(argv)
     assert process.stdout is not None and process.stderr is not None
     assert '"epoch": 0.0' in process.stdout.readline()
     process.stdout.close()  # as `head -1` exits
