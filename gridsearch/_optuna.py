@@ -17,6 +17,9 @@ from ray.tune.search import ConcurrencyLimiter
 from ray.tune.search.optuna import OptunaSearch
 
 from gridsearch.spaces import SearchSpace, sample_config
+from trainables.config import TrainConfig, applicable
+
+ENCODER = TrainConfig.encoder  # the default family
 
 __all__ = ["DefineByRun", "ResumableOptunaSearch", "close_leftovers", "make_sampler", "searcher"]
 
@@ -51,7 +54,11 @@ class DefineByRun:
 
     def __call__(self, trial: optuna.Trial) -> dict[str, Any]:
         forced = {k: self.fixed[k] for k in RUN_KEYS}
-        return {**self.fixed, **sample_config(self.space, trial), **forced}
+        sampled = sample_config(self.space, trial)
+        # a run-level setting reaches only the encoder families that have it (a
+        # CPU-sized hidden_size, in a space that draws word_bow)
+        fixed = applicable(self.fixed, sampled.get("encoder", self.fixed.get("encoder", ENCODER)))
+        return {**fixed, **sampled, **forced}
 
 
 class ResumableOptunaSearch(OptunaSearch):

@@ -14,7 +14,8 @@ from optuna.trial import BaseTrial
 from gridsearch._space import SearchSpace, sample_config
 from gridsearch._space_file import load_space_file
 from gridsearch.settings import SearchError, SearchSettings
-from trainables.config import NEGATIVES, POOLINGS, REDUCTIONS, RNN_TYPES
+from trainables.config import APPLIES_TO, NEGATIVES, POOLINGS, REDUCTIONS, RNN_TYPES, TrainConfig
+from trainables.presets import PRESETS, SEED_SYSTEMS
 
 __all__ = [
     "PAPER_VARIANTS",
@@ -113,6 +114,36 @@ def _full(trial: BaseTrial) -> dict[str, Any]:
     }
 
 
+# -- the encoder families (README "Encoder families") --
+
+# every family and variant at its preset, the model size left to the run (CPU-sized on a
+# CPU, the paper's n otherwise), so the families compare at equal n; each crossed with
+# the same three learning rates around the papers' 1e-3: the same budget each
+ENCODER_LR_MAX = (5e-4, 1e-3, 2e-3)
+_SIZE_KEYS = ("hidden_size",)
+
+
+def _encoders(trial: BaseTrial) -> dict[str, Any]:
+    name = trial.suggest_categorical("family", tuple(PRESETS))
+    values = {k: v for k, v in PRESETS[name].items() if k not in _SIZE_KEYS}
+    return {**values, "lr_max": trial.suggest_categorical("lr_max", ENCODER_LR_MAX)}
+
+
+def _seed_preset(name: str) -> dict[str, Any]:
+    """``name``'s preset exactly, its size included even where it is TrainConfig's
+    default (so a CPU-sized run does not shrink one seed system and not another)."""
+    values = dict(PRESETS[name])
+    encoder = values.get("encoder", "char_rnn")
+    for key in _SIZE_KEYS:
+        if encoder in APPLIES_TO[key]:
+            values.setdefault(key, TrainConfig.__dataclass_fields__[key].default)
+    return values
+
+
+def _seeds_presets(trial: BaseTrial) -> dict[str, Any]:
+    return _seed_preset(trial.suggest_categorical("system", SEED_SYSTEMS))
+
+
 _BEST = "everything else at the paper's best"
 SPACES: dict[str, SearchSpace] = {
     space.name: space
@@ -151,6 +182,20 @@ SPACES: dict[str, SearchSpace] = {
             "margin, n, RNN, pooling, lr bounds, batch size, reduction and negatives jointly "
             "(lr_max's range depends on the reduction)",
             _full,
+        ),
+        SearchSpace(
+            "encoders",
+            f"each encoder family and variant ({', '.join(PRESETS)}) at its preset, "
+            "x lr_max 5e-4/1e-3/2e-3 (grid); n is the run's",
+            _encoders,
+            grid={"family": tuple(PRESETS), "lr_max": ENCODER_LR_MAX},
+        ),
+        SearchSpace(
+            "seeds_presets",
+            "the seed systems exactly as their papers trained them, sizes included "
+            f"({', '.join(SEED_SYSTEMS)}; grid)",
+            _seeds_presets,
+            grid={"system": SEED_SYSTEMS},
         ),
     )
 }

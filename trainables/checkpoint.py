@@ -187,8 +187,12 @@ class EnsembleWeights:
 
     @property
     def feature_dim(self) -> int:
-        """The CNN feature size the image encoder takes (read from its weights)."""
-        return int(self.snapshots[0]["state"]["image_encoder.linear.weight"].shape[1])
+        """The CNN feature size the image encoder takes (read from its weights; cap2img's
+        captions are projected into the feature space, so from that projection)."""
+        state = self.snapshots[0]["state"]
+        if "image_encoder.linear.weight" in state:
+            return int(state["image_encoder.linear.weight"].shape[1])
+        return int(state["caption_encoder.projection.weight"].shape[0])
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -22,6 +22,7 @@ from typing import Any
 
 __all__ = [
     "APPLIES_TO",
+    "ATTENTION_ENCODERS",
     "BOW_POOLINGS",
     "CHOICES",
     "DEVICE_FORMS",
@@ -29,6 +30,7 @@ __all__ = [
     "INT_LIMIT",
     "LOSSES",
     "NEGATIVES",
+    "PAIRINGS",
     "POOLINGS",
     "PRECISIONS",
     "REDUCTIONS",
@@ -39,15 +41,18 @@ __all__ = [
     "WORD_VECTORS_UPDATES",
     "ConfigError",
     "TrainConfig",
+    "applicable",
     "check_device",
 ]
 
 
 # the caption encoder families (README "Encoder families"): the paper's character model,
-# the authors' word-level model (their flickr_words scripts), VETE's bag of words
-ENCODERS = ("char_rnn", "word_rnn", "word_bow")
-RNN_ENCODERS = ("char_rnn", "word_rnn")
-WORD_ENCODERS = ("word_rnn", "word_bow")
+# the authors' word-level model (their flickr_words scripts), VETE's bag of words and
+# stacked RNN, GroundSent's Cap2Img
+ENCODERS = ("char_rnn", "word_rnn", "word_bow", "vete_rnn", "cap2img")
+ATTENTION_ENCODERS = ("char_rnn", "word_rnn")  # BiRNN + attention or max pooling
+RNN_ENCODERS = ("char_rnn", "word_rnn", "vete_rnn", "cap2img")
+WORD_ENCODERS = ("word_rnn", "word_bow", "vete_rnn", "cap2img")
 RNN_TYPES = ("gru", "lstm")
 POOLINGS = ("attention", "max")
 LOSSES = ("hinge", "pearson")
@@ -55,6 +60,7 @@ REDUCTIONS = ("sum", "mean")
 NEGATIVES = ("all", "hardest")
 PRECISIONS = ("fp32", "bf16")
 STSB_ENCODINGS = ("senteval", "rescaled")
+PAIRINGS = ("image", "caption")
 BOW_POOLINGS = ("sum", "mean")
 WORD_VECTORS_UPDATES = ("learned", "frozen_map")
 # what each field of fixed choices takes (the help of a CLI lists them)
@@ -69,16 +75,21 @@ CHOICES = {
     "stsb_encoding": STSB_ENCODINGS,
     "bow_pooling": BOW_POOLINGS,
     "word_vectors_update": WORD_VECTORS_UPDATES,
+    "pairing": PAIRINGS,
 }
 # the fields that only some encoder families have; set to anything but its default for
 # another family, a field is refused, naming both (``TrainConfig.from_dict``)
 APPLIES_TO: dict[str, tuple[str, ...]] = {
     "hidden_size": RNN_ENCODERS,
     "rnn_type": RNN_ENCODERS,
-    "pooling": RNN_ENCODERS,
-    "attention_hidden": RNN_ENCODERS,
-    "attention_heads": RNN_ENCODERS,
-    "attention_penalty": RNN_ENCODERS,
+    "pooling": ATTENTION_ENCODERS,
+    "attention_hidden": ATTENTION_ENCODERS,
+    "attention_heads": ATTENTION_ENCODERS,
+    "attention_penalty": ATTENTION_ENCODERS,
+    "rnn_layers": ("vete_rnn",),
+    # cap2img's image side is the CNN feature itself: no parameters to clip
+    "clip_image": ("char_rnn", "word_rnn", "word_bow", "vete_rnn"),
+    "dropout": ("cap2img",),
     "char_embedding_dim": ("char_rnn",),
     "word_embedding_dim": WORD_ENCODERS,
     "vocab_min_count": WORD_ENCODERS,
@@ -119,7 +130,9 @@ class TrainConfig:
     char_embedding_dim: int = 20  # size of the learned character embedding
     attention_hidden: int = 128  # hidden units of the vectorial attention (of each head)
     # the caption encoder: "char_rnn" (the paper's), "word_rnn" (the same over words),
-    # "word_bow" (VETE: the normalised sum of word embeddings)
+    # "word_bow" (VETE: the normalised sum of word embeddings), "vete_rnn" (VETE: a
+    # stacked RNN's final state), "cap2img" (GroundSent: BiLSTM, max of the final states,
+    # projected into the image-feature space)
     encoder: str = "char_rnn"
     # attention heads, concatenated (the embeddings have 2n x heads dimensions); 1 = the paper
     attention_heads: int = 1
@@ -140,6 +153,11 @@ class TrainConfig:
     # linear map follows them (GroundSent); needs word_vectors
     word_vectors_update: str = "learned"
     bow_pooling: str = "sum"  # word_bow: "sum" or "mean" of the word embeddings, then L2
+    rnn_layers: int = 1  # vete_rnn: stacked RNN layers (one direction; the final state)
+    dropout: float = 0.0  # cap2img: dropout on the sentence encoding (GroundSent: 0.5)
+    # what a caption is matched with in training: "image" (grounded), or "caption" (the
+    # text-only control: another caption of the same image, no image; GroundSent's Cap2Cap)
+    pairing: str = "image"
     # -- loss (SPEC section 2) --
     loss: str = "hinge"  # "hinge" (bidirectional, in-batch negatives) or "pearson" (VETE)
     margin: float = 0.2  # hinge margin alpha; the paper's best is 0.2 (stable 0.15-0.25)
@@ -184,6 +202,7 @@ class TrainConfig:
             "attention_heads",
             "word_embedding_dim",
             "vocab_min_count",
+            "rnn_layers",
             "cycle_epochs",
             "batch_size",
             "snapshot_interval",
@@ -195,6 +214,8 @@ class TrainConfig:
         _check_int("threads", self.threads, low=0, high=MAX_THREADS)
         for name in ("margin", "clip_image", "clip_caption", "attention_penalty"):
             _check_float(name, getattr(self, name), low=0.0)
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError("dropout", f"got {self.dropout!r}, expected a number in [0, 1)")
         for name in ("lr_min", "lr_max"):
             _check_float(name, getattr(self, name), low=0.0, open_low=True)
         if self.lr_min > self.lr_max:
@@ -214,10 +235,14 @@ class TrainConfig:
 
     @property
     def embedding_dim(self) -> int:
-        """Both encoders' output size: 2n per attention head for the RNN families, the
-        word embedding size for word_bow."""
+        """The sentence embedding's size: 2n per attention head for the attention
+        families, the word embedding size for word_bow, n for vete_rnn and cap2img. Both
+        encoders' output (the joint space) has this size too, except cap2img's, which is
+        the image feature's (``GroundedEncoder.joint_dim``)."""
         if self.encoder == "word_bow":
             return self.word_embedding_dim
+        if self.encoder in ("vete_rnn", "cap2img"):
+            return self.hidden_size
         return 2 * self.hidden_size * self.attention_heads
 
     @classmethod
@@ -278,6 +303,15 @@ def _check_applies(config: TrainConfig) -> None:
             "word_vectors_update",
             "frozen_map keeps pretrained vectors fixed: set word_vectors (a GloVe-format file)",
         )
+
+
+def applicable(values: Mapping[str, Any], encoder: str) -> dict[str, Any]:
+    """``values`` (TrainConfig keys) without the fields the ``encoder`` family does not
+    have: run-level settings (a CPU-sized ``hidden_size``) apply to the families that
+    have them, in a search that draws the family."""
+    return {
+        name: value for name, value in values.items() if encoder in APPLIES_TO.get(name, (encoder,))
+    }
 
 
 def check_device(name: object) -> str:

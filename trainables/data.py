@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
+import torch
 
 from storage import CAPTIONS_PER_IMAGE, FeatureStore, SplitData
 from trainables.model import CharEncoding
@@ -24,7 +26,10 @@ __all__ = [
     "TrainingData",
     "default_senteval",
     "epoch_batches",
+    "partner_rows",
 ]
+
+RowsT = TypeVar("RowsT", np.ndarray, torch.Tensor)
 
 
 logger = logging.getLogger(__name__)
@@ -126,6 +131,16 @@ def epoch_batches(num_images: int, batch_size: int, seed: int, epoch: int) -> np
     images = order[: per_pass * batch_size].reshape(per_pass, batch_size)
     passes = [images * CAPTIONS_PER_IMAGE + k for k in range(CAPTIONS_PER_IMAGE)]
     return np.concatenate(passes, axis=0)
+
+
+def partner_rows(rows: RowsT) -> RowsT:
+    """The caption row paired with each of ``rows`` by the text-only control
+    (``pairing="caption"``): the next caption of the same image, cyclically (the 5th
+    pairs with the 1st). Over an epoch's five passes every caption is paired with both
+    of its neighbours; rows of distinct images stay distinct, so there are no false
+    negatives in a batch. ``rows``: a numpy array or a torch tensor."""
+    k = rows % CAPTIONS_PER_IMAGE
+    return rows - k + (k + 1) % CAPTIONS_PER_IMAGE
 
 
 def default_senteval(store: str) -> str | None:

@@ -26,7 +26,10 @@ import torch
 from trainables.model import CharEncoding, GroundedEncoder
 from trainables.vocabulary import Tokenizer
 
-__all__ = ["default_batch_size", "embed_captions", "embed_images", "embed_sentences"]
+__all__ = ["SPACES", "default_batch_size", "embed_captions", "embed_images", "embed_sentences"]
+
+# the two embeddings of a caption: compared with images, or as a sentence embedding
+SPACES = ("joint", "sentence")
 
 
 def default_batch_size(device: torch.device) -> int:
@@ -52,7 +55,7 @@ def embed_images(models: Sequence[GroundedEncoder], features: torch.Tensor) -> t
     over ``models``."""
     device = _device(models)
     features = features.to(device)
-    total = torch.zeros(features.shape[0], models[0].embedding_dim, device=device)
+    total = torch.zeros(features.shape[0], models[0].joint_dim, device=device)
     for model in models:
         total += model.eval().image_encoder(features).float()
     return total
@@ -66,22 +69,32 @@ def embed_captions(
     *,
     batch_size: int = 0,
     precision: str = "fp32",
+    space: str = "joint",
 ) -> torch.Tensor:
     """``(B, 2n)`` embeddings of encoded captions (``tokens`` (B, T) indices, characters
     or words, on any device, ``lengths`` (B,) on the CPU), summed over ``models``;
-    ``batch_size`` 0 = ``default_batch_size``; ``precision`` "bf16" runs under autocast."""
+    ``batch_size`` 0 = ``default_batch_size``; ``precision`` "bf16" runs under autocast.
+    ``space``: "joint" (compared with images, retrieval) or "sentence" (the sentence
+    embeddings; they differ only for cap2img, ``GroundedEncoder``)."""
+    if space not in SPACES:
+        raise ValueError(f"space: got {space!r}, expected one of {', '.join(SPACES)}")
     device = _device(models)
     size = batch_size or default_batch_size(device)
     order = torch.argsort(lengths, descending=True)
-    out = torch.zeros(len(lengths), models[0].embedding_dim, device=device)
+    dim = models[0].joint_dim if space == "joint" else models[0].embedding_dim
+    out = torch.zeros(len(lengths), dim, device=device)
     for start in range(0, len(order), size):
         rows = order[start : start + size]
         width = int(lengths[rows[0]])
         batch = tokens[rows.to(tokens.device), :width].to(device).long()
         on_device = rows.to(device)
         for model in models:
+            encoder = model.eval().caption_encoder
             with _autocast(device, precision):
-                emb = model.eval().caption_encoder(batch, lengths[rows])
+                if space == "joint":
+                    emb = encoder(batch, lengths[rows])
+                else:
+                    emb = encoder.sentence(batch, lengths[rows])
             out[on_device] += emb.float()
     return out
 
@@ -93,9 +106,11 @@ def embed_sentences(
     batch_size: int = 0,
     precision: str = "fp32",
     encoding: Tokenizer | None = None,
+    space: str = "sentence",
 ) -> torch.Tensor:
     """``(len(sentences), 2n)`` embeddings of raw sentences, encoded with ``encoding``
-    (default: the models' own tokenizer; unknown symbols are counted there)."""
+    (default: the models' own tokenizer; unknown symbols are counted there); the
+    sentence embeddings, or with ``space="joint"`` the ones compared with images."""
     if encoding is None:
         encoding = models[0].caption_encoder.tokenizer if models else CharEncoding()
     tokens, lengths = encoding.encode(list(sentences))
@@ -105,4 +120,5 @@ def embed_sentences(
         torch.from_numpy(lengths),
         batch_size=batch_size,
         precision=precision,
+        space=space,
     )

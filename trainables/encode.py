@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from storage.cli import OneLineParser, one_line
 from trainables.checkpoint import CheckpointError
+from trainables.embedding import SPACES
 from trainables.encoder import Progress, SentenceEncoder
 
 __all__ = ["MAX_CHARS", "main"]
@@ -86,6 +87,14 @@ def _parser() -> OneLineParser:
         help="keep the ensemble's summed vectors instead of unit length",
     )
     p.add_argument(
+        "--space",
+        choices=SPACES,
+        default="sentence",
+        help="sentence embeddings, or the joint ones compared with images (they differ "
+        "only for cap2img, whose captions are projected into the image-feature space) "
+        "(default: sentence)",
+    )
+    p.add_argument(
         "--progress",
         choices=("auto", "always", "never"),
         default="auto",
@@ -109,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             sentences,
             batch_size=args.batch_size,
             normalize=not args.no_normalize,
+            space=args.space,
             progress=_progress(args.progress, len(sentences)),
         )
         _write(args.output, sentences, vectors)

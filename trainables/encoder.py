@@ -101,8 +101,12 @@ class SentenceEncoder:
         batch_size: int | None = None,
         normalize: bool = True,
         progress: Progress | None = None,
+        space: str = "sentence",
     ) -> np.ndarray:
-        """``(len(sentences), 2n)`` float32 embeddings, in the sentences' order."""
+        """``(len(sentences), 2n)`` float32 embeddings, in the sentences' order: the
+        sentence embeddings, or with ``space="joint"`` the ones to compare with
+        ``encode_images`` (the same vectors for every family but cap2img, whose captions
+        are projected into the image-feature space)."""
         if isinstance(sentences, str):
             raise TypeError("sentences: expected a sequence of strings, got one string")
         size = self.batch_size if batch_size is None else batch_size
@@ -117,12 +121,14 @@ class SentenceEncoder:
                     batch_size=size,
                     precision=self.weights.config.precision,
                     encoding=self.encoding,
+                    space=space,
                 )
             )
             if progress is not None:
                 progress(min(start + chunk, len(sentences)), len(sentences))
         if not parts:
-            return np.zeros((0, self.embedding_dim), dtype=np.float32)
+            dim = self.models[0].joint_dim if space == "joint" else self.embedding_dim
+            return np.zeros((0, dim), dtype=np.float32)
         return _finish(torch.cat(parts), normalize)
 
     def encode_images(self, features: np.ndarray, *, normalize: bool = True) -> np.ndarray:

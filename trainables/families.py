@@ -11,7 +11,17 @@ family         input                                   caption encoder
                training captions)                      authors' ``flickr_words``)
 ``word_bow``   words (``WordVocabulary``)              normalised sum/mean of word
                                                        embeddings (VETE-BOW)
+``vete_rnn``   words (``WordVocabulary``)              stacked GRU/LSTM, its final state
+                                                       (VETE-RNN)
+``cap2img``    words (``WordVocabulary``)              BiLSTM, max of the final states,
+                                                       projected into the image-feature
+                                                       space (GroundSent's Cap2Img)
 =============  ======================================  =====================================
+
+Two variants are presets of the same families rather than families: the multi-head
+attention of the authors' later code (``attention_heads``, ``attention_penalty``) and the
+text-only control (``pairing="caption"``: the caption encoder matched with another
+caption of the same image, no image; GroundSent's Cap2Cap in spirit).
 
 A checkpoint keeps the input beside the weights: ``alphabet`` (the characters; ``""``
 for a word model) and ``vocabulary`` (``WordVocabulary.to_state()``; None for a
@@ -27,6 +37,7 @@ from typing import Any
 
 from trainables.config import WORD_ENCODERS, TrainConfig
 from trainables.model import ALPHABET, CharEncoding
+from trainables.presets import PRESETS, preset
 from trainables.vocabulary import Tokenizer, WordVocabulary
 from trainables.word_vectors import PretrainedVectors, load_word_vectors
 
@@ -40,40 +51,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-# Each family at its source's settings (TrainConfig keys; the rest stay at the defaults,
-# the paper's Flickr8k setting): a search space or a user starts from these.
-PRESETS: dict[str, dict[str, Any]] = {
-    # Merkx & Frank (2019): TrainConfig's defaults
-    "char_rnn": {"encoder": "char_rnn"},
-    # the authors' flickr_words/word_net.py: 300-d word embeddings, BiGRU 1024, attention
-    # 128, one head; their word dictionaries keep training words seen 5 times or more;
-    # gradient clipping off (their default)
-    "word_rnn": {
-        "encoder": "word_rnn",
-        "word_embedding_dim": 300,
-        "vocab_min_count": 5,
-        "clip_image": 0.0,
-        "clip_caption": 0.0,
-    },
-    # VETE-BOW (Kurach et al. 2017): 128-d embeddings, the mean of the word embeddings
-    # (their best row of Table 3), the Pearson loss; no clipping is reported
-    "word_bow": {
-        "encoder": "word_bow",
-        "word_embedding_dim": 128,
-        "bow_pooling": "mean",
-        "loss": "pearson",
-        "clip_image": 0.0,
-        "clip_caption": 0.0,
-    },
-}
-
-
-def preset(family: str, **changes: Any) -> TrainConfig:
-    """``family``'s preset config, with ``changes`` (TrainConfig keys) on top."""
-    if family not in PRESETS:
-        raise ValueError(f"encoder: got {family!r}, expected one of {', '.join(PRESETS)}")
-    return TrainConfig.from_dict({**PRESETS[family], **changes})
 
 
 def build_tokenizer(config: TrainConfig, train_captions: Iterable[str]) -> Tokenizer:

@@ -25,7 +25,7 @@ import torch
 
 from trainables import checkpoint, families, names
 from trainables.config import TrainConfig
-from trainables.data import EncodedSplit, TrainingData, epoch_batches
+from trainables.data import EncodedSplit, TrainingData, epoch_batches, partner_rows
 from trainables.device import resolve_device
 from trainables.embedding import embed_captions, embed_images, embed_sentences
 from trainables.loss import make_loss
@@ -210,17 +210,10 @@ class Trainer:
         for i in range(len(plan)):
             for group in self.optimizer.param_groups:
                 group["lr"] = cyclic_cosine_lr(self.step, self.cycle, cfg.lr_min, cfg.lr_max)
-            rows = rows_on_device[i]
-            tokens = split.tokens[rows, : widths[i]].long()
-            lengths = split.lengths[torch.from_numpy(plan[i])]
-            features = split.features[rows // 5]
             with self._autocast():
-                if penalties is not None:
-                    images, captions, penalty = self.model.forward_with_penalty(
-                        features, tokens, lengths
-                    )
-                else:
-                    images, captions = self.model(features, tokens, lengths)
+                images, captions, penalty = self._embed_batch(
+                    rows_on_device[i], plan[i], widths[i], penalised
+                )
             loss = self.loss_fn(images.float(), captions.float())
             objective = loss
             if penalties is not None:
@@ -235,13 +228,40 @@ class Trainer:
         self._penalties = penalties
         return losses
 
+    def _embed_batch(
+        self, rows: torch.Tensor, rows_cpu: np.ndarray, width: int, penalised: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One minibatch's two sides, row i of one matching row i of the other, and the
+        attention penalty (0 unless ``penalised``): the images and their captions, or
+        with ``pairing="caption"`` (the text-only control) each caption's partner, the
+        next caption of the same image (``partner_rows``), and the caption."""
+        split = self.train_split
+        tokens = split.tokens[rows, :width].long()
+        lengths = split.lengths[torch.from_numpy(rows_cpu)]
+        if self.config.pairing == "caption":
+            partner_cpu = partner_rows(rows_cpu)
+            partner_lengths = split.lengths[torch.from_numpy(partner_cpu)]
+            partner = split.tokens[partner_rows(rows), : int(partner_lengths.max())].long()
+            encoder = self.model.caption_encoder
+            captions, penalty = encoder.encode(tokens, lengths, penalty=penalised)
+            other = encoder(partner, partner_lengths)
+        elif penalised:
+            other, captions, penalty = self.model.forward_with_penalty(
+                split.features[rows // 5], tokens, lengths
+            )
+        else:
+            other, captions = self.model(split.features[rows // 5], tokens, lengths)
+            penalty = None
+        return other, captions, penalty if penalty is not None else captions.new_zeros(())
+
     def _clip_gradients(self) -> None:
         for module, limit in (
             (self.model.image_encoder, self.config.clip_image),
             (self.model.caption_encoder, self.config.clip_caption),
         ):
-            if limit > 0:
-                torch.nn.utils.clip_grad_norm_(module.parameters(), limit, foreach=True)
+            parameters = list(module.parameters())  # cap2img's image side has none
+            if limit > 0 and parameters:
+                torch.nn.utils.clip_grad_norm_(parameters, limit, foreach=True)
 
     def _check_finite(self, losses: np.ndarray, what: str = "loss") -> None:
         bad = np.flatnonzero(~np.isfinite(losses))

@@ -6,9 +6,11 @@ bidirectional GRU/LSTM layer (n units per direction) -> vectorial attention (one
 several, ``trainables.attention``) or max pooling, both masked over the padding -> L2
 normalisation. ``word_rnn`` is the same encoder over word embeddings (the authors'
 ``flickr_words`` model); ``word_bow`` is VETE's bag of words
-(``trainables.word_encoders``). Image encoder: one linear layer from the CNN feature to
-the caption embedding's size -> L2 normalisation. Variable-length batches run as packed
-sequences (cuDNN on GPU; the hand-written recurrence when training on a CPU).
+(``trainables.word_encoders``); ``vete_rnn`` and ``cap2img`` read the final state of an
+RNN (``trainables.final_state``). Image encoder: one linear layer from the CNN feature to
+the caption embedding's size -> L2 normalisation (cap2img: the CNN feature itself).
+Variable-length batches run as packed sequences (cuDNN on GPU; the hand-written
+recurrence when training on a CPU).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_
 from trainables._packed_rnn import packed_bidirectional
 from trainables.attention import MultiHeadVectorialAttention, VectorialAttention
 from trainables.config import TrainConfig
+from trainables.final_state import FeatureImageEncoder, FinalStateEncoder
 from trainables.vocabulary import Tokenizer
 from trainables.word_encoders import BagOfWordsEncoder, WordEmbedding
 from trainables.word_vectors import PretrainedVectors
@@ -130,6 +133,10 @@ class CaptionEncoder(nn.Module):
         device sync)."""
         return self.encode(chars, lengths)[0]
 
+    def sentence(self, chars: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The sentence embeddings: the joint ones (``forward``)."""
+        return self(chars, lengths)
+
     def encode(
         self, chars: torch.Tensor, lengths: torch.Tensor, *, penalty: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -196,7 +203,10 @@ class ImageEncoder(nn.Module):
 
 
 class GroundedEncoder(nn.Module):
-    """Both encoders; ``forward`` embeds a batch of image features and captions.
+    """Both encoders; ``forward`` embeds a batch of image features and captions into
+    their joint space (``joint_dim``); ``caption_encoder.sentence`` gives the sentence
+    embeddings (``embedding_dim``: the same vectors, except for cap2img, whose sentence
+    embedding is the BiLSTM's encoding before its projection into the image space).
     ``tokenizer``: the captions' (default: the character alphabet; a word family's
     vocabulary is required); ``pretrained``: word vectors for a word family."""
 
@@ -208,12 +218,22 @@ class GroundedEncoder(nn.Module):
         pretrained: PretrainedVectors | None = None,
     ) -> None:
         super().__init__()
-        self.embedding_dim = config.embedding_dim  # both sides
-        self.image_encoder = ImageEncoder(feature_dim, config.embedding_dim)
-        self.caption_encoder: CaptionEncoder | BagOfWordsEncoder
+        self.embedding_dim = config.embedding_dim  # the sentence embeddings'
+        grounded_in_features = config.encoder == "cap2img"
+        self.joint_dim = feature_dim if grounded_in_features else config.embedding_dim
+        self.image_encoder: ImageEncoder | FeatureImageEncoder
+        if grounded_in_features:
+            self.image_encoder = FeatureImageEncoder()
+        else:
+            self.image_encoder = ImageEncoder(feature_dim, config.embedding_dim)
+        self.caption_encoder: CaptionEncoder | BagOfWordsEncoder | FinalStateEncoder
         if config.encoder == "word_bow":
             self.caption_encoder = BagOfWordsEncoder(
                 config, _required(tokenizer, config), pretrained
+            )
+        elif config.encoder in ("vete_rnn", "cap2img"):
+            self.caption_encoder = FinalStateEncoder(
+                config, _required(tokenizer, config), pretrained, feature_dim
             )
         else:
             self.caption_encoder = CaptionEncoder(config, tokenizer, pretrained)

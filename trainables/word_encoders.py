@@ -85,6 +85,10 @@ class BagOfWordsEncoder(nn.Module):
             summed = summed / mask.sum(dim=1).clamp(min=1)
         return F.normalize(summed, dim=-1)
 
+    def sentence(self, words: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """The sentence embeddings: the joint ones (``forward``)."""
+        return self(words, lengths)
+
     def encode(
         self, words: torch.Tensor, lengths: torch.Tensor, *, penalty: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor | None]:

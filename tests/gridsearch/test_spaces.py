@@ -12,6 +12,8 @@ import optuna
 import pytest
 
 from gridsearch import spaces
+from gridsearch._optuna import DefineByRun
+from gridsearch.settings import CPU_SIZED
 from gridsearch.spaces import (
     SPACES,
     SearchSpace,
@@ -20,10 +22,12 @@ from gridsearch.spaces import (
     sample_config,
 )
 from trainables.config import TrainConfig
+from trainables.presets import PRESETS, SEED_SYSTEMS, preset
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 NAMES = ["margin_sweep", "hidden_size", "rnn_type", "lr_bounds", "pooling", "paper_grid", "full"]
+FAMILY_SPACES = ["encoders", "seeds_presets"]  # the encoder families (README)
 
 # What each space may produce: (low, high) for numbers, a set for choices (SPEC section 7).
 EXPECTED: dict[str, dict[str, Any]] = {
@@ -86,15 +90,18 @@ def _check_in_range(name: str, config: dict[str, Any]) -> None:
 
 
 def test_registry_order_and_lookup() -> None:
-    assert list(SPACES) == NAMES
+    assert list(SPACES) == NAMES + FAMILY_SPACES
     assert all(get_space(name) is SPACES[name] and SPACES[name].name == name for name in NAMES)
 
 
 def test_list_spaces_has_one_aligned_line_per_space() -> None:
     lines = list_spaces().splitlines()
-    assert lines[0] == "margin_sweep   margin from 0.05 to 0.5, everything else at the paper's best"
-    assert [line.split()[0] for line in lines] == NAMES
-    assert {line.index(SPACES[line.split()[0]].description) for line in lines} == {15}
+    assert (
+        lines[0] == "margin_sweep    margin from 0.05 to 0.5, everything else at the paper's best"
+    )
+    assert [line.split()[0] for line in lines] == NAMES + FAMILY_SPACES
+    width = max(map(len, SPACES)) + 3  # the longest name, then three spaces
+    assert {line.index(SPACES[line.split()[0]].description) for line in lines} == {width}
 
 
 def test_unknown_space_lists_the_valid_ones() -> None:
@@ -114,6 +121,8 @@ def test_grid_sizes() -> None:
         "pooling": 2,
         "paper_grid": 8,
         "full": None,
+        "encoders": 21,
+        "seeds_presets": 4,
     }
 
 
@@ -150,6 +159,51 @@ def test_full_shifts_lr_max_up_for_mean_reduction() -> None:
         assert low <= config["lr_max"] <= high
     assert {config["reduction"] for config in configs} == {"sum", "mean"}
     assert max(c["lr_max"] for c in configs if c["reduction"] == "mean") > 1e-2
+
+
+def _grid_configs(name: str) -> list[dict[str, Any]]:
+    space = get_space(name)
+    assert space.grid is not None
+    configs: list[dict[str, Any]] = []
+
+    def objective(trial: optuna.Trial) -> float:
+        configs.append(sample_config(space, trial))
+        return 0.0
+
+    _study(optuna.samplers.GridSampler(space.grid, seed=0)).optimize(objective, n_trials=100)
+    return configs
+
+
+def test_encoders_runs_every_preset_at_the_same_three_learning_rates() -> None:
+    configs = _grid_configs("encoders")
+    assert len(configs) == 3 * len(PRESETS) == get_space("encoders").grid_size()
+    for name, values in PRESETS.items():
+        at_preset = [
+            c
+            for c in configs
+            if {k: c[k] for k in c if k != "lr_max"}
+            == {k: v for k, v in values.items() if k != "hidden_size"}
+        ]
+        assert sorted(c["lr_max"] for c in at_preset) == [5e-4, 1e-3, 2e-3], name
+    assert not any("hidden_size" in c for c in configs)  # the run's size: equal capacity
+    # with a CPU-sized run's settings, every family's trial config is valid: the run's
+    # hidden_size reaches the families that have one, and only those
+    fixed = {**CPU_SIZED, "seed": 0, "device": "cpu", "threads": 1}
+    for name in PRESETS:
+        trial = optuna.trial.FixedTrial({"family": name, "lr_max": 1e-3})
+        merged = TrainConfig.from_dict(DefineByRun(get_space("encoders"), fixed)(trial))
+        assert merged.hidden_size == (32 if merged.encoder != "word_bow" else 1024), name
+        assert merged.batch_size == 64 and merged.lr_max == 1e-3
+
+
+def test_seeds_presets_are_the_papers_systems_exactly() -> None:
+    configs = _grid_configs("seeds_presets")
+    got = {TrainConfig.from_dict(c) for c in configs}
+    assert got == {preset(name) for name in SEED_SYSTEMS}
+    assert {c["encoder"] for c in configs} == {"char_rnn", "word_bow", "vete_rnn", "cap2img"}
+    # every RNN system states its size, so a CPU-sized run cannot shrink only some
+    sizes = {c["encoder"]: c.get("hidden_size") for c in configs}
+    assert sizes == {"char_rnn": 1024, "word_bow": None, "vete_rnn": 128, "cap2img": 1024}
 
 
 @pytest.mark.parametrize("name", ["hidden_size", "rnn_type", "pooling", "paper_grid"])

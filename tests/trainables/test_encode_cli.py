@@ -121,3 +121,25 @@ def test_bad_options_are_one_error_line_and_the_old_output_is_kept(
         assert err.startswith("error:") and err.count("\n") == 1 and message in err, (args, err)
     assert kept.read_bytes() == b"precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.npy", "sentences.txt", "t.parquet"]
+
+
+def test_a_cap2img_model_gives_sentence_or_joint_embeddings(
+    tiny_world: Path, tmp_path: Path
+) -> None:
+    config = TrainConfig(encoder="cap2img", hidden_size=8, word_embedding_dim=8, batch_size=8,
+                         epochs=1, ensemble_size=1, device="cpu", semantic_every=0,
+                         threads=1, vocab_min_count=1)  # fmt: skip
+    data = TrainingData.from_store(str(tiny_world))
+    trainer = Trainer(config, data)
+    list(trainer.run())
+    path = EnsembleWeights.from_training_state(trainer.state_dict()).save(tmp_path / "e.pt")
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("\n".join(SENTENCES[:2]) + "\n", encoding="utf-8")
+    encoder = SentenceEncoder.load(path, device="cpu")
+    for space, dim in (("sentence", 8), ("joint", data.feature_dim)):
+        out = tmp_path / f"{space}.npy"
+        done = encode("--model", path, "--input", sentences, "--output", out, "--space", space)
+        assert done.returncode == 0, done.stderr
+        vectors = np.load(out)
+        assert vectors.shape == (2, dim)
+        np.testing.assert_array_equal(vectors, encoder.encode(SENTENCES[:2], space=space))

@@ -18,7 +18,7 @@ from trainables import checkpoint, names
 from trainables.attention import MultiHeadVectorialAttention
 from trainables.checkpoint import CheckpointError, EnsembleWeights, load_ensemble
 from trainables.config import ConfigError, TrainConfig
-from trainables.data import TrainingData
+from trainables.data import TrainingData, epoch_batches, partner_rows
 from trainables.embedding import embed_sentences
 from trainables.encoder import SentenceEncoder
 from trainables.families import PRESETS, preset
@@ -40,6 +40,13 @@ FAMILIES = {
                                       attention_penalty=0.5),
     "word_bow": dict(encoder="word_bow", word_embedding_dim=16, loss="pearson"),
     "word_bow_mean_hinge": dict(encoder="word_bow", word_embedding_dim=16, bow_pooling="mean"),
+    "vete_rnn": dict(encoder="vete_rnn", hidden_size=8, word_embedding_dim=16, rnn_layers=2,
+                     loss="pearson"),
+    "cap2img": dict(encoder="cap2img", rnn_type="lstm", hidden_size=8, word_embedding_dim=16,
+                    dropout=0.5),
+    "char_rnn_text_only": dict(hidden_size=8, pairing="caption"),
+    "cap2img_text_only": dict(encoder="cap2img", hidden_size=8, word_embedding_dim=16,
+                              pairing="caption"),
 }  # fmt: skip
 TIMING = ("time/", names.CAPTIONS_PER_S)
 
@@ -168,6 +175,92 @@ def test_word_rnn_is_the_char_rnn_over_word_embeddings(rnn_type: str, pooling: s
             torch.testing.assert_close(inference[i], expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
+def test_cap2img_is_the_max_of_the_bilstm_final_states_projected_to_the_features(
+    rnn_type: str,
+) -> None:
+    torch.manual_seed(0)
+    vocabulary = WordVocabulary.build(CAPTIONS)
+    config = TrainConfig(encoder="cap2img", hidden_size=5, word_embedding_dim=7,
+                         rnn_type=rnn_type, dropout=0.5)  # fmt: skip
+    model = GroundedEncoder(config, 9, vocabulary).eval()  # eval: dropout off
+    encoder = model.caption_encoder
+    ids, lengths = _encoded(vocabulary, CAPTIONS)
+    joint, sentence = encoder(ids, lengths), encoder.sentence(ids, lengths)
+    features = torch.randn(3, 9)
+    torch.testing.assert_close(
+        model.image_encoder(features), features / features.norm(dim=1)[:, None]
+    )
+    rnn, table = encoder.rnn, encoder.embedding.table.weight
+    with torch.no_grad():
+        for i, n in enumerate(lengths.tolist()):  # each caption alone, read both ways
+            out = rnn(table[ids[i, :n]][None])[0][0]  # (n, 2 x 5): forward, backward
+            h = torch.maximum(out[-1, :5], out[0, 5:])  # each direction's last step
+            torch.testing.assert_close(sentence[i], h / h.norm(), rtol=1e-5, atol=1e-6)
+            p = torch.nn.functional.elu(encoder.projection(h))
+            torch.testing.assert_close(joint[i], p / p.norm(), rtol=1e-5, atol=1e-6)
+    assert joint.shape == (len(CAPTIONS), 9) and sentence.shape == (len(CAPTIONS), 5)
+    assert model.joint_dim == 9 and model.embedding_dim == config.embedding_dim == 5
+    assert not list(model.image_encoder.parameters())
+    for gate in rnn.weight_hh_l0.split(5):  # orthogonal recurrent blocks (Saxe et al.)
+        torch.testing.assert_close(gate @ gate.T, torch.eye(5), atol=1e-5, rtol=0)
+
+
+def test_cap2img_dropout_acts_in_training_only() -> None:
+    torch.manual_seed(0)
+    vocabulary = WordVocabulary.build(CAPTIONS)
+    config = TrainConfig(encoder="cap2img", hidden_size=16, word_embedding_dim=4, dropout=0.5)
+    encoder = GroundedEncoder(config, 9, vocabulary).caption_encoder
+    ids, lengths = _encoded(vocabulary, CAPTIONS)
+    assert not torch.equal(encoder.train()(ids, lengths), encoder(ids, lengths))
+    torch.testing.assert_close(encoder.eval()(ids, lengths), encoder(ids, lengths))
+
+
+@pytest.mark.parametrize(("rnn_type", "layers"), [("gru", 1), ("lstm", 3)])
+def test_vete_rnn_is_the_last_layers_final_state(rnn_type: str, layers: int) -> None:
+    torch.manual_seed(0)
+    vocabulary = WordVocabulary.build(CAPTIONS)
+    config = TrainConfig(encoder="vete_rnn", hidden_size=6, word_embedding_dim=5,
+                         rnn_type=rnn_type, rnn_layers=layers)  # fmt: skip
+    model = GroundedEncoder(config, 4, vocabulary)
+    encoder = model.caption_encoder
+    ids, lengths = _encoded(vocabulary, CAPTIONS)
+    got = encoder(ids, lengths)
+    torch.testing.assert_close(encoder.sentence(ids, lengths), got)
+    with torch.no_grad():
+        for i, n in enumerate(lengths.tolist()):  # each caption alone: the top layer's last step
+            h = encoder.rnn(encoder.embedding.table.weight[ids[i, :n]][None])[0][0, -1]
+            torch.testing.assert_close(got[i], h / h.norm(), rtol=1e-5, atol=1e-6)
+    assert not encoder.rnn.bidirectional and encoder.rnn.num_layers == layers
+    assert model.image_encoder.linear.out_features == got.shape[1] == 6
+
+
+def test_the_text_only_control_pairs_each_caption_with_the_next_of_its_image(
+    data: TrainingData,
+) -> None:
+    rows = np.array([0, 4, 5, 9, 13, 599])
+    np.testing.assert_array_equal(partner_rows(rows), [1, 0, 6, 5, 14, 595])
+    assert torch.equal(partner_rows(torch.from_numpy(rows)), torch.from_numpy(partner_rows(rows)))
+    config = TrainConfig(**{**RUN, "epochs": 1}, hidden_size=8, pairing="caption")
+    trainer = Trainer(config, data)
+    image_side = [p.detach().clone() for p in trainer.model.image_encoder.parameters()]
+    caption_side = [p.detach().clone() for p in trainer.model.caption_encoder.parameters()]
+    trainer.train_one_epoch()
+    after = list(trainer.model.image_encoder.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(after, image_side, strict=True))  # no image
+    moved = zip(trainer.model.caption_encoder.parameters(), caption_side, strict=True)
+    assert any(not torch.equal(a, b) for a, b in moved)
+    # a step's loss is the hinge between two captions of each image, recomputed here
+    plan = epoch_batches(data.train.num_images, 8, 0, 5)[:1]
+    split, encoder = trainer.train_split, trainer.model.caption_encoder
+    with torch.no_grad():
+        a = encoder(split.tokens[plan[0]].long(), split.lengths[plan[0]])
+        partner = partner_rows(plan[0])
+        b = encoder(split.tokens[partner].long(), split.lengths[partner])
+    got = trainer.train_batches(plan)[0]  # the loss before the step's update
+    torch.testing.assert_close(got, trainer.loss_fn(b, a), rtol=1e-5, atol=1e-4)
+
+
 def test_one_head_is_the_papers_model_and_heads_widen_both_embeddings() -> None:
     one = GroundedEncoder(TrainConfig(hidden_size=4), 10)
     assert "caption_encoder.attention.hidden.weight" in one.state_dict()
@@ -209,7 +302,22 @@ def test_one_head_is_the_papers_model_and_heads_widen_both_embeddings() -> None:
          r"^word_vectors_update: frozen_map .* set word_vectors"),
         ({"encoder": "word_rnn", "word_vectors": " glove.txt"}, r"^word_vectors: got ' glove"),
         ({"encoder": "transformer"}, r"^encoder: got 'transformer', expected one of char_rnn, "
-                                     r"word_rnn, word_bow"),
+                                     r"word_rnn, word_bow, vete_rnn, cap2img"),
+        ({"encoder": "word_rnn", "rnn_layers": 2}, r"^rnn_layers: does not apply to encoder "
+                                                   r"word_rnn \(only to vete_rnn\)"),
+        ({"encoder": "vete_rnn", "pooling": "max"}, r"^pooling: does not apply to encoder "
+                                                    r"vete_rnn"),
+        ({"encoder": "cap2img", "attention_heads": 2}, r"^attention_heads: does not apply to "
+                                                       r"encoder cap2img"),
+        ({"encoder": "cap2img", "clip_image": 0.1}, r"^clip_image: does not apply to encoder "
+                                                    r"cap2img"),
+        ({"encoder": "word_bow", "dropout": 0.5}, r"^dropout: does not apply to encoder word_bow"),
+        ({"dropout": 0.5}, r"^dropout: does not apply to encoder char_rnn"),
+        ({"encoder": "cap2img", "dropout": 1.0}, r"^dropout: got 1.0, expected a number in"),
+        ({"encoder": "cap2img", "dropout": -0.1}, r"^dropout: got -0.1"),
+        ({"encoder": "cap2img", "dropout": "nan"}, r"^dropout: got nan"),
+        ({"encoder": "vete_rnn", "rnn_layers": 0}, r"^rnn_layers: got 0, expected an integer"),
+        ({"pairing": "images"}, r"^pairing: got 'images', expected one of image, caption"),
         ({"attention_heads": 0}, r"^attention_heads: got 0, expected an integer from 1"),
         ({"attention_heads": 2, "attention_penalty": -1}, r"^attention_penalty: got -1"),
         ({"encoder": "word_bow", "vocab_min_count": 0}, r"^vocab_min_count: got 0"),
@@ -229,12 +337,18 @@ def test_each_familys_fields_at_their_defaults_and_a_saved_config_are_accepted()
     assert bow.embedding_dim == bow.word_embedding_dim == 300
     assert TrainConfig.from_dict(bow.to_dict()) == bow
     assert TrainConfig(hidden_size=16, attention_heads=2).embedding_dim == 64
-    for family in PRESETS:
-        config = preset(family)
-        assert config.encoder == family and TrainConfig.from_dict(config.to_dict()) == config
+    for name in PRESETS:
+        config = preset(name)
+        assert name.startswith(config.encoder)
+        assert TrainConfig.from_dict(config.to_dict()) == config
     assert preset("word_bow").embedding_dim == 128 and preset("word_bow").loss == "pearson"
+    assert preset("vete_rnn").embedding_dim == 128 and preset("vete_rnn").rnn_layers == 2
+    cap2img = preset("cap2img")
+    assert (cap2img.hidden_size, cap2img.word_embedding_dim, cap2img.dropout) == (1024, 300, 0.5)
+    assert cap2img.embedding_dim == 1024 and cap2img.rnn_type == "lstm"
     assert preset("char_rnn") == TrainConfig()
-    with pytest.raises(ValueError, match="encoder: got 'cnn'"):
+    assert preset("char_rnn_text").pairing == "caption"
+    with pytest.raises(ValueError, match="preset: got 'cnn'"):
         preset("cnn")
 
 
@@ -259,18 +373,21 @@ def test_each_family_trains_resumes_and_encodes_raw_text(
     first = Trainer(config, data)
     run = first.run()
     next(run), next(run)
+    saved = first.save_checkpoint()  # before another Trainer reseeds torch's generator
     resumed = Trainer(config, data)
-    resumed.load_checkpoint(first.save_checkpoint())
+    resumed.load_checkpoint(saved)
     rest = list(resumed.run())
     assert [_without_timing(r) for r in rest] == [_without_timing(r) for r in straight[2:]]
     # the ensemble file, used from raw text, reproduces the reported test metrics
     path = EnsembleWeights.from_training_state(resumed.state_dict()).save(tmp_path / "e.pt")
     encoder = SentenceEncoder.load(path, device="cpu")
     images = encoder.encode_images(data.test.features, normalize=False)
-    captions = encoder.encode(list(data.test.captions), normalize=False)
+    captions = encoder.encode(list(data.test.captions), normalize=False, space="joint")
     for key, value in retrieval_metrics(images, captions).items():
         assert value == pytest.approx(straight[-1][names.key(names.ENSEMBLE, key)], abs=1e-6)
-    assert encoder.embedding_dim == config.embedding_dim == captions.shape[1]
+    assert encoder.embedding_dim == config.embedding_dim == encoder.encode(CAPTIONS).shape[1]
+    joint = data.feature_dim if config.encoder == "cap2img" else config.embedding_dim
+    assert captions.shape[1] == images.shape[1] == joint
 
 
 @pytest.fixture(scope="module")
