@@ -30,6 +30,7 @@ from gridsearch._layout import RunsLayout
 from gridsearch._store import TrackingError, check_reachable
 from gridsearch._tags import OUTCOME_TAG, ROLE_SEARCH, ROLE_TAG, ROLE_TRIAL, TRIAL_TAG
 from trainables import names
+from trainables.presets import family_of
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +43,10 @@ HISTORY_KEYS = (
     names.key(names.TEST, "r10_mean"),
     names.key(names.TEST, "semantic"),
     names.LOSS,
+    names.ATTENTION_PENALTY,  # only multi-head runs with a penalty log it
 )
 CONTINUOUS, CATEGORICAL = "continuous", "categorical"
+FAMILY = "family"  # the trials' column: trainables.presets.family_of of the run's params
 # the tables that make an SQLite file an MLflow tracking store or an Optuna study
 MLFLOW_TABLES = ("experiments", "runs", "alembic_version")
 OPTUNA_TABLES = ("studies", "trials")
@@ -250,6 +253,7 @@ def _trial_row(run: Run, kinds: dict[str, str]) -> dict[str, Any]:
         row[name] = _typed(run.data.params.get(name), kind)
     # how STS-B was scored, for the semantic table (runs before it existed: SentEval's)
     row["stsb_encoding"] = run.data.params.get("stsb_encoding", "senteval")
+    row[FAMILY] = family_of(run.data.params)  # the report groups the trials by it
     row.update(run.data.metrics)  # the latest value of each: the final best, test/...
     return row
 

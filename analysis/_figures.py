@@ -5,7 +5,7 @@ switching), so drawing in a library or a test leaves the caller's matplotlib alo
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +64,41 @@ def draw_tradeoff_overlay(curves: Mapping[str, TradeoffCurve], path: Path) -> Pa
     if 0 < len(curves) <= 12:
         retrieval_ax.legend(fontsize=7, ncol=2, title="trial", title_fontsize=8, loc="lower right")
     return _save(fig, path)
+
+
+def draw_family_overlay(curves: Mapping[str, Mapping[str, TradeoffCurve]], path: Path) -> Path:
+    """The trade-off curves of every trial, one colour per encoder family (legend: the
+    family and its trial count), each family's median over its trials per epoch drawn
+    thick: do the families peak, and rise, at different epochs?"""
+    fig = Figure(figsize=(12, 4.4))
+    retrieval_ax, semantic_ax = fig.subplots(1, 2)
+    last = max((max(c.epochs) for fam in curves.values() for c in fam.values()), default=1)
+    for (family, trials), colour in zip(curves.items(), _colours(len(curves)), strict=True):
+        for curve in trials.values():
+            x = _epoch_x(curve.epochs)
+            retrieval_ax.plot(x, curve.retrieval, "-", color=colour, alpha=0.35, linewidth=1)
+            semantic_ax.plot(x, curve.semantic, "-", color=colour, alpha=0.35, linewidth=1)
+        for ax, field in ((retrieval_ax, "retrieval"), (semantic_ax, "semantic")):
+            epochs, medians = _family_median(trials.values(), field)
+            ax.plot(_epoch_x(epochs), medians, "-o", color=colour, linewidth=2.5,
+                    markersize=3, label=f"{family} ({len(trials)})")  # fmt: skip
+    for ax, label in ((retrieval_ax, "dev R@10 mean (%)"), (semantic_ax, "dev semantic score (r)")):
+        _epoch_axis(ax, last)
+        ax.set_ylabel(label)
+    retrieval_ax.set_title("retrieval by family (thick: median over its trials)", fontsize=10)
+    semantic_ax.set_title("semantic score by family", fontsize=10)
+    retrieval_ax.legend(fontsize=7, title="family (trials)", title_fontsize=8, loc="best")
+    return _save(fig, path)
+
+
+def _family_median(curves: Iterable[TradeoffCurve], field: str) -> tuple[list[int], list[float]]:
+    by_epoch: dict[int, list[float]] = {}
+    for curve in curves:
+        for epoch, value in zip(curve.epochs, getattr(curve, field), strict=True):
+            if not math.isnan(value):
+                by_epoch.setdefault(epoch, []).append(value)
+    epochs = sorted(by_epoch)
+    return epochs, [float(np.median(by_epoch[e])) for e in epochs]
 
 
 def _colours(count: int) -> list[tuple[float, float, float, float]]:

@@ -5,17 +5,27 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from analysis import _compute, _figures, _tables
-from analysis._data import SearchRecord
+from analysis import _compute, _families, _figures, _tables
+from analysis._data import AnalysisError, SearchRecord
+from analysis._families import FamilyPair
 from analysis._html import Section
 from analysis._importance import Importances
 from analysis.reference import MARGIN_STABLE_RANGE
 from gridsearch.curves import draw_tradeoff
 from trainables import names
+
+if TYPE_CHECKING:  # analysis.compare needs torch: imported only when a test runs
+    from analysis.compare import Comparison
+
+
+# runs the significance test of two families' best trials (analysis.compare.compare_runs)
+FamilyTest = Callable[[FamilyPair], "Comparison"]
 
 
 class Output:
@@ -206,3 +216,60 @@ def paper_tables_section(record: SearchRecord, out: Output) -> Section:
         _tables.format_semantic(semantic.table), "Semantic similarity (Table 5)", text_columns=2
     )
     return section.note(semantic.note)
+
+
+def families_section(
+    record: SearchRecord, out: Output, test: FamilyTest | None = None
+) -> Section | None:
+    """The encoder families side by side (None when the trials are of one family):
+    their trade-off curves overlaid, each family's best trial on retrieval and on the
+    semantic score, and ``test``'s significance test between the two best families."""
+    order = _families.family_order(record)
+    if len(order) < 2:
+        return None
+    section = Section(
+        "families",
+        "Encoder families",
+        'The trials grouped by encoder family (README "Encoder families"): their '
+        "trade-off curves, each family's best finished trial chosen on dev values (best dev "
+        "R@10 mean, the paper's selection, and best dev semantic score) with its snapshot "
+        "ensemble on the test data (95% intervals: normal approximation for R@10, Fisher z "
+        "for Pearson r), and a paired significance test between the two families whose "
+        "best trials lead on dev retrieval.",
+    )
+    curves = _families.family_curves(record)
+    if curves:
+        section.image(
+            _figures.draw_family_overlay(curves, out.figure("families_tradeoff")),
+            "trade-off curves by encoder family",
+        )
+    best = _families.best_of_families(record)
+    out.csv(best, "families_best")
+    if best.empty:
+        return section.note("no family has a finished trial yet: nothing to tabulate or test")
+    section.table(_tables.format_families(best), "Each family's best trial", text_columns=3)
+    pair = _families.top_two(best)
+    if pair is None:
+        return section.note("fewer than two families have a finished trial: nothing to test")
+    command = (
+        f"python -m analysis.compare family:{pair.a} family:{pair.b} "
+        f"--experiment {record.experiment}"
+    )
+    if test is None:
+        return section.text(f"Test the two leading families: {command}")
+    try:
+        comparison = test(pair)
+    except AnalysisError as err:  # the store or an artifact is not readable here
+        return section.note(f"the test ({command}) could not run here: {err}")
+    out.csv(comparison.retrieval, "families_test_retrieval")
+    out.csv(comparison.semantic, "families_test_semantic")
+    section.text(
+        f"A = {pair.a} ({pair.trial_a}), B = {pair.b} ({pair.trial_b}), the leader on "
+        f"dev R@10 mean; every difference is B - A ({command}). " + " ".join(comparison.header[1:])
+    )
+    section.table(comparison.retrieval, "Retrieval: paired bootstrap over images, McNemar")
+    if not comparison.semantic.empty:
+        section.table(comparison.semantic, "Semantic: Steiger's z and Williams' t")
+    for line in comparison.verdicts():
+        section.text(line)
+    return section

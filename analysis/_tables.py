@@ -11,7 +11,7 @@ from typing import NamedTuple
 
 import pandas as pd
 
-from analysis import reference
+from analysis import _families, reference
 from analysis._data import SearchRecord
 from trainables import names
 from trainables.stats import pearson_ci, recall_ci
@@ -209,3 +209,45 @@ def format_semantic(table: pd.DataFrame) -> pd.DataFrame:
     out = rows.join(wide[list(dict.fromkeys(header))]).reset_index(drop=True)
     out.loc[out["task"].duplicated(), "task"] = ""  # each task named once, as in the paper
     return out
+
+
+# -- the encoder families (analysis._families) ------------------------------------------
+
+_FAMILY_HEADERS = {
+    "r10_mean": "test R@10 mean",
+    "c2i_r10": "c2i R@10",
+    "i2c_r10": "i2c R@10",
+    "semantic": "test semantic x100",
+    "sts12_16_pearson": "STS12-16 r x100",
+    "stsb_pearson": "STS-B r x100",
+    "sickr_pearson": "SICK-R r x100",
+}
+
+
+def format_families(best: pd.DataFrame) -> pd.DataFrame:
+    """``analysis._families.best_of_families`` as strings: R@10 "62.2 ± 6.7", Pearson r
+    x 100 with its Fisher-z interval "71.7 (+2.0/−2.1)", as the paper tables print them."""
+    rows = []
+    for row in best.to_dict("records"):
+        cells: dict[str, object] = {
+            "family": row["family"],
+            "selected on": row["selected on"],
+            "trial": row["trial_id"],
+            "finished / trials": f"{row['finished']} / {row['trials']}",
+            "dev value": row["dev value"],
+        }
+        for name, header in _FAMILY_HEADERS.items():
+            recall = name in _families.RECALLS
+            cells[header] = _interval(row, name) if recall else _r_interval(row, name)
+        rows.append(cells)
+    return pd.DataFrame(rows)
+
+
+def _r_interval(row: dict[str, object], name: str) -> str:
+    r, low, high = (
+        100 * float(row.get(k, math.nan))  # type: ignore[arg-type]
+        for k in (name, f"{name}_ci_low", f"{name}_ci_high")
+    )
+    if math.isnan(r):
+        return "-"
+    return f"{r:.1f}" if math.isnan(low) else f"{r:.1f} (+{high - r:.1f}/−{r - low:.1f})"

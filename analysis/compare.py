@@ -3,11 +3,14 @@ better than another's? Paired tests on the same items, as the paper reports sign
 
     python -m analysis.compare 3f2a91c0 7be00d12 --runs-dir runs
     python -m analysis.compare trial-3f2a91c0 <mlflow run id> --split val --csv diff.csv
+    python -m analysis.compare family:word_bow family:char_rnn --experiment families
 
-RUN_A and RUN_B are MLflow run ids, Tune trial ids (the ``tune.trial_id`` tag) or run
-names. Both ensembles are rebuilt from their ``ensemble.pt`` artifacts and evaluated on
-the split (``test`` by default) of the search's data store (``--data`` overrides) and on
-its semantic sets (``--senteval`` overrides):
+RUN_A and RUN_B are MLflow run ids, Tune trial ids (the ``tune.trial_id`` tag), run
+names, or ``family:NAME``: the best finished trial of that encoder family in the search
+(``trainables.presets.family_of``; best by dev R@10 mean, or ``--select semantic``).
+Both ensembles are rebuilt from their ``ensemble.pt`` artifacts and evaluated on the
+split (``test`` by default) of the search's data store (``--data`` overrides) and on its
+semantic sets (``--senteval`` overrides):
 
 - retrieval: per-query ranks, a paired bootstrap over images (10,000 resamples, seeded)
   for every metric, and McNemar's exact test on the R@K hits;
@@ -28,6 +31,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -46,16 +50,23 @@ from analysis._data import (
     tracking_uri_for,
     trial_label,
 )
-from gridsearch._tags import PARENT_TAG, TRIAL_TAG
+from gridsearch._tags import PARENT_TAG, ROLE_TAG, ROLE_TRIAL, TRIAL_TAG
 from storage._atomic import write_text_atomic
 from storage.cli import OneLineParser
+from trainables import names
 from trainables.config import DEVICE_FORMS, ConfigError, check_device
 from trainables.data import EncodedSplit
+from trainables.presets import family_of
 from trainables.stats import pearson
 
 __all__ = [
+    "FAMILY_REF",
+    "SELECT",
     "SPLITS",
+    "Comparison",
+    "best_of_family",
     "compare_retrieval",
+    "compare_runs",
     "compare_semantic",
     "find_run",
     "format_comparison",
@@ -66,6 +77,8 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 SPLITS = {"test": "test", "val": "val", "dev": "val"}
+FAMILY_REF = "family:"  # RUN_A/RUN_B "family:word_bow": that family's best trial
+SELECT = {"retrieval": names.BEST_RETRIEVAL, "semantic": names.BEST_SEMANTIC}  # dev only
 MAX_RESAMPLES = 1_000_000  # every difference is kept in memory: 11 metrics x 8 bytes each
 SEED_LIMIT = 2**63
 ALPHA = 0.05  # the verdict's significance level
@@ -196,11 +209,18 @@ def format_comparison(header: list[str], retrieval: pd.DataFrame, semantic: pd.D
         "",
         f"verdict (B - A; p<{ALPHA:g} by the paired bootstrap for retrieval, Steiger's z "
         "for semantic)",
-        verdict("retrieval", retrieval[retrieval["metric"].isin(RECALLS)], "p_bootstrap", "R@K"),
+        *_verdicts(retrieval, semantic),
+    ]
+    return "\n".join(lines)
+
+
+def _verdicts(retrieval: pd.DataFrame, semantic: pd.DataFrame) -> list[str]:
+    lines = [
+        verdict("retrieval", retrieval[retrieval["metric"].isin(RECALLS)], "p_bootstrap", "R@K")
     ]
     if not semantic.empty:
         lines.append(verdict("semantic", semantic, "p_steiger", "sets"))
-    return "\n".join(lines)
+    return lines
 
 
 def verdict(family: str, rows: pd.DataFrame, p_column: str, unit: str) -> str:
@@ -252,8 +272,13 @@ def _parser() -> argparse.ArgumentParser:
         description="Test whether two trials' snapshot ensembles differ significantly.",
         epilog="Exit status: 0 compared, 2 bad input (one 'error:' line naming it).",
     )
-    parser.add_argument("run_a", metavar="RUN_A", help="run id, trial id or run name")
-    parser.add_argument("run_b", metavar="RUN_B", help="run id, trial id or run name")
+    run_help = (
+        f"run id, trial id or run name; or {FAMILY_REF}NAME, the best finished trial of "
+        "that encoder family (e.g. family:word_bow) in --experiment (default: the "
+        "latest search), chosen by --select"
+    )
+    parser.add_argument("run_a", metavar="RUN_A", help=run_help)
+    parser.add_argument("run_b", metavar="RUN_B", help=run_help)
     parser.add_argument(
         "--runs-dir", type=Path, default=Path("runs"), help="the search's --runs-dir"
     )
@@ -262,6 +287,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--experiment", default=None, help="look the runs up in this experiment only"
+    )
+    parser.add_argument(
+        "--select",
+        choices=tuple(SELECT),
+        default="retrieval",
+        help=f"what picks a {FAMILY_REF}NAME's best trial: its best dev R@10 mean (the "
+        "paper's selection) or its best dev semantic score",
     )
     parser.add_argument("--data", default=None, help="feature store (default: RUN_A's search's)")
     parser.add_argument("--senteval", default=None, help="semantic sets (default: the search's)")
@@ -291,8 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         _check_options(args)
-        report, frames = _run(args)
+        comparison = _run(args)
         if args.csv:
+            frames = {"retrieval": comparison.retrieval, "semantic": comparison.semantic}
             rows = pd.concat([f.assign(kind=k) for k, f in frames.items() if not f.empty])
             write_text_atomic(args.csv, rows.to_csv(index=False))
     except AnalysisError as err:
@@ -305,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted: nothing was compared or written", file=sys.stderr)
         return 130
     else:
-        return print_out(report)
+        return print_out(comparison.text())
     print(f"error: {' '.join(message.splitlines())}", file=sys.stderr)
     return 2
 
@@ -332,45 +365,129 @@ def _check_options(args: argparse.Namespace) -> None:
             raise AnalysisError(f"--csv {csv}: the folder {folder} is not writable")
 
 
-def _run(args: argparse.Namespace) -> tuple[str, dict[str, pd.DataFrame]]:
-    uri = tracking_uri_for(args.tracking_uri, args.runs_dir)
-    client = open_client(uri)
-    run_a, run_b = (find_run(client, ref, args.experiment) for ref in (args.run_a, args.run_b))
+class Comparison(NamedTuple):
+    header: list[str]  # who A and B are, on what
+    retrieval: pd.DataFrame  # compare_retrieval's rows
+    semantic: pd.DataFrame  # compare_semantic's rows (empty: no semantic sets)
+
+    def text(self) -> str:
+        return format_comparison(self.header, self.retrieval, self.semantic)
+
+    def verdicts(self) -> list[str]:
+        return _verdicts(self.retrieval, self.semantic)
+
+
+def compare_runs(
+    client: MlflowClient,
+    run_a: Run,
+    run_b: Run,
+    *,
+    data: str | None = None,
+    senteval: str | None = None,
+    split: str = "test",
+    resamples: int = 10_000,
+    seed: int = 0,
+    device: str = "auto",
+    verify: bool = True,
+) -> Comparison:
+    """Rebuild both runs' snapshot ensembles and test them on the same items: the store
+    split ``split`` (``data``, default RUN_A's search's store) and the semantic sets
+    (``senteval``, default the search's; ``""`` for none). Bad input: AnalysisError."""
     weights = [_ensemble.fetch_weights(client, run) for run in (run_a, run_b)]  # before data
-    data = args.data or _parent_param(client, run_a, "data")
+    data = data or _parent_param(client, run_a, "data")
     if data is None:
-        raise AnalysisError(f"{args.run_a}: its search recorded no data store; pass --data STORE")
-    split_name = SPLITS[args.split]
-    split = _read_split(data, split_name, verify=not args.no_verify)
+        raise AnalysisError(
+            f"{trial_label(run_a)}: its search recorded no data store; pass --data STORE"
+        )
+    split_name = SPLITS[split]
+    items = _read_split(data, split_name, verify=verify)
     for run, w in zip((run_a, run_b), weights, strict=True):
-        if w.feature_dim != split.features.shape[1]:
+        if w.feature_dim != items.features.shape[1]:
             raise AnalysisError(
                 f"run {trial_label(run)} takes {w.feature_dim}-dimensional image "
-                f"features, the store {data} has {split.features.shape[1]}: pass --data "
+                f"features, the store {data} has {items.features.shape[1]}: pass --data "
                 "the store its search trained on"
             )
     a, b = (
-        _ensemble.build_ensemble(run, w, split, args.device)
+        _ensemble.build_ensemble(run, w, items, device)
         for run, w in zip((run_a, run_b), weights, strict=True)
     )
-    retrieval = compare_retrieval(a, b, resamples=args.resamples, seed=args.seed)
-    senteval = args.senteval or _parent_param(client, run_a, "senteval")
-    semantic = pd.DataFrame()
-    if senteval and not args.no_semantic:
-        semantic = _compare_semantic_sets(a, b, senteval)
+    retrieval = compare_retrieval(a, b, resamples=resamples, seed=seed)
+    if senteval is None:
+        senteval = _parent_param(client, run_a, "senteval")
+    semantic = _compare_semantic_sets(a, b, senteval) if senteval else pd.DataFrame()
     header = [
         f"A = {a.label} (run {run_a.info.run_id}), B = {b.label} (run {run_b.info.run_id})",
-        f"on the {split_name} split of {data}: {split.num_images} images, "
-        f"{len(split.captions)} captions; {args.resamples} resamples, seed {args.seed}",
+        f"on the {split_name} split of {data}: {items.num_images} images, "
+        f"{len(items.captions)} captions; {resamples} resamples, seed {seed}",
     ]
     if run_a.info.run_id == run_b.info.run_id:
         header.append("A and B are the same run: every difference is 0 and every p is 1")
     if not senteval:
-        header.append("no semantic sets recorded for the search: retrieval only (--senteval DIR)")
-    return format_comparison(header, retrieval, semantic), {
-        "retrieval": retrieval,
-        "semantic": semantic,
-    }
+        header.append("no semantic sets: retrieval only")
+    return Comparison(header, retrieval, semantic)
+
+
+def _run(args: argparse.Namespace) -> Comparison:
+    uri = tracking_uri_for(args.tracking_uri, args.runs_dir)
+    client = open_client(uri)
+    run_a, run_b = (
+        _resolve(client, ref, args.experiment, args.runs_dir, args.select)
+        for ref in (args.run_a, args.run_b)
+    )
+    return compare_runs(
+        client,
+        run_a,
+        run_b,
+        data=args.data,
+        senteval="" if args.no_semantic else args.senteval,
+        split=args.split,
+        resamples=args.resamples,
+        seed=args.seed,
+        device=args.device,
+        verify=not args.no_verify,
+    )
+
+
+def _resolve(
+    client: MlflowClient, ref: str, experiment: str | None, runs_dir: Path, select: str
+) -> Run:
+    """``family:NAME``: that family's best finished trial in ``experiment`` (default: the
+    latest search in ``runs_dir``) by the dev metric ``select``; else :func:`find_run`."""
+    if not ref.startswith(FAMILY_REF):
+        return find_run(client, ref, experiment)
+    if experiment is None:
+        from analysis.report import latest_experiment
+
+        experiment, _ = latest_experiment(runs_dir)
+    return best_of_family(client, experiment, ref.removeprefix(FAMILY_REF), SELECT[select])
+
+
+def best_of_family(client: MlflowClient, experiment: str, family: str, metric: str) -> Run:
+    """The finished trial of ``family`` (``trainables.presets.family_of``) in
+    ``experiment`` with the best dev ``metric``; the earliest started on a tie, as the
+    report chooses. None of that family: AnalysisError listing the families there."""
+    names.selectable(metric)  # a family's best is chosen on dev values only
+    trials = [
+        r
+        for r in all_runs(client, [experiment_id(client, experiment)])
+        if r.data.tags.get(ROLE_TAG) == ROLE_TRIAL
+    ]
+    trials.sort(key=lambda r: r.info.start_time or 0)
+    members = [
+        r
+        for r in trials
+        if family_of(r.data.params) == family
+        and names.is_finished(r.data.metrics)
+        and metric in r.data.metrics
+    ]
+    if not members:
+        there = sorted({family_of(r.data.params) for r in trials}) or ["(no trials)"]
+        raise AnalysisError(
+            f"{FAMILY_REF}{family}: experiment {experiment!r} has no finished trial of that "
+            f"family with {metric}; its families: {', '.join(there)}"
+        )
+    return max(members, key=lambda r: r.data.metrics[metric])
 
 
 def _read_split(data: str, name: str, *, verify: bool) -> EncodedSplit:

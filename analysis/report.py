@@ -25,9 +25,11 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 from mlflow.exceptions import MlflowException
+from mlflow.tracking import MlflowClient
 
 from analysis import _sections
 from analysis._data import (
@@ -42,11 +44,15 @@ from analysis._data import (
     sqlite_path,
     tracking_uri_for,
 )
+from analysis._families import FamilyPair
 from analysis._html import render_page
 from analysis._importance import Importances, default_optuna_storage, param_importances
 from gridsearch._layout import RunsLayout
 from gridsearch._record import latest_search
 from storage.cli import OneLineParser
+
+if TYPE_CHECKING:  # analysis.compare needs torch: imported only when the test runs
+    from analysis.compare import Comparison
 
 __all__ = [
     "ARTIFACT_PATH",
@@ -65,10 +71,19 @@ _PAGE = "report.html"
 _FOLDERS = (("figures", "*.png"), ("tables", "*.csv"))
 
 
-def write_report(record: SearchRecord, out: Path, optuna_storage: str | None = None) -> Path:
+def write_report(
+    record: SearchRecord,
+    out: Path,
+    optuna_storage: str | None = None,
+    *,
+    family_test: bool = True,
+) -> Path:
     """Compute, draw and write the report of ``record`` into ``out``; returns the page.
-    Everything is written into a hidden folder inside ``out`` first and moved into place
-    file by file at the end, so a failure leaves no half-written report behind."""
+    With trials of several encoder families and ``family_test``, the two leading
+    families' best trials are tested against each other (``analysis.compare``, which
+    rebuilds their ensembles on the search's store). Everything is written into a hidden
+    folder inside ``out`` first and moved into place file by file at the end, so a
+    failure leaves no half-written report behind."""
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -76,7 +91,7 @@ def write_report(record: SearchRecord, out: Path, optuna_storage: str | None = N
     except OSError as err:
         raise AnalysisError(f"--out {out}: cannot write there ({err.strerror or err})") from None
     try:
-        _write_pages(record, staging, optuna_storage)
+        _write_pages(record, staging, optuna_storage, family_test)
         _publish(staging, out)
     except OSError as err:
         raise AnalysisError(
@@ -90,18 +105,41 @@ def write_report(record: SearchRecord, out: Path, optuna_storage: str | None = N
     return out / _PAGE
 
 
-def _write_pages(record: SearchRecord, folder: Path, optuna_storage: str | None) -> None:
+def _write_pages(
+    record: SearchRecord, folder: Path, optuna_storage: str | None, family_test: bool
+) -> None:
     target = _sections.Output(folder)
+    test = _family_test(record) if family_test else None
     sections = [
         _sections.trials_section(record, target),
+        _sections.families_section(record, target, test),
         _sections.tradeoff_section(record, target),
         _sections.sensitivity_section(record, target),
         _sections.pareto_section(record, target),
         _sections.importance_section(_importances(record, optuna_storage), target),
         _sections.paper_tables_section(record, target),
     ]
-    page = render_page(f"Search {record.experiment}", _facts(record), record.notes, sections)
+    shown = [s for s in sections if s is not None]
+    page = render_page(f"Search {record.experiment}", _facts(record), record.notes, shown)
     (folder / _PAGE).write_text(page, encoding="utf-8")
+
+
+def _family_test(record: SearchRecord) -> _sections.FamilyTest:
+    """``analysis.compare`` between two families' best trials, on the search's store
+    and semantic sets (torch is imported only when it runs)."""
+
+    def test(pair: FamilyPair) -> Comparison:
+        from analysis.compare import compare_runs
+
+        run_ids = record.trials.set_index("trial_id")["run_id"]
+        client = MlflowClient(tracking_uri=record.tracking_uri)
+        try:
+            run_a, run_b = (client.get_run(run_ids[t]) for t in (pair.trial_a, pair.trial_b))
+            return compare_runs(client, run_a, run_b)
+        except MlflowException as err:
+            raise AnalysisError(f"the tracking store failed ({first_line(err)})") from None
+
+    return test
 
 
 def _publish(staging: Path, out: Path) -> None:
@@ -186,8 +224,6 @@ def log_report(record: SearchRecord, out: Path) -> None:
     """The page, figures and tables into the parent run's ``report/`` artifacts."""
     if record.parent_run_id is None:
         raise AnalysisError("the search has no parent run to log the report to (--no-log)")
-    from mlflow.tracking import MlflowClient
-
     client = MlflowClient(tracking_uri=record.tracking_uri)
     try:
         client.log_artifact(record.parent_run_id, str(out / _PAGE), ARTIFACT_PATH)
@@ -264,6 +300,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--no-log", action="store_true", help="do not log the report to the search's parent run"
     )
+    parser.add_argument(
+        "--no-family-test",
+        action="store_true",
+        help="with several encoder families, do not test the two leading families' best "
+        "trials against each other (it rebuilds their ensembles on the search's store)",
+    )
     return parser
 
 
@@ -275,6 +317,7 @@ def _folder(text: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # the family test
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         return _report(args)
@@ -318,7 +361,7 @@ def _report(args: argparse.Namespace) -> int:
         check_optuna_storage(args.optuna_storage, f"--optuna-storage {args.optuna_storage}")
     record = load_search(open_client(uri), uri, args.experiment)
     check_finished(record, partial=args.partial)
-    page = write_report(record, out, args.optuna_storage)
+    page = write_report(record, out, args.optuna_storage, family_test=not args.no_family_test)
     for note in record.notes:
         print(f"note: {note}", file=sys.stderr)
     lines = [f"wrote {page} (figures in {out / 'figures'}, tables in {out / 'tables'})"]

@@ -6,11 +6,12 @@ cheaply.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from trainables.config import TrainConfig
 
-__all__ = ["PRESETS", "SEED_SYSTEMS", "preset"]
+__all__ = ["PRESETS", "SEED_SYSTEMS", "family_of", "preset"]
 
 
 # Each family (and variant) at its source's settings (TrainConfig keys; the rest stay at
@@ -82,3 +83,26 @@ def preset(name: str, **changes: Any) -> TrainConfig:
 
 # the three seed systems of the project (SPEC's papers), as their papers trained them
 SEED_SYSTEMS = ("char_rnn", "word_bow", "vete_rnn", "cap2img")
+
+
+def family_of(config: Mapping[str, Any]) -> str:
+    """The family a configuration (TrainConfig keys, values as typed or as MLflow's
+    strings) belongs to, as the report groups trials: its ``encoder``, with
+    ``_heads{k}`` for k > 1 attention heads and ``_text`` for the text-only control, so
+    every preset's configuration is its own name (``char_rnn_heads2``, ``char_rnn_text``)
+    whatever its size, learning rate or margin. Keys a record lacks (runs logged before
+    the families existed) take TrainConfig's defaults.
+
+    >>> family_of({"encoder": "char_rnn", "attention_heads": "2", "margin": "0.3"})
+    'char_rnn_heads2'
+    >>> family_of({"hidden_size": 64})
+    'char_rnn'
+    """
+    defaults = TrainConfig()
+    name = str(config.get("encoder", defaults.encoder))
+    heads = str(config.get("attention_heads", defaults.attention_heads))  # never fails
+    if heads != str(defaults.attention_heads):
+        name += f"_heads{heads}"
+    if str(config.get("pairing", defaults.pairing)) == "caption":
+        name += "_text"
+    return name

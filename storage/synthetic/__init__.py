@@ -18,9 +18,15 @@ Example::
 
 from __future__ import annotations
 
-from storage.synthetic._captions import CAPTIONS_PER_IMAGE, MAX_CHARS, MIN_CHARS, tokenize
+from storage.synthetic._captions import (
+    CAPTIONS_PER_IMAGE,
+    MAX_CHARS,
+    MIN_CHARS,
+    add_typo,
+    tokenize,
+)
 from storage.synthetic._features import DEFAULT_NOISE, SceneProjectionExtractor
-from storage.synthetic._lexicon import HELD_OUT_FORMS, held_out_phrases
+from storage.synthetic._lexicon import HELD_OUT_FORMS, held_out_phrases, with_held_out_synonyms
 from storage.synthetic._phrasing import STYLES, describe_scene
 from storage.synthetic._render import IMAGE_SIZE, RenderJob, draw_scene, render_images
 from storage.synthetic._scenes import (
@@ -62,6 +68,7 @@ __all__ = [
     "SceneProjectionExtractor",
     "SemanticSizes",
     "WorldFiles",
+    "add_typo",
     "content_overlap",
     "describe_scene",
     "draw_scene",
@@ -72,5 +79,6 @@ __all__ = [
     "render_images",
     "semantic_sizes",
     "tokenize",
+    "with_held_out_synonyms",
     "write_semantic_sets",
 ]

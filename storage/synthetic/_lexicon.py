@@ -9,6 +9,7 @@ held-out words and forms, and the tests check that no training caption contains 
 
 from __future__ import annotations
 
+import random
 import re
 
 from storage.synthetic._scenes import COLOUR_NAMES, RELATIONS, SHAPES, SIZES
@@ -125,3 +126,38 @@ def article(phrase: str) -> str:
 
 def capitalise(text: str) -> str:
     return text[:1].upper() + text[1:]
+
+
+def _synonym_swaps() -> tuple[re.Pattern[str], dict[str, tuple[str, ...]]]:
+    """One pattern matching every training synonym of a shape, colour, size or
+    relation (longest first, so "medium-sized" wins over "medium" and "to the left of"
+    over "left of"), and each one's held-out alternatives."""
+    swaps: dict[str, tuple[str, ...]] = {}
+    for train, held_out in (
+        (TRAIN_SHAPE, HELD_OUT_SHAPE),
+        (TRAIN_COLOUR, HELD_OUT_COLOUR),
+        (TRAIN_SIZE, HELD_OUT_SIZE),
+        (TRAIN_RELATION, HELD_OUT_RELATION),
+    ):
+        for key, words in train.items():
+            for word in words:
+                swaps[word] = held_out[key]
+    alternatives = "|".join(re.escape(w) for w in sorted(swaps, key=len, reverse=True))
+    return re.compile(rf"\b({alternatives})\b", re.IGNORECASE), swaps
+
+
+_SWAP_PATTERN, _SWAPS = _synonym_swaps()
+
+
+def with_held_out_synonyms(text: str, rng: random.Random) -> str:
+    """``text`` with every training word for a shape, colour, size or relation replaced
+    by one of its held-out synonyms (drawn by ``rng``; a capital initial kept): the same
+    content in words no training caption uses, to measure what unseen synonyms do to an
+    encoder."""
+
+    def swap(match: re.Match[str]) -> str:
+        found = match.group(0)
+        new = rng.choice(_SWAPS[found.lower()])
+        return new[:1].upper() + new[1:] if found[:1].isupper() else new
+
+    return _SWAP_PATTERN.sub(swap, text)

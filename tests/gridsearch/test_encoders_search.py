@@ -7,8 +7,11 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
+from analysis.compare import main as compare_main
+from analysis.report import main as report_main
 from gridsearch.run import main
 from trainables import names
 from trainables.config import TrainConfig
@@ -57,3 +60,30 @@ def test_an_encoders_search_trains_every_family_through_the_same_paths(
         assert encoder.config == config
         vectors = encoder.encode(SENTENCES)
         assert vectors.shape == (2, config.embedding_dim)
+    _the_report_groups_the_trials_by_family(tmp_path, capsys)
+
+
+def _the_report_groups_the_trials_by_family(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The report's family section over the real search: a best row per family and
+    selection, and analysis.compare run between the two leading families' best trials;
+    the same test through the CLI's family:NAME references."""
+    assert report_main(["--runs-dir", str(runs), "--experiment", "families", "--no-log"]) == 0
+    folder = runs / "reports" / "families"
+    page = (folder / "report.html").read_text(encoding="utf-8")
+    best = pd.read_csv(folder / "tables" / "families_best.csv")
+    assert Counter(best["family"]) == {name: 2 for name in PRESETS}  # retrieval, semantic
+    assert (best["finished"] == 3).all()
+    tested = pd.read_csv(folder / "tables" / "families_test_retrieval.csv")
+    assert set(tested["metric"]) >= {"c2i_r10", "i2c_r10", "r10_mean"}
+    assert 'id="families"' in page and "retrieval: B better on" in page
+    leader = best[best["selected on"] == "dev R@10 mean"].sort_values(
+        "dev value", ascending=False, kind="stable"
+    )
+    a, b = leader["family"].iloc[1], leader["family"].iloc[0]
+    assert f"python -m analysis.compare family:{a} family:{b} --experiment families" in page
+    capsys.readouterr()
+    argv = [f"family:{a}", f"family:{b}", "--runs-dir", str(runs), "--resamples", "200"]
+    assert compare_main(argv) == 0  # the latest search in runs: this one
+    out = capsys.readouterr().out
+    trial_a, trial_b = leader["trial_id"].iloc[1], leader["trial_id"].iloc[0]
+    assert out.startswith(f"A = {trial_a} (run ") and f"B = {trial_b} (run " in out

@@ -140,6 +140,8 @@ def test_list_spaces(capsys: pytest.CaptureFixture[str]) -> None:
         "pooling",
         "paper_grid",
         "full",
+        "encoders",
+        "seeds_presets",
     ]
 
 

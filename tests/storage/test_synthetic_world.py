@@ -8,6 +8,7 @@ retrieval) and a character n-gram cosine (STS), both in plain numpy.
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from storage.synthetic import (
     held_out_phrases,
     render_images,
     tokenize,
+    with_held_out_synonyms,
 )
 from storage.synthetic._captions import caption_scenes
 from storage.synthetic._scenes import relation_code, relation_codes
@@ -332,6 +334,33 @@ def test_held_out_forms_never_occur_in_training_captions() -> None:
         assert not hits, f"held-out {name!r} in training captions: {hits[:3]}"
     odd = [c for c in captions if not re.fullmatch(r"[A-Za-z][\w ,;:'!.-]*", c)]
     assert not odd and not any(c.endswith("?") for c in captions)
+
+
+def test_held_out_synonyms_replace_every_training_synonym(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The rewrite keeps the caption's frame and swaps each shape, colour, size and
+    relation word for a held-out one: no training caption's vocabulary of those tables
+    is left, and every rewritten caption says at least one word training never used."""
+    from storage.synthetic._lexicon import TRAIN_COLOUR, TRAIN_RELATION, TRAIN_SHAPE, TRAIN_SIZE
+
+    monkeypatch.setattr(_captions, "TYPO_RATE", 0.0)  # a misspelt word is no synonym
+    captions = [c for group in caption_scenes(generate_scenes(500, 3), 3) for c in group]
+    rng = random.Random(0)
+    rewritten = [with_held_out_synonyms(c, rng) for c in captions]
+    train_words = {
+        w for table in (TRAIN_SHAPE, TRAIN_COLOUR, TRAIN_SIZE, TRAIN_RELATION)
+        for words in table.values() for w in words
+    }  # fmt: skip
+    held_out = "|".join(held_out_phrases())
+    for before, after in zip(captions, rewritten, strict=True):
+        left = [w for w in train_words if re.search(rf"\b{re.escape(w)}\b", after, re.I)]
+        # a held-out phrase may contain a training word ("lower down than", "on top of")
+        left = [w for w in left if not re.search(rf"\b{re.escape(w)}\b", held_out, re.I)]
+        assert not left, (before, after, left)
+        assert re.search(held_out, after, re.IGNORECASE), (before, after)
+        assert after[:1].isupper() == before[:1].isupper()
+    assert with_held_out_synonyms("A big red disc.", random.Random(1)) != "A big red disc."
 
 
 def test_some_training_captions_have_a_typo(monkeypatch: pytest.MonkeyPatch) -> None:

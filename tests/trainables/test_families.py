@@ -17,7 +17,7 @@ import torch
 from trainables import checkpoint, names
 from trainables.attention import MultiHeadVectorialAttention
 from trainables.checkpoint import CheckpointError, EnsembleWeights, load_ensemble
-from trainables.config import ConfigError, TrainConfig
+from trainables.config import ConfigError, TrainConfig, applicable
 from trainables.data import TrainingData, epoch_batches, partner_rows
 from trainables.embedding import embed_sentences
 from trainables.encoder import SentenceEncoder
@@ -25,6 +25,7 @@ from trainables.families import PRESETS, preset
 from trainables.loop import Trainer
 from trainables.metrics import retrieval_metrics
 from trainables.model import CaptionEncoder, GroundedEncoder
+from trainables.presets import family_of
 from trainables.train import main
 from trainables.vocabulary import UNKNOWN_INDEX, WordVocabulary, tokenize
 
@@ -350,6 +351,19 @@ def test_each_familys_fields_at_their_defaults_and_a_saved_config_are_accepted()
     assert preset("char_rnn_text").pairing == "caption"
     with pytest.raises(ValueError, match="preset: got 'cnn'"):
         preset("cnn")
+
+
+def test_family_of_names_each_preset_whatever_its_size_and_as_mlflow_strings() -> None:
+    for name in PRESETS:
+        changes = {"hidden_size": 64, "lr_max": 2e-3, "margin": 0.3}
+        config = preset(name, **applicable(changes, PRESETS[name].get("encoder", "char_rnn")))
+        assert family_of(config.to_dict()) == name
+        as_logged = {k: str(v) for k, v in config.to_dict().items()}  # MLflow params
+        assert family_of(as_logged) == name
+    assert family_of(preset("word_rnn", attention_heads=4).to_dict()) == "word_rnn_heads4"
+    both = preset("char_rnn", attention_heads=3, pairing="caption")
+    assert family_of(both.to_dict()) == "char_rnn_heads3_text"
+    assert family_of({}) == "char_rnn"  # runs logged before the families existed
 
 
 # -- every family through the same paths ------------------------------------------------
