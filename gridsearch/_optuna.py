@@ -16,6 +16,7 @@ import optuna
 from ray.tune.search import ConcurrencyLimiter
 from ray.tune.search.optuna import OptunaSearch
 
+from gridsearch._sampler import STARTUP_TRIALS, SpaceFillingSampler
 from gridsearch.spaces import SearchSpace, sample_config
 from trainables.config import TrainConfig, applicable
 
@@ -35,12 +36,17 @@ def quiet() -> None:
     warnings.filterwarnings("ignore", message="The reported value is ignored", module="optuna")
 
 
-def make_sampler(space: SearchSpace, seed: int, multi_objective: bool) -> tuple[Any, str]:
-    """Optuna's grid sampler for a space with a grid, else TPE; and its name."""
+def make_sampler(
+    space: SearchSpace, seed: int, multi_objective: bool, num_samples: int
+) -> tuple[Any, str]:
+    """Optuna's grid sampler for a space with a grid; else space-filling starts (as many
+    as the budget, at most STARTUP_TRIALS) and then TPE. And the sampler's name."""
     if space.grid is not None:
         return optuna.samplers.GridSampler(dict(space.grid), seed=seed), "Optuna grid"
-    name = "Optuna TPE" + (" (multi-objective)" if multi_objective else "")
-    return optuna.samplers.TPESampler(seed=seed), name
+    startup = min(num_samples, STARTUP_TRIALS)
+    tpe = "Optuna TPE" + (" (multi-objective)" if multi_objective else "")
+    name = f"{startup} space-filling starts, then {tpe}"
+    return SpaceFillingSampler(startup, seed), name
 
 
 class DefineByRun:

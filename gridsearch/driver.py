@@ -178,11 +178,11 @@ class _Run:
         if settings.optuna_storage.startswith("sqlite:///"):  # the study's folder
             study = Path(settings.optuna_storage.removeprefix("sqlite:///"))
             study.parent.mkdir(parents=True, exist_ok=True)
-        sampler, self.sampler_name = _optuna.make_sampler(
-            space, settings.seed, multi_objective=settings.objective == "both"
-        )
         default = 2 if settings.smoke_test else (4 if resources.gpu == 0 else 8)
         self.num_samples = settings.num_samples or space.grid_size() or default
+        sampler, self.sampler_name = _optuna.make_sampler(
+            space, settings.seed, settings.objective == "both", self.num_samples
+        )
         self.searcher = _optuna.searcher(
             space,
             fixed,
