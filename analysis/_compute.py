@@ -14,7 +14,7 @@ import pandas as pd
 from analysis._data import SearchRecord
 from analysis.reference import MARGIN_STABLE_RANGE
 from gridsearch.curves import TradeoffCurve, tradeoff_curve
-from gridsearch.summary import TrialOutcome, pareto_front
+from gridsearch.summary import BASELINE_LABELS, TrialOutcome, pareto_front
 from trainables import names
 from trainables.stats import pearson_ci, recall_ci
 
@@ -214,3 +214,46 @@ def best_trials(record: SearchRecord, metrics: Mapping[str, str]) -> list[tuple[
 
 def _missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+_BASELINE_COLUMNS = {
+    names.PRIMARY_RETRIEVAL: "dev R@10 mean",
+    names.PRIMARY_SEMANTIC: "dev semantic",
+    names.key(names.TEST, "r10_mean"): "test R@10 mean",
+    names.key(names.TEST, "semantic"): "test semantic",
+}
+
+
+class ReferenceLine(NamedTuple):
+    label: str
+    retrieval: float  # dev R@10 mean (NaN: the baseline has none, e.g. n-gram cosine)
+    semantic: float  # dev semantic score (NaN: none, e.g. chance)
+
+
+def baseline_table(record: SearchRecord) -> pd.DataFrame:
+    """One row per baseline of the search's store: its dev values (what the curves are
+    compared with) and test values (what the ensembles' test numbers are compared with)."""
+    rows = []
+    for name, label in BASELINE_LABELS.items():
+        values = record.baselines.get(name)
+        if values:
+            rows.append(
+                {
+                    "baseline": label,
+                    **{c: values.get(k, math.nan) for k, c in _BASELINE_COLUMNS.items()},
+                }
+            )
+    return pd.DataFrame(rows, columns=["baseline", *_BASELINE_COLUMNS.values()])
+
+
+def reference_lines(record: SearchRecord) -> list[ReferenceLine]:
+    """The baselines' dev values, drawn across the trade-off curves."""
+    return [
+        ReferenceLine(
+            label,
+            float(record.baselines[name].get(names.PRIMARY_RETRIEVAL, math.nan)),
+            float(record.baselines[name].get(names.PRIMARY_SEMANTIC, math.nan)),
+        )
+        for name, label in BASELINE_LABELS.items()
+        if name in record.baselines
+    ]

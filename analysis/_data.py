@@ -15,6 +15,7 @@ import math
 import os
 import sqlite3
 import sys
+import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,9 @@ class SearchRecord:
     pair_counts: dict[str, int]  # semantic metric name (no split) -> pairs it was computed on
     semantic_labels: dict[str, tuple[str, str]]  # the same names -> (task, subtask), suite order
     notes: list[str] = field(default_factory=list)  # what could not be read, for the report
+    # the store's char n-gram baselines (trainables.baselines), from the parent run's
+    # baselines.json; empty for searches run with --no-baselines or before they existed
+    baselines: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def searched(self) -> list[str]:
@@ -215,6 +219,7 @@ def load_search(client: MlflowClient, uri: str, experiment: str) -> SearchRecord
     history = _history(client, trial_runs)
     dataset, split_images = _store_facts(params.get("data"), notes)
     pair_counts, labels = _semantic_sets(params.get("senteval"), notes)
+    baselines = _baselines(client, parent) if parent else {}
     return SearchRecord(
         experiment,
         uri,
@@ -228,7 +233,24 @@ def load_search(client: MlflowClient, uri: str, experiment: str) -> SearchRecord
         pair_counts,
         labels,
         notes,
+        baselines,
     )
+
+
+def _baselines(client: MlflowClient, parent: Run) -> dict[str, dict[str, float]]:
+    """The parent run's ``baselines.json`` artifact (by baseline, metric -> value; null
+    read as NaN); empty when it has none or it is not one."""
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            local = client.download_artifacts(parent.info.run_id, names.BASELINES_FILE, folder)
+            table = json.loads(Path(local).read_text(encoding="utf-8"))
+            return {
+                str(name): {str(k): math.nan if v is None else float(v) for k, v in metrics.items()}
+                for name, metrics in table.items()
+            }
+        except (MlflowException, OSError, ValueError, TypeError, AttributeError) as err:
+            logger.debug("no usable %s in the parent run (%s)", names.BASELINES_FILE, err)
+            return {}
 
 
 def trial_label(run: Run) -> str:

@@ -7,25 +7,36 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
-from analysis._compute import ParetoSet
+from analysis._compute import ParetoSet, ReferenceLine
 from analysis.reference import MARGIN_STABLE_RANGE
 from gridsearch.curves import TradeoffCurve
 
 DPI = 100
 _EPOCH_ZERO_AT = 0.5  # log(0) does not exist: epoch 0 is drawn here and labelled "0"
+# per trial on the overlaid curves (with its colour), so that coinciding curves show
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+_DASHES: tuple[Literal["-", "--", ":", "-."], ...] = ("-", "--", ":", "-.")
+_REFERENCE_STYLES: tuple[Literal["--", ":", "-."], ...] = ("--", ":", "-.")  # baselines
 
 
 def _save(fig: Figure, path: Path) -> Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=DPI)
+    fig.savefig(path, dpi=DPI, bbox_inches="tight")  # the legends below the axes too
     return path
+
+
+def _legend_below(ax: Axes, **kwargs: Any) -> None:
+    """A legend under the axes, outside the plotting area, so it never hides a point."""
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False, fontsize=7, **kwargs)
 
 
 def _epoch_x(epochs: Sequence[int]) -> list[float]:
@@ -41,17 +52,23 @@ def _epoch_axis(ax: Axes, last_epoch: int) -> None:
     ax.grid(alpha=0.3)
 
 
-def draw_tradeoff_overlay(curves: Mapping[str, TradeoffCurve], path: Path) -> Path:
+def draw_tradeoff_overlay(
+    curves: Mapping[str, TradeoffCurve], path: Path, references: Sequence[ReferenceLine] = ()
+) -> Path:
     """Every trial's dev R@10 mean (left) and dev semantic score (right) against epoch,
     each trial's best-semantic epoch starred on both (the paper's Fig. 4, overlaid)."""
     fig = Figure(figsize=(12, 4.4))
     retrieval_ax, semantic_ax = fig.subplots(1, 2)
     colours = _colours(len(curves))
     last = max((max(c.epochs) for c in curves.values()), default=1)
-    for (trial_id, curve), colour in zip(curves.items(), colours, strict=True):
+    for k, ((trial_id, curve), colour) in enumerate(zip(curves.items(), colours, strict=True)):
         x = _epoch_x(curve.epochs)
-        retrieval_ax.plot(x, curve.retrieval, "-", color=colour, alpha=0.8, label=trial_id)
-        semantic_ax.plot(x, curve.semantic, "-", color=colour, alpha=0.8)
+        # trials whose curves coincide stay told apart: each its own marker and dashes
+        style = {"marker": _MARKERS[k % len(_MARKERS)], "linestyle": _DASHES[k % len(_DASHES)]}
+        retrieval_ax.plot(x, curve.retrieval, color=colour, alpha=0.8, label=trial_id,
+                          markersize=5, markerfacecolor="none", **style)  # fmt: skip
+        semantic_ax.plot(x, curve.semantic, color=colour, alpha=0.8, markersize=5,
+                         markerfacecolor="none", **style)  # fmt: skip
         if curve.best_semantic_epoch is not None:
             at = curve.epochs.index(curve.best_semantic_epoch)
             for ax, values in ((retrieval_ax, curve.retrieval), (semantic_ax, curve.semantic)):
@@ -62,11 +79,34 @@ def draw_tradeoff_overlay(curves: Mapping[str, TradeoffCurve], path: Path) -> Pa
     retrieval_ax.set_title("retrieval (★ = the trial's best-semantic epoch)", fontsize=10)
     semantic_ax.set_title("semantic score", fontsize=10)
     if 0 < len(curves) <= 12:
-        retrieval_ax.legend(fontsize=7, ncol=2, title="trial", title_fontsize=8, loc="lower right")
+        _legend_below(retrieval_ax, ncol=4, title="trial", title_fontsize=8)
+    _draw_references(retrieval_ax, semantic_ax, references)
     return _save(fig, path)
 
 
-def draw_family_overlay(curves: Mapping[str, Mapping[str, TradeoffCurve]], path: Path) -> Path:
+def _draw_references(
+    retrieval_ax: Axes, semantic_ax: Axes, references: Sequence[ReferenceLine]
+) -> None:
+    """The baselines' dev values as grey horizontal lines across both panels, named in
+    the semantic panel's legend (the retrieval panel's names the trials)."""
+    handles = []
+    for reference, style in zip(references, _REFERENCE_STYLES, strict=False):
+        for ax, value in ((retrieval_ax, reference.retrieval), (semantic_ax, reference.semantic)):
+            if not math.isnan(value):
+                ax.axhline(value, color="0.35", linestyle=style, linewidth=1.2)
+        handles.append(
+            Line2D([], [], color="0.35", linestyle=style, label=f"baseline: {reference.label}")
+        )
+    if handles:
+        _legend_below(semantic_ax, handles=handles, ncol=3, title="baselines' dev values",
+                      title_fontsize=8)  # fmt: skip
+
+
+def draw_family_overlay(
+    curves: Mapping[str, Mapping[str, TradeoffCurve]],
+    path: Path,
+    references: Sequence[ReferenceLine] = (),
+) -> Path:
     """The trade-off curves of every trial, one colour per encoder family (legend: the
     family and its trial count), each family's median over its trials per epoch drawn
     thick: do the families peak, and rise, at different epochs?"""
@@ -87,7 +127,8 @@ def draw_family_overlay(curves: Mapping[str, Mapping[str, TradeoffCurve]], path:
         ax.set_ylabel(label)
     retrieval_ax.set_title("retrieval by family (thick: median over its trials)", fontsize=10)
     semantic_ax.set_title("semantic score by family", fontsize=10)
-    retrieval_ax.legend(fontsize=7, title="family (trials)", title_fontsize=8, loc="best")
+    _legend_below(retrieval_ax, ncol=4, title="family (trials)", title_fontsize=8)
+    _draw_references(retrieval_ax, semantic_ax, references)
     return _save(fig, path)
 
 
@@ -139,7 +180,7 @@ def draw_sensitivity(rows: pd.DataFrame, param: str, kind: str, path: Path) -> P
                     alpha=0.12,
                     label="paper's stable range",
                 )
-                ax.legend(fontsize=7, loc="lower right")
+                _legend_below(ax)
         ax.errorbar(x, y, yerr=[low, high], fmt="o", color="tab:blue", ecolor="0.5", capsize=3)
         ax.set_xlabel(param)
         ax.set_ylabel(label)
@@ -205,7 +246,7 @@ def draw_pareto(trials: ParetoSet, epochs: ParetoSet, path: Path) -> Path:
         ax.set_xlabel(x_label)
         ax.set_ylabel(y_label)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower left")
+        _legend_below(ax, ncol=2)
     return _save(fig, path)
 
 

@@ -28,6 +28,10 @@ if TYPE_CHECKING:  # analysis.compare needs torch: imported only when a test run
 FamilyTest = Callable[[FamilyPair], "Comparison"]
 
 
+# the last epoch from which a run can show the paper's peak near epoch 4 and a fall after
+PAPER_PEAK_SHOWS = 6
+
+
 class Output:
     """Where figures (``figures/*.png``) and tables (``tables/*.csv``) go."""
 
@@ -62,28 +66,50 @@ def trials_section(record: SearchRecord, out: Output) -> Section:
         shown[key] = record.trials.get(key, math.nan)
     shown["best semantic epoch"] = shown["trial_id"].map(best_epochs)
     out.csv(shown, "trials")
-    return Section(
+    section = Section(
         "trials",
         "Trials",
         "Every trial of the search, its searched parameters and "
         "final metrics (best dev values over its epochs; test = its snapshot ensemble).",
     ).table(shown, text_columns=2)
+    baselines = _compute.baseline_table(record)
+    if baselines.empty:
+        return section.note(
+            "no baselines recorded for this search (run with --no-baselines, or before they "
+            "existed): python -m trainables.baselines --data STORE computes them"
+        )
+    out.csv(baselines, "baselines")
+    return section.table(
+        baselines,
+        "Baselines of this store (python -m trainables.baselines): a trial worth keeping "
+        "beats them; the trade-off curves draw their dev values",
+    )
 
 
 def tradeoff_section(record: SearchRecord, out: Output) -> Section:
     curves = _compute.tradeoff_curves(record)
+    last = max((max(c.epochs) for c in curves.values()), default=0)
+    paper = (
+        "the paper finds the semantic score peaking near epoch 4 and falling while "
+        "retrieval keeps rising"
+        if last >= PAPER_PEAK_SHOWS
+        else f"these runs end at epoch {last}, too early to show the paper's finding (the "
+        f"semantic score peaking near epoch 4 and then falling: it needs "
+        f"{PAPER_PEAK_SHOWS} epochs or more)"
+    )
     section = Section(
         "tradeoff",
         "Trade-off curves",
         "Dev R@10 mean and dev semantic score against epoch on a log axis, epoch 0 (the "
         "untrained model) at the left edge, as in the paper's Fig. 4; the star marks each "
-        "trial's best-semantic epoch (the paper finds the semantic score peaking near "
-        "epoch 4 while retrieval keeps rising).",
+        f"trial's best-semantic epoch ({paper}). Dashed grey lines: the store's baselines.",
     )
     if not curves:
         return section.note("no trial has a recorded dev epoch yet")
     section.image(
-        _figures.draw_tradeoff_overlay(curves, out.figure("tradeoff_overlay")),
+        _figures.draw_tradeoff_overlay(
+            curves, out.figure("tradeoff_overlay"), _compute.reference_lines(record)
+        ),
         "trade-off curves, all trials",
     )
     config = record.trials.set_index("trial_id")[record.searched]
@@ -240,7 +266,9 @@ def families_section(
     curves = _families.family_curves(record)
     if curves:
         section.image(
-            _figures.draw_family_overlay(curves, out.figure("families_tradeoff")),
+            _figures.draw_family_overlay(
+                curves, out.figure("families_tradeoff"), _compute.reference_lines(record)
+            ),
             "trade-off curves by encoder family",
         )
     best = _families.best_of_families(record)

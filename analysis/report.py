@@ -200,10 +200,21 @@ def _facts(record: SearchRecord) -> list[str]:
         + ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())),
         f"data: {params.get('data', '?')} (data set {record.dataset or 'unknown'}, "
         + ", ".join(f"{k} {v} images" for k, v in record.split_images.items())
-        + f"); semantic sets: {params.get('senteval', '?')}",
+        + f"); semantic sets: {_semantic_sets(params)}",
         f"tracking: {record.tracking_uri}, parent run {record.parent_run_id}; code "
         f"{params.get('code_version', '?')}; report written {time.strftime('%Y-%m-%d %H:%M')}",
     ]
+
+
+def _semantic_sets(params: dict[str, str]) -> str:
+    """The semantic sets' folder, said as the store's own when it lies inside the store
+    (the embedded world's ``STORE/world/senteval``, not a second path to read)."""
+    data, senteval = params.get("data"), params.get("senteval")
+    if not senteval or senteval == "null":
+        return "none"
+    if data and "://" not in data and Path(senteval).is_relative_to(data):
+        return f"the store's own ({Path(senteval).relative_to(data)} in it)"
+    return senteval
 
 
 def check_finished(record: SearchRecord, *, partial: bool = False) -> None:

@@ -114,6 +114,14 @@ def _data(p: argparse.ArgumentParser) -> None:
         "(saves about a third of the read; a corrupt shard then trains silently)",
     )
     data.add_argument(
+        "--baselines",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="compare with the store's char n-gram baselines, computed once per store and "
+        "cached in STORE/baselines.json (about 40 s for the embedded world), in the summary "
+        "and the report; on unless --smoke-test",
+    )
+    data.add_argument(
         "--data-via",
         choices=("object-store", "uri"),
         default="object-store",

@@ -5,6 +5,7 @@ a ``SearchError`` naming the flag, raised before Ray starts or any trial runs.""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,11 +17,13 @@ from gridsearch.settings import SMOKE_WORLD_IMAGES, SearchError, SearchSettings
 from storage import FeatureStore, StoreError
 from storage.build import build_synthetic
 from storage.senteval import SemanticBenchmark, load_senteval
+from trainables.baselines import BASELINES_FILE, store_baselines
 from trainables.data import TrainingData, default_senteval
 from trainables.semantic import DevSemanticEvaluator
 
 __all__ = [
     "check_experiment_path",
+    "load_baselines",
     "load_benchmark",
     "load_data",
     "prepare_runs_dir",
@@ -123,3 +126,30 @@ def load_benchmark(senteval: str | None, objective: str) -> SemanticBenchmark | 
             )
         )
     return benchmark
+
+
+def load_baselines(
+    settings: SearchSettings,
+    store: str,
+    senteval: str | None,
+    data: TrainingData | str,
+    write: Write,
+) -> dict[str, dict[str, float]] | None:
+    """The store's char n-gram baselines (``trainables.baselines``), computed once per
+    store and cached beside it; None with ``--no-baselines``, or (with a line saying
+    why) when they cannot be computed: a search never fails for them."""
+    if not settings.baselines:
+        return None
+    started = time.perf_counter()
+    try:
+        loaded = data if isinstance(data, TrainingData) else None
+        table, cached = store_baselines(store, senteval, loaded)
+    except (StoreError, OSError, ValueError) as err:
+        write(f"baselines: not computed ({err}); --no-baselines skips them")
+        return None
+    if not cached:
+        write(
+            f"baselines: computed once for this store in {time.perf_counter() - started:.0f} s "
+            f"(cached in its {BASELINES_FILE}; --no-baselines skips them)"
+        )
+    return table

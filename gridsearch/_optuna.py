@@ -64,6 +64,10 @@ class DefineByRun:
         # a run-level setting reaches only the encoder families that have it (a
         # CPU-sized hidden_size, in a space that draws word_bow)
         fixed = applicable(self.fixed, sampled.get("encoder", self.fixed.get("encoder", ENCODER)))
+        if "hidden_size" in sampled and "lr_max" not in sampled:
+            # a run-level lr_max (the CPU-sized 1.6e-2) was tuned for the run's n, not for
+            # the paper's n a space sets (paper_grid, hidden_size): the paper's rate there
+            fixed.pop("lr_max", None)
         return {**fixed, **sampled, **forced}
 
 

@@ -7,6 +7,7 @@ see goes to ``write`` (``gridsearch.run`` passes ``print``).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from ray import tune
 from gridsearch import _extend, _optuna
 from gridsearch._inputs import (
     check_experiment_path,
+    load_baselines,
     load_benchmark,
     load_data,
     prepare_runs_dir,
@@ -45,6 +47,7 @@ from gridsearch.spaces import SearchSpace, load_space
 from gridsearch.summary import TrialOutcome, format_summary
 from gridsearch.tracking import TrialTracker
 from storage.senteval import SemanticBenchmark
+from trainables.baselines import BASELINES_FILE, json_text
 from trainables.data import TrainingData
 from trainables.tune import grounded_trainable
 
@@ -100,7 +103,8 @@ def run_search(
             benchmark = load_benchmark(senteval, settings.objective)
             with setup_lock(settings.layout.setup_lock):
                 client = tracking_client(settings)
-            inputs = _Inputs(space, client, store, senteval, data, benchmark)
+            baselines = load_baselines(settings, store, senteval, data, write)
+            inputs = _Inputs(space, client, store, senteval, data, benchmark, baselines)
             return _with_ray(settings, inputs, write, started)
     except LockHeld as err:
         raise SearchError(str(err)) from None
@@ -114,6 +118,7 @@ class _Inputs:
     senteval: str | None
     data: TrainingData | str
     benchmark: SemanticBenchmark | None
+    baselines: dict[str, dict[str, float]] | None  # trainables.baselines, by baseline
 
 
 def _with_ray(
@@ -196,6 +201,7 @@ class _Run:
         self.searched = space.searched_keys()
         self.epochs = int(fixed["epochs"])
         self.cycle = cycle_epochs(space.fixed, fixed)
+        self.baselines = inputs.baselines
         self._start_tracking(resources, fixed, inputs.store, inputs.senteval)
 
     def _start_tracking(
@@ -209,6 +215,8 @@ class _Run:
             settings, space, fixed, resources, self.num_samples, self.sampler_name, store, senteval
         )
         artifacts = {"space.json": space.to_dict(), "fixed.json": fixed}
+        if self.baselines is not None:  # the report draws them (strict JSON: NaN as null)
+            artifacts[BASELINES_FILE] = json.loads(json_text(self.baselines))
         self.parent = start_parent_run(
             client, experiment_id, settings.experiment, params, tags, artifacts
         )
@@ -301,7 +309,7 @@ class _Run:
         if complete:
             _optuna.close_leftovers(self.settings.experiment, self.settings.optuna_storage)
         outcomes = _outcomes(results, self.searched, complete)
-        summary = format_summary(outcomes, self.settings.objective)
+        summary = format_summary(outcomes, self.settings.objective, self.baselines)
         outcome = close_parent(self.client, self.parent, outcomes, summary, unfinished, elapsed_s)
         if stopped_by in (None, "time budget"):  # not after Ctrl+C, SIGTERM, a full disk
             register_best(

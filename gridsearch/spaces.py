@@ -130,13 +130,15 @@ def _encoders(trial: BaseTrial) -> dict[str, Any]:
 
 
 def _seed_preset(name: str) -> dict[str, Any]:
-    """``name``'s preset exactly, its size included even where it is TrainConfig's
-    default (so a CPU-sized run does not shrink one seed system and not another)."""
+    """``name``'s preset exactly, its size and learning rate included even where they
+    are TrainConfig's defaults (so a CPU-sized run does not shrink one seed system and
+    not another, nor give it the CPU-sized learning rate)."""
     values = dict(PRESETS[name])
     encoder = values.get("encoder", "char_rnn")
     for key in _SIZE_KEYS:
         if encoder in APPLIES_TO[key]:
             values.setdefault(key, TrainConfig.__dataclass_fields__[key].default)
+    values.setdefault("lr_max", TrainConfig.lr_max)  # not a CPU-sized run's rate either
     return values
 
 

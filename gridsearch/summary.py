@@ -16,7 +16,9 @@ from gridsearch.settings import SearchSettings
 from trainables import names
 
 __all__ = [
+    "BASELINE_LABELS",
     "TrialOutcome",
+    "baseline_lines",
     "best_trial",
     "closing_commands",
     "dashboard_command",
@@ -62,9 +64,14 @@ def best_trial(outcomes: Sequence[TrialOutcome], metric: str) -> TrialOutcome | 
     return max(scored, key=lambda o: float(o.metrics[metric]), default=None)
 
 
-def format_summary(outcomes: Sequence[TrialOutcome], objective: str) -> str:
-    """The end-of-search report: counts, the best trial per objective, and for
-    ``objective == "both"`` the Pareto front."""
+def format_summary(
+    outcomes: Sequence[TrialOutcome],
+    objective: str,
+    baselines: Mapping[str, Mapping[str, float]] | None = None,
+) -> str:
+    """The end-of-search report: counts, the best trial per objective, for
+    ``objective == "both"`` the Pareto front, and the best trials' test numbers against
+    the store's ``baselines`` (``trainables.baselines``)."""
     counts: dict[str, int] = {}
     for outcome in outcomes:
         counts[outcome.status] = counts.get(outcome.status, 0) + 1
@@ -86,7 +93,61 @@ def format_summary(outcomes: Sequence[TrialOutcome], objective: str) -> str:
             f"{outcomes[i].semantic:.4f}  {_params(outcomes[i].config)}"
             for i in front
         ]
+    if baselines:
+        lines += baseline_lines(outcomes, baselines)
     return "\n".join(lines)
+
+
+# what a baseline is called on screen, and the test metrics the best trials are held to
+BASELINE_LABELS = {
+    "ngram_ridge": "char n-gram ridge",
+    "char_ngrams": "char n-gram cosine",
+    "chance": "chance",
+}
+_TEST_R10, _TEST_SEMANTIC = names.key(names.TEST, "r10_mean"), names.key(names.TEST, "semantic")
+_ENSEMBLE_SEMANTIC = names.key(names.ENSEMBLE, "semantic")
+
+
+def baseline_lines(
+    outcomes: Sequence[TrialOutcome], baselines: Mapping[str, Mapping[str, float]]
+) -> list[str]:
+    """The baselines' test R@10 mean and semantic score, then whether the best trials'
+    snapshot ensembles beat each (the best-retrieval trial on R@10 mean, the
+    best-semantic trial on the semantic score; test numbers, reported, never selected on)."""
+    shown = []
+    for name, label in BASELINE_LABELS.items():
+        values = baselines.get(name, {})
+        parts = [
+            f"{what} {values[key]:{spec}}"
+            for what, key, spec in (
+                ("R@10 mean", _TEST_R10, ".1f"),
+                ("semantic", _TEST_SEMANTIC, ".3f"),
+            )
+            if key in values and not math.isnan(values[key])
+        ]
+        if parts:
+            shown.append(f"{label} {', '.join(parts)}")
+    lines = [f"baselines (test; python -m trainables.baselines): {'; '.join(shown)}"]
+    for label, what, metric, trial_key, baseline_key, spec in (
+        ("retrieval", "R@10 mean", names.BEST_RETRIEVAL, names.FINISHED, _TEST_R10, ".1f"),
+        ("semantic", "semantic", names.BEST_SEMANTIC, _ENSEMBLE_SEMANTIC, _TEST_SEMANTIC, ".3f"),
+    ):
+        best = best_trial(outcomes, metric)
+        value = float(best.metrics.get(trial_key, math.nan)) if best else math.nan
+        if best is None or math.isnan(value):
+            continue
+        verdicts = [
+            f"{'above' if value > ref else 'BELOW'} {BASELINE_LABELS[name]} ({ref:{spec}})"
+            for name in BASELINE_LABELS
+            if name != "chance"
+            and not math.isnan(ref := float(baselines.get(name, {}).get(baseline_key, math.nan)))
+        ]
+        if verdicts:
+            lines.append(
+                f"  best {label} trial {best.trial_id}: test {what} {value:{spec}}, "
+                + ", ".join(verdicts)
+            )
+    return lines
 
 
 def _params(config: Mapping[str, Any]) -> str:

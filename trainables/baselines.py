@@ -14,32 +14,42 @@ On the embedded world these land well above chance and well below the trained mo
 
 from __future__ import annotations
 
-import argparse
+import hashlib
 import json
+import logging
+import math
 import sys
 import zlib
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from storage import StoreError
+from storage import CAPTIONS_PER_IMAGE, FeatureStore, StoreError
+from storage.cli import OneLineParser
 from storage.senteval import load_senteval
 from trainables import names
 from trainables.data import EncodedSplit, TrainingData, default_senteval
 from trainables.metrics import retrieval_metrics
-from trainables.semantic import SemanticEvaluator
+from trainables.semantic import DevSemanticEvaluator, SemanticEvaluator
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
+    "BASELINES_FILE",
     "NGRAM_DIM",
     "NgramRidge",
     "baselines",
     "char_ngram_features",
+    "json_text",
     "main",
+    "store_baselines",
 ]
 
 
 NGRAM_DIM = 4096
+RIDGE_MAX_CAPTIONS = 40_000  # the ridge is fitted on at most this many training captions
 
 
 def char_ngram_features(texts: Sequence[str], dim: int = NGRAM_DIM) -> np.ndarray:
@@ -60,8 +70,11 @@ class NgramRidge:
     """Ridge regression from caption n-grams to normalised image features."""
 
     def __init__(self, train: EncodedSplit, ridge: float = 1.0) -> None:
-        x = char_ngram_features(list(train.captions))
-        y = np.repeat(_normalise(train.features.astype(np.float64)), 5, axis=0)
+        # at most RIDGE_MAX_CAPTIONS (the first images'): COCO's 566k captions would make
+        # an 18 GB feature matrix, and the fit is stable long before that
+        images = min(train.num_images, RIDGE_MAX_CAPTIONS // CAPTIONS_PER_IMAGE)
+        x = char_ngram_features(list(train.captions[: images * CAPTIONS_PER_IMAGE]))
+        y = np.repeat(_normalise(train.features[:images].astype(np.float64)), 5, axis=0)
         self.mean = y.mean(axis=0)
         self.weights = np.linalg.solve(x.T @ x + ridge * np.eye(x.shape[1]), x.T @ (y - self.mean))
 
@@ -71,60 +84,144 @@ class NgramRidge:
 
 
 def baselines(data: TrainingData, senteval: str | None) -> dict[str, dict[str, float]]:
-    """Metrics (names as in :mod:`trainables.names`, test split) of each baseline."""
-    test = data.test
-    n = test.num_images
-    chance = {f"{side}_r{k}": 100.0 * min(k, n) / n for side in ("c2i", "i2c") for k in (1, 5, 10)}
-    chance["r10_mean"] = chance["c2i_r10"]
+    """Each baseline's metrics under the trials' names: ``dev/...`` on the val split and
+    the dev semantic sets (what the trade-off curves are compared with) and ``test/...``
+    on the test split and the semantic battery (what the tables are compared with)."""
     ridge = NgramRidge(data.train)
-    images = torch.from_numpy(_normalise(test.features.astype(np.float64))).float()
-    results = {
-        "chance": chance,
-        "ngram_ridge": retrieval_metrics(images, ridge.embed(list(test.captions))),
-    }
+    results: dict[str, dict[str, float]] = {"chance": {}, "ngram_ridge": {}, "char_ngrams": {}}
+    for split, items in ((names.DEV, data.val), (names.TEST, data.test)):
+        n = items.num_images
+        chance = {f"{d}_r{k}": 100.0 * min(k, n) / n for d in ("c2i", "i2c") for k in (1, 5, 10)}
+        chance["r10_mean"] = chance["c2i_r10"]
+        images = torch.from_numpy(_normalise(items.features.astype(np.float64))).float()
+        ridge_metrics = retrieval_metrics(images, ridge.embed(list(items.captions)))
+        results["chance"].update(_under(split, chance))
+        results["ngram_ridge"].update(_under(split, ridge_metrics))
     if senteval is not None:
-        evaluator = SemanticEvaluator(load_senteval(senteval))
-        results["char_ngrams"] = evaluator(
-            lambda s: torch.from_numpy(char_ngram_features(s)).float()
-        )
-        results["ngram_ridge"].update(evaluator(ridge.embed))
-    return results
+        bench = load_senteval(senteval)
+        for split, evaluator in (
+            (names.DEV, DevSemanticEvaluator(bench)),
+            (names.TEST, SemanticEvaluator(bench)),
+        ):
+            results["char_ngrams"].update(_under(split, evaluator(_ngram_embedding)))
+            results["ngram_ridge"].update(_under(split, evaluator(ridge.embed)))
+    return {name: metrics for name, metrics in results.items() if metrics}
+
+
+def _ngram_embedding(sentences: Sequence[str]) -> torch.Tensor:
+    return torch.from_numpy(char_ngram_features(sentences)).float()
+
+
+def _under(split: str, metrics: dict[str, float]) -> dict[str, float]:
+    return {names.key(split, k): float(v) for k, v in metrics.items()}
+
+
+# -- computed once per store, cached beside it ------------------------------------------
+
+BASELINES_FILE = names.BASELINES_FILE  # in the store's folder (any filesystem it is on)
+BASELINES_VERSION = 1  # raise when baselines() changes what it computes
+
+
+def store_baselines(
+    store: str, senteval: str | None, data: TrainingData | None = None
+) -> tuple[dict[str, dict[str, float]], bool]:
+    """The store's baselines and whether they were read from its cache: ``baselines.json``
+    beside the store's manifest, valid while the manifest (every shard's sha256), the
+    semantic sets' contents and this code's version are what they were. Computed (about
+    40 s on the 2,000-image embedded world on 2 cores: SentEval's classifiers on 4,096-d
+    n-gram features dominate) and written there otherwise; a store that cannot be
+    written to is left alone (the baselines are computed again next time)."""
+    opened = FeatureStore.open(store)
+    key = {
+        "version": BASELINES_VERSION,
+        "manifest_sha256": hashlib.sha256(opened.location.read_bytes("manifest.json")).hexdigest(),
+        "senteval_sha256": _senteval_digest(senteval),
+    }
+    try:
+        cached = json.loads(opened.location.read_bytes(BASELINES_FILE))
+        if isinstance(cached, dict) and cached.get("key") == key:
+            return _floats(cached["baselines"]), True
+    except (StoreError, ValueError, KeyError, TypeError) as err:  # absent, or not ours
+        logger.debug("no usable %s in %s (%s)", BASELINES_FILE, store, err)
+    results = baselines(data or TrainingData.from_store(store), senteval)
+    record = {"key": key, "baselines": results}
+    try:
+        opened.location.write_bytes(BASELINES_FILE, json_text(record).encode("utf-8"))
+    except StoreError as err:
+        logger.warning("baselines not cached (%s)", err)
+    return results, False
+
+
+def _senteval_digest(senteval: str | None) -> str | None:
+    """sha256 over the STS and SICK files' relative paths and contents (what
+    load_senteval reads), so an edited or replaced set invalidates the cache."""
+    if senteval is None:
+        return None
+    digest = hashlib.sha256()
+    root = Path(senteval)
+    for path in sorted(p for part in ("STS", "SICK") for p in (root / part).rglob("*")):
+        if path.is_file():
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def json_text(record: object) -> str:
+    """Strict JSON (NaN, an undefined correlation, written as null)."""
+    return json.dumps(_nulls(record), indent=1, allow_nan=False) + "\n"
+
+
+def _nulls(value: object) -> object:
+    if isinstance(value, dict):
+        return {k: _nulls(v) for k, v in value.items()}
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
+
+
+def _floats(table: dict[str, dict[str, float | None]]) -> dict[str, dict[str, float]]:
+    return {
+        name: {k: math.nan if v is None else float(v) for k, v in metrics.items()}
+        for name, metrics in table.items()
+    }
+
+
+_COLUMNS = (
+    names.key(names.DEV, "r10_mean"),
+    names.key(names.DEV, "semantic"),
+    *(names.key(names.TEST, c) for c in ("c2i_r1", "c2i_r10", "i2c_r1", "i2c_r10", "r10_mean")),
+    *(names.key(names.TEST, c) for c in ("sts12_16_pearson", "sickr_pearson", "semantic")),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m trainables.baselines", description=__doc__.split("\n")[0]
+    parser = OneLineParser(
+        prog="python -m trainables.baselines",
+        description=__doc__.split("\n")[0],
+        epilog=f"Computed once per store and cached beside it ({BASELINES_FILE}).",
     )
     parser.add_argument("--data", required=True, help="feature store (path or URI)")
-    parser.add_argument("--senteval", default=None, help="SentEval data/downstream directory")
+    parser.add_argument(
+        "--senteval", default=None, help="SentEval data/downstream directory (default: the store's)"
+    )
     parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
     args = parser.parse_args(argv)
     try:
-        data = TrainingData.from_store(args.data)
-        results = baselines(data, args.senteval or default_senteval(args.data))
-    except StoreError as err:
+        senteval = args.senteval or default_senteval(args.data)
+        results, cached = store_baselines(args.data, senteval)
+    except (StoreError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.json:
-        print(json.dumps(results, indent=2))
+        print(json_text(results), end="")
         return 0
-    columns = (
-        "c2i_r1",
-        "c2i_r10",
-        "i2c_r1",
-        "i2c_r10",
-        "r10_mean",
-        "sts12_16_pearson",
-        "sickr_pearson",
-        "semantic",
-    )
-    print(f"{'baseline':<12}" + "".join(f"{c:>17}" for c in columns))
+    print(f"{'baseline':<12}" + "".join(f"{c:>22}" for c in _COLUMNS))
     for name, metrics in results.items():
-        cells = [f"{metrics[c]:17.3f}" if c in metrics else f"{'-':>17}" for c in columns]
+        cells = [f"{metrics[c]:22.3f}" if c in metrics else f"{'-':>22}" for c in _COLUMNS]
         print(f"{name:<12}" + "".join(cells))
     print(
-        f"(test split, {data.test.num_images} images; R@K in %, correlations in [-1, 1]; "
-        f"names as in trainables.names, e.g. {names.key(names.TEST, 'r10_mean')})"
+        f"(dev = the val split and STS-B dev / SICK-R trial by cosine; test = the test split "
+        f"and the battery; R@K in %, correlations in [-1, 1]; "
+        f"{'read from' if cached else 'written to'} the store's {BASELINES_FILE})"
     )
     return 0
 

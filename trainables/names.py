@@ -35,6 +35,7 @@ from collections.abc import Mapping
 
 __all__ = [
     "ATTENTION_PENALTY",
+    "BASELINES_FILE",
     "BEST_RETRIEVAL",
     "BEST_SEMANTIC",
     "CAPTIONS_PER_S",
@@ -107,6 +108,10 @@ SEMANTIC = (
     *(f"{task}_cosine_{stat}" for task in SUPERVISED_TASKS for stat in ("pearson", "spearman")),
     "semantic",  # (sts12_16_pearson + sickr_pearson) / 2: the paper's Fig. 4 combination
 )
+
+# the char n-gram baselines' metrics under these names (trainables.baselines), cached in
+# this file beside a store and logged under this name to a search's parent run
+BASELINES_FILE = "baselines.json"
 
 LOSS = "train/loss"  # the training objective's loss alone (hinge or Pearson), epoch mean
 # with attention_penalty > 0 only: the epoch mean of the attention diversity penalty, which

@@ -202,3 +202,15 @@ def test_load_search_gives_every_trial_its_family(
         "d": "word_bow", "e": "word_bow",
     }  # fmt: skip
     assert isinstance(record.trials, pd.DataFrame)
+
+
+def test_the_trials_section_shows_the_baselines_or_says_there_are_none(tmp_path: Path) -> None:
+    from analysis._sections import trials_section
+
+    record = _record()
+    html = "".join(trials_section(record, Output(tmp_path)).parts)
+    assert "no baselines recorded for this search" in html
+    record.baselines["ngram_ridge"] = {R: 59.5, S: 0.678, names.key(names.TEST, "r10_mean"): 57.0}
+    html = "".join(trials_section(record, Output(tmp_path)).parts)
+    assert "Baselines of this store" in html and "59.50" in html
+    assert _families.family_order(record)  # the record is the families' one

@@ -6,8 +6,9 @@ import math
 from pathlib import Path
 
 import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from analysis import _compute, _figures
+from analysis import _compute, _families, _figures
 from analysis._data import CATEGORICAL, CONTINUOUS
 from tests.analysis.helpers import make_record
 from trainables import names
@@ -56,3 +57,66 @@ def test_categories_in_numeric_order_when_numbers() -> None:
         "2048",
     ]
     assert _figures._categories(pd.Series(["lstm", "gru"])) == ["gru", "lstm"]
+
+
+def test_no_legend_covers_the_plotting_area(tmp_path: Path, monkeypatch) -> None:
+    """Every legend of every figure sits outside its axes, so it hides no point: checked
+    on points in every corner (a legend inside the axes once hid a Pareto point)."""
+    figures = []
+    save = _figures._save
+    monkeypatch.setattr(_figures, "_save", lambda fig, path: figures.append(fig) or save(fig, path))
+    corners = [(0.0, 0.0), (100.0, 0.0), (0.0, 1.0), (100.0, 1.0), (50.0, 0.5)]
+    history = [
+        {"trial_id": f"t{k}", "epoch": e, names.PRIMARY_RETRIEVAL: r * e / 2,
+         names.PRIMARY_SEMANTIC: s * e / 2}
+        for k, (r, s) in enumerate(corners)
+        for e in range(3)
+    ]  # fmt: skip
+    trials = [
+        {"trial_id": f"t{k}", "margin": 0.1 + 0.05 * k, "family": ("char_rnn", "word_bow")[k % 2],
+         names.BEST_RETRIEVAL: r, names.BEST_SEMANTIC: s}
+        for k, (r, s) in enumerate(corners)
+    ]  # fmt: skip
+    record = make_record(trials, history, param_kinds={"margin": CONTINUOUS})
+    record.baselines.update({"ngram_ridge": {names.PRIMARY_RETRIEVAL: 50.0,
+                                             names.PRIMARY_SEMANTIC: 0.5}})  # fmt: skip
+    curves = _compute.tradeoff_curves(record)
+    references = _compute.reference_lines(record)
+    _figures.draw_tradeoff_overlay(curves, tmp_path / "o.png", references)
+    _figures.draw_family_overlay(_families.family_curves(record), tmp_path / "f.png", references)
+    _figures.draw_pareto(
+        _compute.pareto_over_trials(record), _compute.pareto_over_epochs(record), tmp_path / "p.png"
+    )
+    table = _compute.sensitivity(record)
+    _figures.draw_sensitivity(table, "margin", CONTINUOUS, tmp_path / "s.png")
+    legends = 0
+    for fig in figures:
+        canvas = FigureCanvasAgg(fig)
+        canvas.draw()
+        renderer = canvas.get_renderer()
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            if legend is not None:
+                legends += 1
+                assert not legend.get_window_extent(renderer).overlaps(
+                    ax.get_window_extent(renderer)
+                ), ax.get_title()
+    assert legends == 8  # 2 overlays: trials or families + baselines; Pareto 2; margin 2
+
+
+def test_coinciding_curves_are_drawn_with_different_markers_and_dashes(
+    tmp_path: Path, monkeypatch
+) -> None:
+    same = [
+        {"trial_id": t, "epoch": e, names.PRIMARY_RETRIEVAL: 10.0 * e, names.PRIMARY_SEMANTIC: 0.4}
+        for t in ("a", "b", "c")
+        for e in range(3)
+    ]
+    record = make_record([{"trial_id": t} for t in "abc"], same)
+    figures = []
+    save = _figures._save
+    monkeypatch.setattr(_figures, "_save", lambda fig, path: figures.append(fig) or save(fig, path))
+    _figures.draw_tradeoff_overlay(_compute.tradeoff_curves(record), tmp_path / "o.png")
+    lines = [line for line in figures[0].axes[0].get_lines() if line.get_label() in "abc"]
+    styles = {(line.get_marker(), line.get_linestyle()) for line in lines}
+    assert len(lines) == 3 and len(styles) == 3

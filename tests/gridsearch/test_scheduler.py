@@ -78,7 +78,8 @@ def test_the_search_reads_the_cycle_from_the_space_then_the_run() -> None:
     assert "the 2-epoch learning-rate cycles: at epoch 2, 4, 8, 16" in describe_rungs(32, cycle)
     for sized in (CPU_SIZED, SMOKE):  # short runs, short cycles: ASHA still stops after 1
         cycle = cycle_epochs(space.fixed, sized)
-        assert "at epoch 1, each time" in describe_rungs(int(sized["epochs"]), cycle)
+        assert ": at epoch 1, " in describe_rungs(int(sized["epochs"]), cycle)
+    assert "at epoch 1, 2, each time" in describe_rungs(int(CPU_SIZED["epochs"]), 1)
     assert isinstance(make_scheduler("asha", 2, 4), FIFOScheduler)
     assert "no trial is stopped early" in describe_rungs(2, 4)
     assert isinstance(make_scheduler("fifo", 32, 4), FIFOScheduler)

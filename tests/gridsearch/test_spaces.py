@@ -10,6 +10,7 @@ from typing import Any
 
 import optuna
 import pytest
+from optuna.trial import FixedTrial
 
 from gridsearch import spaces
 from gridsearch._optuna import DefineByRun
@@ -204,6 +205,24 @@ def test_seeds_presets_are_the_papers_systems_exactly() -> None:
     # every RNN system states its size, so a CPU-sized run cannot shrink only some
     sizes = {c["encoder"]: c.get("hidden_size") for c in configs}
     assert sizes == {"char_rnn": 1024, "word_bow": None, "vete_rnn": 128, "cap2img": 1024}
+    assert {c["lr_max"] for c in configs} == {TrainConfig.lr_max}  # and their rate
+
+
+@pytest.mark.parametrize(
+    ("space", "point", "lr_max"),
+    [
+        ("margin_sweep", {"margin": 0.2}, CPU_SIZED["lr_max"]),  # the run's n: its rate
+        ("rnn_type", {"rnn_type": "lstm"}, CPU_SIZED["lr_max"]),
+        ("lr_bounds", {"lr_max": 1e-4, "lr_min_position": 0.5}, 1e-4),  # searched
+        ("hidden_size", {"hidden_size": 1024}, TrainConfig.lr_max),  # the paper's n: its rate
+        ("paper_grid", {"variant": "gru-2048-attention"}, TrainConfig.lr_max),
+        ("seeds_presets", {"system": "word_bow"}, TrainConfig.lr_max),
+    ],
+)
+def test_the_cpu_sized_rate_goes_only_with_the_cpu_sized_n(space, point, lr_max) -> None:
+    fixed = {**CPU_SIZED, "seed": 0, "device": "cpu", "threads": 1}
+    config = TrainConfig.from_dict(DefineByRun(get_space(space), fixed)(FixedTrial(point)))
+    assert config.lr_max == lr_max
 
 
 @pytest.mark.parametrize("name", ["hidden_size", "rnn_type", "pooling", "paper_grid"])

@@ -19,10 +19,14 @@ def test_pareto_front_keeps_ties() -> None:
     assert pareto_front([(1, 1), (1, 1), (0, 0)]) == [0, 1]
 
 
-def _outcome(tid: str, r: float, s: float, status: str = "finished") -> TrialOutcome:
-    return TrialOutcome(
-        tid, {"margin": 0.2}, {names.BEST_RETRIEVAL: r, names.BEST_SEMANTIC: s}, status
-    )
+def _outcome(
+    tid: str, r: float, s: float, status: str = "finished", ensemble: tuple[float, float] = ()
+) -> TrialOutcome:
+    metrics = {names.BEST_RETRIEVAL: r, names.BEST_SEMANTIC: s}
+    if ensemble:  # its snapshot ensemble's test R@10 mean and semantic score
+        metrics[names.FINISHED] = ensemble[0]
+        metrics[names.key(names.ENSEMBLE, "semantic")] = ensemble[1]
+    return TrialOutcome(tid, {"margin": 0.2}, metrics, status)
 
 
 def test_best_trials_and_summary() -> None:
@@ -32,6 +36,32 @@ def test_best_trials_and_summary() -> None:
     text = format_summary(outcomes, "both")
     assert text.splitlines()[0] == "3 trials: 1 failed, 2 finished"
     assert "Pareto front" in text and "  b:" in text and "  a:" in text and "  c:" in text
+
+
+def test_the_summary_holds_the_best_trials_against_each_baseline() -> None:
+    test_r10, test_sem = names.key(names.TEST, "r10_mean"), names.key(names.TEST, "semantic")
+    a = _outcome("a", 60, 0.5, ensemble=(58.0, 0.72))
+    b = _outcome("b", 50, 0.6, ensemble=(40.0, 0.80))
+    baselines = {
+        "chance": {test_r10: 5.0},
+        "ngram_ridge": {test_r10: 57.0, test_sem: 0.818},
+        "char_ngrams": {test_sem: 0.714, test_r10: math.nan},
+    }
+    lines = format_summary([a, b], "retrieval", baselines).splitlines()[-3:]
+    assert lines == [
+        "baselines (test; python -m trainables.baselines): char n-gram ridge R@10 mean 57.0, "
+        "semantic 0.818; char n-gram cosine semantic 0.714; chance R@10 mean 5.0",
+        "  best retrieval trial a: test R@10 mean 58.0, above char n-gram ridge (57.0)",
+        "  best semantic trial b: test semantic 0.800, BELOW char n-gram ridge (0.818), above "
+        "char n-gram cosine (0.714)",
+    ]
+    unfinished = _outcome("c", 70, 0.7, "stopped_early")  # no ensemble: nothing to hold
+    assert (
+        format_summary([unfinished], "both", baselines)
+        .splitlines()[-1]
+        .startswith("baselines (test")
+    )
+    assert "baselines" not in format_summary([a], "retrieval", None)
 
 
 def test_tradeoff_curve_marks_the_best_semantic_epoch(tmp_path: Path) -> None:
