@@ -1,6 +1,6 @@
 """Each encoder family (and variant) at its preset, CPU-sized, on the embedded world.
 
-    python bench/bench_families.py --epochs 4 --threads 2 --out bench/results/families.json
+    python bench/bench_families.py --epochs 8 --threads 2 --out bench/results/families.json
     python bench/bench_families.py --families char_rnn,word_bow --epochs 1   # quick
 
 For every name of ``trainables.presets.PRESETS``, with the CPU-sized settings of a
@@ -47,10 +47,11 @@ from trainables.vocabulary import UNKNOWN_INDEX, WordVocabulary
 WORLD_IMAGES = 2000  # the default search's embedded world
 
 
-def _config(name: str, epochs: int, threads: int, seed: int) -> TrainConfig:
+def _config(name: str, args: argparse.Namespace) -> TrainConfig:
     values = dict(PRESETS[name])
     sized = applicable(CPU_SIZED, values.get("encoder", TrainConfig.encoder))
-    run = {"epochs": epochs, "threads": threads, "seed": seed, "device": "cpu"}
+    run = {"epochs": args.epochs, "threads": args.threads, "seed": args.seed, "device": "cpu",
+           "lr_max": args.lr_max, "semantic_every": args.epochs}  # fmt: skip
     return TrainConfig.from_dict({**values, **sized, **run})
 
 
@@ -62,7 +63,7 @@ def _unknown_share(encoder: SentenceEncoder, captions: list[str]) -> float | Non
 
 
 def _one(name: str, data: TrainingData, senteval: str | None, args: argparse.Namespace) -> dict:
-    config = _config(name, args.epochs, args.threads, args.seed)
+    config = _config(name, args)
     started = time.perf_counter()
     trainer = Trainer(config, data, make_semantic(senteval, config))
     history = list(trainer.run())
@@ -121,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--lr-max", type=float, default=CPU_SIZED["lr_max"], help="default: the CPU-sized rate"
+    )
     p.add_argument("--store", type=Path, default=Path("runs/world"), help="the embedded world")
     p.add_argument("--out", type=Path, default=Path("bench/results/families.json"))
     args = p.parse_args(argv)

@@ -143,13 +143,14 @@ def load_baselines(
     started = time.perf_counter()
     try:
         loaded = data if isinstance(data, TrainingData) else None
-        table, cached = store_baselines(store, senteval, loaded)
+        table, cache = store_baselines(store, senteval, loaded)
     except (StoreError, OSError, ValueError) as err:
         write(f"baselines: not computed ({err}); --no-baselines skips them")
         return None
-    if not cached:
+    if cache != "read":
+        where = f"cached in its {BASELINES_FILE}" if cache == "written" else f"cache {cache}"
         write(
             f"baselines: computed once for this store in {time.perf_counter() - started:.0f} s "
-            f"(cached in its {BASELINES_FILE}; --no-baselines skips them)"
+            f"({where}; --no-baselines skips them)"
         )
     return table

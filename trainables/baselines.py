@@ -124,8 +124,9 @@ BASELINES_VERSION = 1  # raise when baselines() changes what it computes
 
 def store_baselines(
     store: str, senteval: str | None, data: TrainingData | None = None
-) -> tuple[dict[str, dict[str, float]], bool]:
-    """The store's baselines and whether they were read from its cache: ``baselines.json``
+) -> tuple[dict[str, dict[str, float]], str]:
+    """The store's baselines and what became of its cache (``"read"``, ``"written"``, or
+    ``"not written: REASON"``): ``baselines.json``
     beside the store's manifest, valid while the manifest (every shard's sha256), the
     semantic sets' contents and this code's version are what they were. Computed (about
     40 s on the 2,000-image embedded world on 2 cores: SentEval's classifiers on 4,096-d
@@ -140,7 +141,7 @@ def store_baselines(
     try:
         cached = json.loads(opened.location.read_bytes(BASELINES_FILE))
         if isinstance(cached, dict) and cached.get("key") == key:
-            return _floats(cached["baselines"]), True
+            return _floats(cached["baselines"]), "read"
     except (StoreError, ValueError, KeyError, TypeError) as err:  # absent, or not ours
         logger.debug("no usable %s in %s (%s)", BASELINES_FILE, store, err)
     results = baselines(data or TrainingData.from_store(store), senteval)
@@ -148,8 +149,8 @@ def store_baselines(
     try:
         opened.location.write_bytes(BASELINES_FILE, json_text(record).encode("utf-8"))
     except StoreError as err:
-        logger.warning("baselines not cached (%s)", err)
-    return results, False
+        return results, f"not written: {err}"
+    return results, "written"
 
 
 def _senteval_digest(senteval: str | None) -> str | None:
@@ -207,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         senteval = args.senteval or default_senteval(args.data)
-        results, cached = store_baselines(args.data, senteval)
+        results, cache = store_baselines(args.data, senteval)
     except (StoreError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -219,9 +220,10 @@ def main(argv: list[str] | None = None) -> int:
         cells = [f"{metrics[c]:22.3f}" if c in metrics else f"{'-':>22}" for c in _COLUMNS]
         print(f"{name:<12}" + "".join(cells))
     print(
-        f"(dev = the val split and STS-B dev / SICK-R trial by cosine; test = the test split "
-        f"and the battery; R@K in %, correlations in [-1, 1]; "
-        f"{'read from' if cached else 'written to'} the store's {BASELINES_FILE})"
+        "(dev = the val split and STS-B dev / SICK-R trial by cosine; test = the test split "
+        "and the battery; R@K in %, correlations in [-1, 1]; "
+        + ("read from the store's cache" if cache == "read" else f"computed; cache {cache}")
+        + ")"
     )
     return 0
 

@@ -6,6 +6,7 @@ search's closing lines: the exact report and optuna-dashboard commands."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shlex
@@ -40,7 +41,11 @@ def test_resume_extends_a_finished_search_then_has_nothing_to_run(
     report = f"python -m analysis.report --runs-dir {runs} --experiment grow"
     assert f"write its report:  {report}" in lines
     dashboard = f"optuna-dashboard sqlite:///{runs / 'tune' / 'grow.optuna.db'}"
-    assert f"its Optuna study:  {dashboard}" in lines
+    # with the install hint where optuna-dashboard (an optional extra) is missing
+    hint = (
+        "" if importlib.util.find_spec("optuna_dashboard") else "   (pip install optuna-dashboard)"
+    )
+    assert f"its Optuna study:  {dashboard}{hint}" in lines
     resume = f"python -m gridsearch.run --experiment grow --resume --runs-dir {runs}"
     assert any(line.endswith(f"{resume} --num-samples N") for line in lines)
     record_path = RunsLayout.at(runs).record("grow")

@@ -28,8 +28,8 @@ def store(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def computed(store: Path) -> dict[str, dict[str, float]]:
-    table, cached = store_baselines(str(store), default_senteval(str(store)))
-    assert not cached
+    table, cache = store_baselines(str(store), default_senteval(str(store)))
+    assert cache == "written"
     return table
 
 
@@ -51,8 +51,8 @@ def test_the_cache_is_read_back_while_the_store_and_sets_are_unchanged(
 ) -> None:
     text = (store / BASELINES_FILE).read_text(encoding="utf-8")
     json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
-    again, cached = store_baselines(str(store), default_senteval(str(store)))
-    assert cached
+    again, cache = store_baselines(str(store), default_senteval(str(store)))
+    assert cache == "read"
     assert again.keys() == computed.keys()
     for name, metrics in computed.items():
         for key, value in metrics.items():
@@ -70,8 +70,8 @@ def test_garbage_in_the_cache_is_recomputed_not_trusted(
     stale = {**valid, "key": {**valid["key"], "version": 0}}  # an older code's cache
     for garbage in ("{", "[]", '{"key": 1}', json.dumps(stale), "\x00\xff"):
         (copy / BASELINES_FILE).write_text(garbage, encoding="utf-8", errors="surrogateescape")
-        table, cached = store_baselines(str(copy), default_senteval(str(copy)))
-        assert not cached and table == recomputed, garbage
+        table, cache = store_baselines(str(copy), default_senteval(str(copy)))
+        assert cache == "written" and table == recomputed, garbage
         assert json.loads((copy / BASELINES_FILE).read_text())["baselines"] == recomputed
 
 
@@ -89,13 +89,13 @@ def test_changed_semantic_sets_invalidate_the_cache(
     fields = first.split("\t")
     fields[3] = "1.0" if fields[3] != "1.0" else "5.0"  # one relatedness score changed
     gold.write_text("\n".join([head, "\t".join(fields), *rest]) + "\n", encoding="utf-8")
-    _, cached = store_baselines(str(copy), default_senteval(str(copy)))
-    assert cached  # the copy's cache is valid for its own sets
-    table, cached = store_baselines(str(copy), str(senteval))
-    assert not cached
+    _, cache = store_baselines(str(copy), default_senteval(str(copy)))
+    assert cache == "read"  # the copy's cache is valid for its own sets
+    table, cache = store_baselines(str(copy), str(senteval))
+    assert cache == "written"
     assert table["chance"] == computed["chance"]
-    _, cached = store_baselines(str(copy), str(senteval))
-    assert cached
+    _, cache = store_baselines(str(copy), str(senteval))
+    assert cache == "read"
 
 
 def test_the_cli_prints_dev_and_test_columns_from_the_cache(
@@ -104,10 +104,24 @@ def test_the_cli_prints_dev_and_test_columns_from_the_cache(
     assert main(["--data", str(store)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:3] == ["baseline", DEV_R10, DEV_SEM]
-    assert out[-1].endswith(f"read from the store's {BASELINES_FILE})")
+    assert out[-1].endswith("read from the store's cache)")
     assert main(["--data", str(store / "missing")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "missing" in err[0]
+
+
+def test_a_cache_that_cannot_be_written_is_said_and_the_baselines_still_returned(
+    store: Path, computed: dict[str, dict[str, float]], tmp_path: Path, monkeypatch
+) -> None:
+    copy = tmp_path / "store"
+    shutil.copytree(store, copy)
+    (copy / BASELINES_FILE).unlink()
+    (copy / BASELINES_FILE).mkdir()  # a folder where the cache goes: never written over
+    monkeypatch.setattr(trainables.baselines, "baselines", lambda data, senteval: computed)
+    table, cache = store_baselines(str(copy), default_senteval(str(copy)))
+    assert table == computed
+    assert cache.startswith(f"not written: {copy / BASELINES_FILE}: cannot write it")
+    assert (copy / BASELINES_FILE).is_dir() and not list((copy).glob(".*.tmp"))
 
 
 def test_baselines_take_the_same_data_in_memory(store: Path) -> None:
