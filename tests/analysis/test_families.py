@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
@@ -201,7 +200,6 @@ def test_load_search_gives_every_trial_its_family(
         "a": "char_rnn", "b": "char_rnn", "c": "char_rnn_heads2",
         "d": "word_bow", "e": "word_bow",
     }  # fmt: skip
-    assert isinstance(record.trials, pd.DataFrame)
 
 
 def test_the_trials_section_shows_the_baselines_or_says_there_are_none(tmp_path: Path) -> None:
@@ -213,4 +211,3 @@ def test_the_trials_section_shows_the_baselines_or_says_there_are_none(tmp_path:
     record.baselines["ngram_ridge"] = {R: 59.5, S: 0.678, names.key(names.TEST, "r10_mean"): 57.0}
     html = "".join(trials_section(record, Output(tmp_path)).parts)
     assert "Baselines of this store" in html and "59.50" in html
-    assert _families.family_order(record)  # the record is the families' one
