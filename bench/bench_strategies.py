@@ -1,0 +1,394 @@
+"""Search strategies compared on a recorded problem, over many search seeds.
+
+    python bench/bench_strategies.py --table bench/results/tabular/paper_margin \\
+        --search-seeds 20 [--strategies ours,random-asha,tpe-fifo,grid,hyperband,bohb] \\
+        [--budget 0.5] [--time-scale 0.005] [--plot FILE]
+
+Every search is real Ray Tune (one local Ray for all of them, 2 trials at a time with 1
+CPU each, as the driver runs them on this machine) with the real searchers and
+schedulers, on :func:`tabular.replay_trainable`: the recorded epochs of each
+(variant, margin) at the training seed ``search seed mod`` the table's seeds. A
+search's cost is counted in trial-epochs exactly as a live one's: every epoch report
+of epoch >= 1, in the order Tune processed them, up to ``--budget`` x the grid's
+trial-epochs. Strategies:
+
+- ``ours``: the driver's defaults (``gridsearch._optuna.make_sampler``: space-filling
+  starts then TPE; ``gridsearch._scheduler.make_scheduler("asha")``: ASHA at the ends of
+  learning-rate cycles);
+- ``random-asha``: Optuna's random sampler, the same ASHA;
+- ``tpe-fifo``: Optuna's TPE (its own random start-up), every trial to the end;
+- ``grid``: Optuna's grid sampler (its seeded random order), every trial to the end;
+- ``hyperband``: Ray Tune's HyperBandScheduler (max_t = epochs, eta 2) with random draws;
+- ``bohb``: Ray Tune's TuneBOHB with HyperBandForBOHB (needs hpbandster and ConfigSpace).
+
+For each strategy the curve "best dev R@10 mean found against trial-epochs spent" (as a
+share of the training seed's grid best), median and interquartile range over the
+search seeds, and the trial-epochs to within 1% of the grid's best.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import os
+import statistics
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+import optuna
+import ray
+import tabular  # puts the repository on sys.path (through _common)
+from ray import cloudpickle, tune
+from ray.tune.schedulers import FIFOScheduler, HyperBandScheduler, TrialScheduler
+
+from gridsearch import _optuna
+from gridsearch._scheduler import make_scheduler
+from gridsearch.spaces import SearchSpace
+from trainables import names
+
+# The replay trainable travels to Ray's workers by value: they need not find bench/ on
+# their path (a test imports it from elsewhere).
+cloudpickle.register_pickle_by_value(tabular)
+
+WITHIN = 0.99
+STRATEGIES = ("ours", "random-asha", "tpe-fifo", "grid", "hyperband", "bohb")
+SHARES = (0.05, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50)  # budgets, as shares of the grid
+
+
+class _Suggest:
+    """The define-by-run space of the recorded problem: variant and margin, both
+    categorical, decoded as ``bench_search_efficiency.VariantMargin`` does (Optuna puts
+    the variant's name beside the decoded keys, where the replay looks it up)."""
+
+    def __init__(self, variants: dict[str, dict[str, Any]], margins: Sequence[float]) -> None:
+        self.variants, self.margins = dict(variants), tuple(margins)
+
+    def __call__(self, trial: Any) -> dict[str, Any]:
+        variant = trial.suggest_categorical("variant", tuple(self.variants))
+        margin = trial.suggest_categorical("margin", self.margins)
+        return {**self.variants[variant], "margin": margin}
+
+
+@dataclass
+class Events:
+    """What a search did: every epoch report in the order Tune processed them."""
+
+    reports: list[tuple[str, int, float]]  # (trial id, epoch, dev/r10_mean_best)
+    configs: dict[str, tuple[str, float]]  # trial id -> (variant, margin)
+
+    def decisions(self) -> list[tuple[str, float, int]]:
+        """(variant, margin, last epoch reported) of every trial, sorted."""
+        last: dict[str, int] = {}
+        for trial, epoch, _ in self.reports:
+            last[trial] = max(epoch, last.get(trial, 0))
+        return sorted((*self.configs[t], e) for t, e in last.items())
+
+    def curve(self) -> list[float]:
+        """Best dev R@10 mean found after each trained trial-epoch (index 0 = 1 epoch)."""
+        best, out = -math.inf, []
+        for _, epoch, value in self.reports:
+            if epoch < 1:
+                continue
+            best = max(best, value)
+            out.append(best)
+        return out
+
+
+class _Recorder(tune.Callback):
+    def __init__(self) -> None:
+        self.reports: list[tuple[str, int, float]] = []
+        self.configs: dict[str, tuple[str, float]] = {}
+
+    def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info):
+        self.configs[trial.trial_id] = (trial.config["variant"], float(trial.config["margin"]))
+        self.reports.append((trial.trial_id, int(result["epoch"]), result[names.BEST_RETRIEVAL]))
+
+
+def _space(table: tabular.RecordedTable) -> SearchSpace:
+    return SearchSpace(
+        "recorded",
+        "a recorded problem",
+        _Suggest({v: table.manifest["variants"][v] for v in table.variants}, table.margins),
+        grid={"variant": table.variants, "margin": table.margins},
+    )
+
+
+def _searcher(
+    space: SearchSpace, fixed: dict[str, Any], sampler: Any, study: str, db: str, concurrent: int
+) -> Any:
+    return _optuna.searcher(
+        space,
+        fixed,
+        sampler,
+        metric=names.BEST_RETRIEVAL,
+        mode="max",
+        study=study,
+        storage_url=db,
+        max_concurrent=concurrent,
+    )
+
+
+def _bohb(
+    table: tabular.RecordedTable, fixed: dict[str, Any], seed: int, epochs: int, concurrent: int
+) -> tuple[Any, TrialScheduler, dict[str, Any]]:
+    import ConfigSpace as CS
+    from ray.tune.schedulers import HyperBandForBOHB
+    from ray.tune.search import ConcurrencyLimiter
+    from ray.tune.search.bohb import TuneBOHB
+
+    config_space = CS.ConfigurationSpace(seed=seed)
+    config_space.add(CS.CategoricalHyperparameter("variant", list(table.variants)))
+    config_space.add(CS.CategoricalHyperparameter("margin", list(table.margins)))
+    search = TuneBOHB(config_space, metric=names.BEST_RETRIEVAL, mode="max", seed=seed)
+    scheduler = HyperBandForBOHB(time_attr="epoch", max_t=epochs, reduction_factor=2)
+    return ConcurrencyLimiter(search, max_concurrent=concurrent), scheduler, fixed
+
+
+def build(
+    name: str,
+    table: tabular.RecordedTable,
+    seed: int,
+    trials: int,
+    study: str,
+    db: str,
+    concurrent: int = 2,
+) -> tuple[Any, TrialScheduler, dict[str, Any]]:
+    """The search algorithm, the scheduler and the config constants of one strategy."""
+    epochs, cycle = table.max_epoch, int(table.manifest.get("cycle_epochs", 1))
+    train_seed = table.seeds[seed % len(table.seeds)]
+    fixed = {"epochs": epochs, "seed": train_seed, "device": "cpu", "threads": 1}
+    space = _space(table)
+    free = SearchSpace(space.name, space.description, space.suggest)  # no grid: no grid sampler
+    asha = make_scheduler("asha", epochs, cycle)
+    if name == "ours":
+        sampler, _ = _optuna.make_sampler(free, seed, False, trials)
+        return _searcher(free, fixed, sampler, study, db, concurrent), asha, fixed
+    if name == "random-asha":
+        sampler = optuna.samplers.RandomSampler(seed=seed)
+        return _searcher(free, fixed, sampler, study, db, concurrent), asha, fixed
+    if name == "tpe-fifo":
+        sampler = optuna.samplers.TPESampler(seed=seed)
+        return _searcher(free, fixed, sampler, study, db, concurrent), FIFOScheduler(), fixed
+    if name == "grid":
+        sampler, _ = _optuna.make_sampler(space, seed, False, trials)
+        return _searcher(space, fixed, sampler, study, db, concurrent), FIFOScheduler(), fixed
+    if name == "hyperband":
+        sampler = optuna.samplers.RandomSampler(seed=seed)
+        hyperband = HyperBandScheduler(time_attr="epoch", max_t=epochs, reduction_factor=2)
+        return _searcher(free, fixed, sampler, study, db, concurrent), hyperband, fixed
+    if name == "bohb":
+        return _bohb(table, fixed, seed, epochs, concurrent)
+    raise ValueError(f"--strategies: unknown strategy {name!r}; expected one of {STRATEGIES}")
+
+
+def run_one(
+    name: str,
+    table: tabular.RecordedTable,
+    seed: int,
+    budget: int,
+    time_scale: float,
+    scratch: Path,
+    *,
+    trials: int | None = None,
+    concurrent: int = 2,
+) -> Events:
+    """One whole search of strategy ``name`` with search seed ``seed``: ``trials`` of
+    them (default: as many as the budget can pay for, whole ones or one epoch each),
+    ``concurrent`` at a time."""
+    if trials is None:
+        fifo = name in ("tpe-fifo", "grid")
+        trials = math.ceil(budget / table.max_epoch) if fifo else budget
+    label = f"{name}-{seed}"
+    scratch.mkdir(parents=True, exist_ok=True)
+    db = f"sqlite:///{scratch / label}.db"
+    search, scheduler, fixed = build(name, table, seed, trials, label, db, concurrent)
+    recorder = _Recorder()
+    param_space = fixed if name == "bohb" else None
+    stopper = _Budget(budget, recorder)
+    tuner = tune.Tuner(
+        tune.with_parameters(tabular.replay_trainable, table=table, time_scale=time_scale),
+        param_space=param_space,
+        tune_config=tune.TuneConfig(
+            search_alg=search,
+            scheduler=scheduler,
+            num_samples=trials,
+            metric=names.BEST_RETRIEVAL,
+            mode="max",
+            reuse_actors=True,
+        ),
+        run_config=tune.RunConfig(
+            name=label,
+            storage_path=str(scratch / "tune"),
+            callbacks=[recorder],
+            stop=stopper,
+            verbose=0,
+            checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+        ),
+    )
+    results = tuner.fit()
+    if results.errors:
+        raise RuntimeError(f"{label}: {len(results.errors)} trial(s) failed: {results.errors[0]}")
+    return Events(recorder.reports, recorder.configs)
+
+
+class _Budget(tune.Stopper):
+    """Stops the whole search once the trial-epochs spent reach the budget."""
+
+    def __init__(self, budget: int, recorder: _Recorder) -> None:
+        self.budget, self.recorder = budget, recorder
+
+    def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
+        return False
+
+    def stop_all(self) -> bool:
+        return sum(e >= 1 for _, e, _ in self.recorder.reports) >= self.budget
+
+
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) == 1:
+        return values[0], values[0], values[0]
+    q = statistics.quantiles(values, n=4, method="inclusive")
+    return q[0], q[1], q[2]
+
+
+def to_within(curve: list[float], threshold: float) -> int | None:
+    for spent, best in enumerate(curve, start=1):
+        if best >= threshold:
+            return spent
+    return None
+
+
+def report(
+    table: tabular.RecordedTable, results: dict[str, list[tuple[int, Events]]], budget: int
+) -> None:
+    grid = table.grid_cost()
+    marks = [s for s in SHARES if s * grid <= budget + 1e-9]
+    print(
+        f"\nbest dev R@10 mean found, % of the training seed's grid best, median [IQR] over "
+        f"search seeds, after a share of the grid's {grid} trial-epochs:\n"
+    )
+    print("| strategy | seeds | " + " | ".join(f"{s:.0%}" for s in marks)
+          + " | trial-epochs to within 1%: median [IQR] (% of grid) | reached |")  # fmt: skip
+    print("| --- | --- | " + " | ".join("---" for _ in marks) + " | --- | --- |")
+    for name, runs in results.items():
+        cells = []
+        for share in marks:
+            at = int(share * grid)
+            values = []
+            for seed, events in runs:
+                curve = events.curve()
+                best = table.best(table.seeds[seed % len(table.seeds)])
+                found = curve[min(at, len(curve)) - 1] if curve else 0.0
+                values.append(100 * found / best)
+            lo, mid, hi = _quartiles(values)
+            cells.append(f"{mid:.1f} [{lo:.1f}, {hi:.1f}]")
+        needed = []
+        for seed, events in runs:
+            best = table.best(table.seeds[seed % len(table.seeds)])
+            spent = to_within(events.curve(), WITHIN * best)
+            needed.append(math.inf if spent is None else spent)
+        reached = sum(math.isfinite(n) for n in needed)
+        lo, mid, hi = _quartiles(needed)
+
+        def fmt(v: float) -> str:
+            return ">budget" if math.isinf(v) else f"{v:.0f}"
+
+        share = "-" if math.isinf(mid) else f"{mid / grid:.1%}"
+        print(
+            f"| {name} | {len(runs)} | " + " | ".join(cells)
+            + f" | {fmt(mid)} [{fmt(lo)}, {fmt(hi)}] ({share}) | {reached}/{len(runs)} |"
+        )  # fmt: skip
+
+
+def plot(
+    table: tabular.RecordedTable, results: dict[str, list[tuple[int, Events]]], budget: int,
+    path: Path,
+) -> None:  # fmt: skip
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    grid = table.grid_cost()
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    xs = list(range(1, budget + 1))
+    for name, runs in results.items():
+        rows = []
+        for seed, events in runs:
+            curve = events.curve()
+            best = table.best(table.seeds[seed % len(table.seeds)])
+            rows.append([100 * curve[min(x, len(curve)) - 1] / best if curve else 0 for x in xs])
+        columns = list(zip(*rows, strict=True))
+        q = [_quartiles(list(c)) for c in columns]
+        share = [100 * x / grid for x in xs]
+        (line,) = ax.plot(share, [m for _, m, _ in q], label=name)
+        ax.fill_between(share, [lo for lo, _, _ in q], [hi for _, _, hi in q], alpha=0.15,
+                        color=line.get_color())  # fmt: skip
+    ax.axhline(100 * WITHIN, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("trial-epochs spent, % of the full grid's")
+    ax.set_ylabel("best dev R@10 mean found, % of grid best")
+    ax.set_ylim(80, 100.5)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(f"{table.manifest.get('problem', 'recorded')}: median and IQR over seeds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot: {path}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--table", type=Path, required=True, help="a folder `tabular.py record` wrote")
+    p.add_argument("--strategies", default=",".join(STRATEGIES))
+    p.add_argument("--search-seeds", type=int, default=20)
+    p.add_argument("--budget", type=float, default=0.5, help="share of the grid's trial-epochs")
+    p.add_argument("--time-scale", type=float, default=0.005,
+                   help="replayed seconds per recorded second")  # fmt: skip
+    p.add_argument("--plot", type=Path, default=None, help="write the curves here (PNG)")
+    args = p.parse_args(argv)
+    table = tabular.RecordedTable.read(args.table)
+    budget = max(1, int(args.budget * table.grid_cost()))
+    strategies = args.strategies.split(",")
+    for name in strategies:
+        if name not in STRATEGIES:
+            p.error(f"--strategies: unknown {name!r}; expected some of {', '.join(STRATEGIES)}")
+    logging.getLogger("ray").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    _optuna.quiet()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    results: dict[str, list[tuple[int, Events]]] = {}
+    started = time.perf_counter()
+    try:
+        with tempfile.TemporaryDirectory(prefix="strategies-") as scratch:
+            for name in strategies:
+                for seed in range(args.search_seeds):
+                    t0 = time.perf_counter()
+                    events = run_one(name, table, seed, budget, args.time_scale, Path(scratch))
+                    results.setdefault(name, []).append((seed, events))
+                    curve = events.curve()
+                    print(f"{name} seed {seed}: {len(curve)} trial-epochs, best "
+                          f"{curve[-1] if curve else float('nan'):.2f} "
+                          f"({time.perf_counter() - t0:.1f} s)", flush=True)  # fmt: skip
+    finally:
+        ray.shutdown()
+    print(f"\n{args.search_seeds} search seeds x {len(strategies)} strategies in "
+          f"{time.perf_counter() - started:.0f} s; budget {budget} trial-epochs "
+          f"({args.budget:.0%} of the grid's {table.grid_cost()}); table "
+          f"{args.table} ({table.manifest.get('command', '')})")  # fmt: skip
+    report(table, results, budget)
+    if args.plot:
+        plot(table, results, budget, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

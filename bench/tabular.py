@@ -1,0 +1,308 @@
+"""A recorded (tabular) search benchmark: every configuration of a discretised space
+trained once per training seed, every epoch's metrics kept, served back to Ray Tune.
+
+Training is deterministic per seed, so a search problem can be recorded once and replayed
+many times, as the tabular benchmarks of the HPO literature do. Recording runs the
+package's own search (``gridsearch.driver.run_search``: the grid sampler over the space,
+FIFO, every trial to the last epoch) once per training seed and keeps what every trial
+reported to Tune, epoch by epoch (``result.json`` in its trial folder), in one Parquet
+table beside a manifest that holds the command, the world and the code version::
+
+    python bench/tabular.py record --out bench/results/tabular/paper_margin \\
+        --images 1000 --scale 32 --epochs 4 --margins 0.05,0.1,...,0.5 --seeds 0,1
+
+The paper_margin problem is the paper's 8 models (``PAPER_VARIANTS``, n divided by
+``--scale``) crossed with the margins, both categorical, as in
+``bench_search_efficiency.py``. :func:`replay_trainable` is a Tune function trainable
+that looks a trial's (variant, margin, seed) up in the table and reports the recorded
+epochs, with a checkpoint per epoch (so HyperBand can pause and resume it), sleeping
+``time_scale`` x the recorded training seconds before each so that trials running side
+by side interleave as they did. :mod:`bench_strategies` runs whole searches on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+# As gridsearch.run sets them, before Ray is imported.
+os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from _common import REPO, world  # puts the repository on sys.path
+
+from trainables import names
+
+TABLE_FILE = "table.parquet"
+MANIFEST_FILE = "manifest.json"
+KEYS = ("variant", "margin")  # the searched parameters a recorded config is looked up by
+# What Tune adds to every result (not the trainable's own metrics).
+_TUNE_KEYS = frozenset({
+    "checkpoint_dir_name", "config", "date", "done", "hostname", "iterations_since_restore",
+    "node_ip", "pid", "should_checkpoint", "time_since_restore", "time_this_iter_s",
+    "time_total_s", "timestamp", "training_iteration", "trial_id",
+})  # fmt: skip
+DEFAULT_MARGINS = "0.05,0.1,0.15,0.2,0.25,0.3,0.35,0.4,0.45,0.5"
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One recorded trial: its searched values, training seed and every epoch's metrics
+    (epoch 0, the untrained model, first)."""
+
+    variant: str
+    margin: float
+    seed: int
+    config: dict[str, Any]  # the config Tune gave the trial
+    epochs: list[dict[str, float]]
+
+
+class RecordedTable:
+    """The recorded curves, looked up by (variant, margin, seed)."""
+
+    def __init__(self, curves: Iterable[Curve], manifest: Mapping[str, Any] | None = None):
+        self.curves = {(c.variant, _key(c.margin), c.seed): c for c in curves}
+        self.manifest = dict(manifest or {})
+        recorded = {c.variant for c in self.curves.values()}
+        # the space's order (a sampler's draws depend on the order of the choices)
+        order = [v for v in self.manifest.get("variants", ()) if v in recorded]
+        self.variants = tuple(order or sorted(recorded))
+        self.margins = tuple(sorted({c.margin for c in self.curves.values()}))
+        self.seeds = tuple(sorted({c.seed for c in self.curves.values()}))
+        self.max_epoch = max(len(c.epochs) - 1 for c in self.curves.values())
+
+    def curve(self, variant: str, margin: float, seed: int) -> Curve:
+        try:
+            return self.curves[(variant, _key(margin), seed)]
+        except KeyError:
+            raise KeyError(
+                f"no recorded trial for variant {variant!r}, margin {margin!r}, seed {seed}"
+            ) from None
+
+    def configs(self) -> list[tuple[str, float]]:
+        return [(v, m) for v in self.variants for m in self.margins]
+
+    def best(self, seed: int, metric: str = names.BEST_RETRIEVAL) -> float:
+        """The grid's best: the largest final ``metric`` over every config of ``seed``."""
+        return max(c.epochs[-1][metric] for (_, _, s), c in self.curves.items() if s == seed)
+
+    def grid_cost(self) -> int:
+        """Trial-epochs of the full grid (epoch 0 trains nothing)."""
+        return len(self.configs()) * self.max_epoch
+
+    @classmethod
+    def read(cls, folder: str | os.PathLike[str]) -> RecordedTable:
+        folder = Path(folder)
+        rows = pq.read_table(folder / TABLE_FILE).to_pylist()
+        manifest = json.loads((folder / MANIFEST_FILE).read_text())
+        grouped: dict[tuple[str, float, int], list[dict[str, Any]]] = {}
+        for row in rows:
+            grouped.setdefault((row["variant"], row["margin"], row["seed"]), []).append(row)
+        curves = []
+        for (variant, margin, seed), group in grouped.items():
+            group.sort(key=lambda r: r["epoch"])
+            if [r["epoch"] for r in group] != list(range(len(group))):
+                raise ValueError(f"{folder}: epochs of {variant}/{margin}/{seed} are not 0..n")
+            config = json.loads(group[0]["config"])
+            epochs = [json.loads(r["metrics"]) for r in group]
+            curves.append(Curve(variant, margin, seed, config, epochs))
+        return cls(curves, manifest)
+
+    def write(self, folder: str | os.PathLike[str]) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        rows = [
+            {
+                "variant": c.variant,
+                "margin": c.margin,
+                "seed": c.seed,
+                "epoch": epoch,
+                "dev_r10_mean": m.get(names.PRIMARY_RETRIEVAL, math.nan),
+                "dev_semantic": m.get(names.PRIMARY_SEMANTIC, math.nan),
+                "test_r10_mean": m.get(names.key(names.TEST, "r10_mean"), math.nan),
+                "metrics": json.dumps(m, sort_keys=True),
+                "config": json.dumps(c.config, sort_keys=True),
+            }
+            for c in sorted(self.curves.values(), key=lambda c: (c.seed, c.variant, c.margin))
+            for epoch, m in enumerate(c.epochs)
+        ]
+        tmp = folder / f".{TABLE_FILE}.tmp"
+        pq.write_table(pa.Table.from_pylist(rows), tmp, compression="zstd")
+        digest = hashlib.sha256(tmp.read_bytes()).hexdigest()
+        manifest = {**self.manifest, "rows": len(rows), "table_sha256": digest}
+        os.replace(tmp, folder / TABLE_FILE)
+        (folder / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+        self.manifest = manifest
+
+
+def _key(margin: float) -> float:
+    return round(float(margin), 6)
+
+
+def replay_trainable(config: dict[str, Any], table: RecordedTable, time_scale: float) -> None:
+    """Report the recorded epochs of the trial's (variant, margin, seed), each with a
+    checkpoint that holds its epoch, resuming after the checkpoint Tune hands back."""
+    from ray import tune
+
+    curve = table.curve(config["variant"], config["margin"], int(config["seed"]))
+    start = 0
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            start = int((Path(folder) / "epoch").read_text()) + 1
+    for epoch in range(start, len(curve.epochs)):
+        metrics = curve.epochs[epoch]
+        if time_scale > 0:
+            time.sleep(time_scale * (metrics.get("time/train_s", 0.0) or 0.0))
+        with tempfile.TemporaryDirectory() as folder:
+            (Path(folder) / "epoch").write_text(str(epoch))
+            tune.report(dict(metrics), checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+def read_trials(experiment_path: str | os.PathLike[str], seed: int) -> list[Curve]:
+    """Every trial's reported epochs from a finished Tune experiment folder."""
+    curves = []
+    for result in sorted(Path(experiment_path).glob("*/result.json")):
+        reports = [json.loads(line) for line in result.read_text().splitlines() if line.strip()]
+        if not reports:
+            continue
+        config = reports[0]["config"]
+        epochs = [{k: v for k, v in r.items() if k not in _TUNE_KEYS} for r in reports]
+        if [int(e["epoch"]) for e in epochs] != list(range(len(epochs))):
+            raise RuntimeError(f"{result}: epochs are not 0..n (a restarted trial?)")
+        curves.append(Curve(config["variant"], config["margin"], seed, config, epochs))
+    return curves
+
+
+def _git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True
+        )
+        return out.stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def record_problem(
+    store: str,
+    variants: dict[str, dict[str, Any]],
+    margins: Sequence[float],
+    *,
+    epochs: int,
+    cycle_epochs: int,
+    seeds: Sequence[int],
+    scratch: Path,
+    write: Any = print,
+) -> list[Curve]:
+    """Run the grid over ``variants`` x ``margins`` once per seed with the package's own
+    driver (FIFO, 2 trials at a time with 1 CPU each) and keep every trial's epochs."""
+    from bench_search_efficiency import register_spaces
+
+    from gridsearch.driver import run_search
+    from gridsearch.settings import SearchSettings, parse_args
+
+    register_spaces(variants, tuple(margins), cycle_epochs)
+    curves: list[Curve] = []
+    for seed in seeds:
+        argv = [
+            "--space", "bench_grid", "--data", store, "--epochs", str(epochs),
+            "--seed", str(seed), "--scheduler", "fifo", "--max-concurrent", "2",
+            "--cpus-per-trial", "1", "--no-dashboard", "--no-baselines",
+            "--runs-dir", str(scratch), "--experiment", f"record-seed{seed}",
+        ]  # fmt: skip
+        settings = SearchSettings.from_args(parse_args(argv))
+        started = time.perf_counter()
+        run_search(settings, write=write)
+        found = read_trials(settings.experiment_path, seed)
+        write(f"seed {seed}: {len(found)} trials in {time.perf_counter() - started:.0f} s")
+        curves += found
+    return curves
+
+
+def record(args: argparse.Namespace) -> RecordedTable:
+    """Record the problem the arguments describe and write its table."""
+    from bench_search_efficiency import scaled_variants
+
+    store = world(args.store, args.images)
+    variants = scaled_variants(args.scale)
+    if args.variants:
+        wanted = args.variants.split(",")
+        unknown = [v for v in wanted if v not in variants]
+        if unknown:
+            raise SystemExit(f"error: --variants: unknown {unknown}; expected some of "
+                             f"{', '.join(variants)}")  # fmt: skip
+        variants = {v: variants[v] for v in variants if v in wanted}
+    margins = tuple(sorted({float(m) for m in args.margins.split(",")}))
+    curves = record_problem(
+        store,
+        variants,
+        margins,
+        epochs=args.epochs,
+        cycle_epochs=args.cycle_epochs,
+        seeds=[int(s) for s in args.seeds.split(",")],
+        scratch=Path(tempfile.mkdtemp(prefix="tabular-")),
+    )
+    manifest = {
+        "problem": "paper_margin",
+        "command": "python bench/tabular.py " + " ".join(sys.argv[1:]),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": _git_commit(),
+        "store_manifest_sha256": hashlib.sha256(
+            (Path(store) / "manifest.json").read_bytes()
+        ).hexdigest(),
+        "images": args.images,
+        "scale": args.scale,
+        "epochs": args.epochs,
+        "cycle_epochs": args.cycle_epochs,
+        "variants": variants,  # in the space's order
+        "margins": list(margins),
+        "seeds": sorted({c.seed for c in curves}),
+        "load_average_at_end": os.getloadavg()[0],
+    }
+    table = RecordedTable(curves, manifest)
+    table.write(args.out)
+    return table
+
+
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("record", help="train the grid once per seed and keep every epoch")
+    r.add_argument("--out", type=Path, required=True, help="folder for the table")
+    r.add_argument("--images", type=int, default=1000, help="embedded world size")
+    r.add_argument("--scale", type=int, default=32, help="divides the paper's n")
+    r.add_argument("--epochs", type=int, default=4)
+    r.add_argument("--cycle-epochs", type=int, default=1)
+    r.add_argument("--margins", default=DEFAULT_MARGINS, help="comma-separated")
+    r.add_argument("--seeds", default="0,1", help="comma-separated training seeds")
+    r.add_argument("--variants", default="", help="comma-separated names (default: all 8)")
+    r.add_argument("--store", default=None, help="an existing store instead of the world")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    if args.command == "record":
+        table = record(args)
+        print(f"{len(table.curves)} curves, {table.manifest['rows']} rows -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

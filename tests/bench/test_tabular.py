@@ -1,0 +1,140 @@
+"""The recorded benchmark: its table on disk, and its replay against live training and a
+live search (real Ray, real MLflow, real Parquet)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import bench_strategies
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import tabular
+import torch
+
+from gridsearch import spaces
+from trainables import names
+from trainables.config import TrainConfig
+from trainables.data import TrainingData, default_senteval
+from trainables.loop import Trainer
+from trainables.semantic import make_semantic
+
+
+def _curve(variant: str, margin: float, seed: int, values: list[float]) -> tabular.Curve:
+    epochs = [
+        {
+            "epoch": e,
+            names.PRIMARY_RETRIEVAL: v,
+            names.BEST_RETRIEVAL: max(values[: e + 1]),
+            names.PRIMARY_SEMANTIC: v / 100,
+            "time/train_s": 1.5,
+        }
+        for e, v in enumerate(values)
+    ]
+    config = {"variant": variant, "margin": margin, "seed": seed, "hidden_size": 8}
+    return tabular.Curve(variant, margin, seed, config, epochs)
+
+
+def test_a_table_survives_parquet_and_keeps_the_space_order(tmp_path: Path) -> None:
+    curves = [
+        _curve("lstm-8-max", 0.1, 0, [5.0, 20.0, 30.5]),
+        _curve("gru-8-attention", 0.1, 0, [4.0, 25.0, 28.0]),
+        _curve("lstm-8-max", 0.3, 1, [6.0, 10.0, 40.25]),
+        _curve("gru-8-attention", 0.3, 1, [3.0, 5.0, 7.0]),
+    ]
+    variants = {"lstm-8-max": {}, "gru-8-attention": {}}  # the space's order, not sorted
+    tabular.RecordedTable(curves, {"variants": variants}).write(tmp_path)
+    table = tabular.RecordedTable.read(tmp_path)
+    assert table.variants == ("lstm-8-max", "gru-8-attention")
+    assert table.margins == (0.1, 0.3) and table.seeds == (0, 1) and table.max_epoch == 2
+    assert table.curve("lstm-8-max", 0.3, 1).epochs == curves[2].epochs
+    assert table.best(0) == 30.5 and table.best(1) == 40.25
+    assert table.grid_cost() == 2 * 2 * 2
+    manifest = json.loads((tmp_path / tabular.MANIFEST_FILE).read_text())
+    assert manifest["rows"] == 12 == pq.read_metadata(tmp_path / tabular.TABLE_FILE).num_rows
+    with pytest.raises(KeyError, match=r"margin 0\.2"):
+        table.curve("lstm-8-max", 0.2, 0)
+
+
+def test_a_table_with_a_missing_epoch_is_refused(tmp_path: Path) -> None:
+    tabular.RecordedTable([_curve("gru-8-attention", 0.1, 0, [1.0, 2.0, 3.0])]).write(tmp_path)
+    rows = pq.read_table(tmp_path / tabular.TABLE_FILE).to_pylist()
+    rows[1]["epoch"] = 5  # epochs 0, 5, 2: epoch 1 is missing
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / tabular.TABLE_FILE)
+    with pytest.raises(ValueError, match=r"not 0\.\.n"):
+        tabular.RecordedTable.read(tmp_path)
+
+
+def _without_time(metrics: dict[str, float]) -> dict[str, float]:
+    """Everything but the clock's readings (seconds and captions per second)."""
+    return {
+        k: v for k, v in metrics.items() if not (k.startswith("time/") or k.endswith("_per_s"))
+    }
+
+
+@pytest.mark.slow
+def test_the_replay_gives_live_training_s_metrics_and_a_live_search_s_decisions(
+    tiny_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bench_search_efficiency import scaled_variants
+
+    from gridsearch.driver import run_search
+    from gridsearch.settings import SearchSettings, parse_args
+
+    monkeypatch.setattr(spaces, "SPACES", dict(spaces.SPACES))  # the bench's spaces stay here
+    every = scaled_variants(64)
+    variants = {v: every[v] for v in ("gru-8-attention", "lstm-16-max")}
+    margins = (0.1, 0.3)
+    curves = tabular.record_problem(
+        str(tiny_world), variants, margins, epochs=2, cycle_epochs=1, seeds=[0],
+        scratch=tmp_path / "record", write=lambda line: None,
+    )  # fmt: skip
+    tabular.RecordedTable(curves, {"variants": variants, "cycle_epochs": 1}).write(tmp_path / "t")
+    table = tabular.RecordedTable.read(tmp_path / "t")
+    assert len(table.curves) == 4 and table.max_epoch == 2
+
+    # 1. Live training of a recorded config gives the recorded metrics, epoch by epoch.
+    recorded = table.curve("lstm-16-max", 0.3, 0)
+    config = TrainConfig.from_dict({k: v for k, v in recorded.config.items() if k != "variant"})
+    threads = torch.get_num_threads()
+    try:
+        data = TrainingData.from_store(str(tiny_world))
+        semantic = make_semantic(default_senteval(str(tiny_world)), config)
+        live = list(Trainer(config, data, semantic).run())
+    finally:
+        torch.set_num_threads(threads)
+    assert len(live) == len(recorded.epochs)
+    for now, then in zip(live, recorded.epochs, strict=True):
+        now, then = _without_time(now), _without_time(then)
+        assert now.keys() == then.keys()
+        assert [k for k in now if now[k] != then[k]] == []
+
+    # 2. A live ASHA search and its replay, one trial at a time, decide the same: the same
+    # configs drawn, the same trials stopped at the same epochs.
+    argv = [
+        "--space", "bench_tpe", "--data", str(tiny_world), "--epochs", "2", "--seed", "0",
+        "--scheduler", "asha", "--num-samples", "4", "--max-concurrent", "1",
+        "--cpus-per-trial", "1", "--no-dashboard", "--no-baselines",
+        "--runs-dir", str(tmp_path / "live"), "--experiment", "live",
+    ]  # fmt: skip
+    settings = SearchSettings.from_args(parse_args(argv))
+    run_search(settings)
+    live_trials = tabular.read_trials(settings.experiment_path, 0)
+    live_decisions = sorted((c.variant, c.margin, len(c.epochs) - 1) for c in live_trials)
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        replayed = bench_strategies.run_one(
+            "ours", table, 0, budget=100, time_scale=0.0, scratch=tmp_path / "replay",
+            trials=4, concurrent=1,
+        )  # fmt: skip
+    finally:
+        ray.shutdown()
+    assert replayed.decisions() == live_decisions
+    assert any(epochs < 2 for *_, epochs in live_decisions), "ASHA stopped nothing: no test"
+    # and what the replay reported is the table's
+    for trial, epoch, best in replayed.reports:
+        variant, margin = replayed.configs[trial]
+        assert best == table.curve(variant, margin, 0).epochs[epoch][names.BEST_RETRIEVAL]
