@@ -15,6 +15,8 @@ trial-epochs. Strategies:
 - ``ours``: the driver's defaults (``gridsearch._optuna.make_sampler``: space-filling
   starts then TPE; ``gridsearch._scheduler.make_scheduler("asha")``: ASHA at the ends of
   learning-rate cycles);
+- ``ours-repeats``: the same without skipping repeated draws (Ray's OptunaSearch trains
+  every draw), to measure what skipping them saves;
 - ``random-asha``: Optuna's random sampler, the same ASHA;
 - ``tpe-fifo``: Optuna's TPE (its own random start-up), every trial to the end;
 - ``grid``: Optuna's grid sampler (its seeded random order), every trial to the end;
@@ -61,7 +63,7 @@ from trainables import names
 cloudpickle.register_pickle_by_value(tabular)
 
 WITHIN = 0.99
-STRATEGIES = ("ours", "random-asha", "tpe-fifo", "grid", "hyperband", "bohb")
+STRATEGIES = ("ours", "ours-repeats", "random-asha", "tpe-fifo", "grid", "hyperband", "bohb")
 SHARES = (0.05, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50)  # budgets, as shares of the grid
 
 
@@ -124,8 +126,16 @@ def _space(table: tabular.RecordedTable) -> SearchSpace:
 
 
 def _searcher(
-    space: SearchSpace, fixed: dict[str, Any], sampler: Any, study: str, db: str, concurrent: int
+    space: SearchSpace,
+    fixed: dict[str, Any],
+    sampler: Any,
+    study: str,
+    db: str,
+    concurrent: int,
+    skip_repeats: bool = False,
 ) -> Any:
+    """The driver's searcher; the stock strategies train every draw, as Ray's
+    OptunaSearch does (``skip_repeats`` False)."""
     return _optuna.searcher(
         space,
         fixed,
@@ -135,6 +145,7 @@ def _searcher(
         study=study,
         storage_url=db,
         max_concurrent=concurrent,
+        skip_repeats=skip_repeats,
     )
 
 
@@ -170,9 +181,10 @@ def build(
     space = _space(table)
     free = SearchSpace(space.name, space.description, space.suggest)  # no grid: no grid sampler
     asha = make_scheduler("asha", epochs, cycle)
-    if name == "ours":
+    if name in ("ours", "ours-repeats"):
         sampler, _ = _optuna.make_sampler(free, seed, False, trials)
-        return _searcher(free, fixed, sampler, study, db, concurrent), asha, fixed
+        skip = name == "ours"
+        return _searcher(free, fixed, sampler, study, db, concurrent, skip), asha, fixed
     if name == "random-asha":
         sampler = optuna.samplers.RandomSampler(seed=seed)
         return _searcher(free, fixed, sampler, study, db, concurrent), asha, fixed

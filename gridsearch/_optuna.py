@@ -22,7 +22,14 @@ from trainables.config import TrainConfig, applicable
 
 ENCODER = TrainConfig.encoder  # the default family
 
-__all__ = ["DefineByRun", "ResumableOptunaSearch", "close_leftovers", "make_sampler", "searcher"]
+__all__ = [
+    "DefineByRun",
+    "ResumableOptunaSearch",
+    "close_leftovers",
+    "make_sampler",
+    "repeats_line",
+    "searcher",
+]
 
 # The TrainConfig keys that are the run's, never a space's: every trial has them.
 RUN_KEYS = ("epochs", "seed", "device", "threads")
@@ -71,13 +78,52 @@ class DefineByRun:
         return {**fixed, **sampled, **forced}
 
 
+MAX_REDRAWS = 50  # draws per trial before a repeated config is trained after all
+REPEAT_OF = "repeat_of"  # user attribute of a study trial that repeated an earlier one
+
+
 class ResumableOptunaSearch(OptunaSearch):
-    """OptunaSearch that survives a restore replaying a trial the study already closed.
+    """OptunaSearch that never trains a config twice and survives a restore replaying a
+    trial the study already closed.
+
+    No wasted draws: training is deterministic per seed, so a draw whose values (as the
+    study stores them, after the space's rounding) equal an earlier trial's is not
+    trained. If that trial has ended, its result is reused: the study is told the same
+    value(s) for the repeat, so the sampler learns nothing false, and the searcher draws
+    again. If it is still running, the repeat is closed as failed (samplers ignore
+    failed trials) and the searcher draws again. Both are kept in the study with the
+    user attribute ``repeat_of`` (the earlier trial's number) and counted in
+    ``reused`` and ``redrawn``. After ``MAX_REDRAWS`` repeats in a row (a small space
+    all tried) the repeat is trained after all.
 
     When the driver dies after Optuna recorded a trial's end but before Tune saved its
     experiment state, ``--resume`` runs that trial again from its checkpoint, and its
     reports would reach a finished Optuna trial (an error that stops the search). The
     study keeps what it first recorded, as MLflow does."""
+
+    reused = 0  # repeats of an ended trial: its result told again, nothing trained
+    redrawn = 0  # repeats of a running trial: closed, drawn again
+    skip_repeats = True  # False: train whatever the sampler draws (Ray's OptunaSearch)
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        if not self.skip_repeats:
+            return super().suggest(trial_id)
+        for _ in range(MAX_REDRAWS):
+            config = super().suggest(trial_id)
+            trial, study = self._ot_trials[trial_id], self._ot_study
+            assert study is not None  # suggest() above needs it
+            earlier = _earlier_with_params(study, trial)
+            if earlier is None:
+                return config
+            del self._ot_trials[trial_id]  # the next super().suggest asks a new trial
+            trial.set_user_attr(REPEAT_OF, earlier.number)
+            if earlier.state == optuna.trial.TrialState.RUNNING:
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                self.redrawn += 1
+            else:  # ended: the same outcome (a pruned trial has no value)
+                study.tell(trial, earlier.values, state=earlier.state)
+                self.reused += 1
+        return super().suggest(trial_id)
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
@@ -90,6 +136,37 @@ class ResumableOptunaSearch(OptunaSearch):
             super().on_trial_complete(trial_id, result, error)
 
 
+def repeats_line(search: Any) -> str | None:
+    """What the searcher did with repeated draws, in a line for the user; None if none."""
+    inner = getattr(search, "searcher", search)  # inside Tune's ConcurrencyLimiter
+    reused, redrawn = getattr(inner, "reused", 0), getattr(inner, "redrawn", 0)
+    if not reused + redrawn:
+        return None
+    return (
+        f"{reused + redrawn} draw(s) repeated a config already tried and were not trained: "
+        f"{reused} reused the ended trial's result, {redrawn} were drawn again (a trial with "
+        f"that config was running); the study keeps them with the user attribute {REPEAT_OF!r}"
+    )
+
+
+def _earlier_with_params(study: optuna.Study, trial: optuna.Trial) -> Any:
+    """The first other trial of ``study`` with ``trial``'s values that was trained or is
+    training (complete, pruned or running; not a failed one, not a repeat), or None."""
+    states = (
+        optuna.trial.TrialState.COMPLETE,
+        optuna.trial.TrialState.PRUNED,
+        optuna.trial.TrialState.RUNNING,
+    )
+    for other in study.get_trials(deepcopy=False, states=states):
+        if (
+            other.number != trial.number
+            and REPEAT_OF not in other.user_attrs
+            and other.params == trial.params
+        ):
+            return other
+    return None
+
+
 def searcher(
     space: SearchSpace,
     fixed: Mapping[str, Any],
@@ -100,20 +177,21 @@ def searcher(
     study: str,
     storage_url: str,
     max_concurrent: int,
+    skip_repeats: bool = True,
 ) -> ConcurrencyLimiter:
     """The search algorithm Tune runs: Optuna's study ``study`` in ``storage_url``,
-    sampling ``space`` on top of the run's ``fixed`` settings."""
-    return ConcurrencyLimiter(
-        ResumableOptunaSearch(
-            space=DefineByRun(space, fixed),
-            metric=metric,
-            mode=mode,
-            sampler=sampler,
-            study_name=study,
-            storage=optuna.storages.RDBStorage(storage_url),
-        ),
-        max_concurrent=max_concurrent,
+    sampling ``space`` on top of the run's ``fixed`` settings (``skip_repeats``: see
+    ResumableOptunaSearch)."""
+    search = ResumableOptunaSearch(
+        space=DefineByRun(space, fixed),
+        metric=metric,
+        mode=mode,
+        sampler=sampler,
+        study_name=study,
+        storage=optuna.storages.RDBStorage(storage_url),
     )
+    search.skip_repeats = skip_repeats
+    return ConcurrencyLimiter(search, max_concurrent=max_concurrent)
 
 
 def close_leftovers(study: str, storage_url: str) -> int:

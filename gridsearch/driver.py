@@ -306,6 +306,8 @@ class _Run:
                 f"epoch(s), {reconciled.closed} run(s) closed, {reconciled.abandoned} run(s) "
                 "of trials lost with a stopped driver marked abandoned"
             )
+        if (repeats := _optuna.repeats_line(self.searcher)) is not None:
+            self.write(repeats)
         if complete:
             _optuna.close_leftovers(self.settings.experiment, self.settings.optuna_storage)
         outcomes = _outcomes(results, self.searched, complete)

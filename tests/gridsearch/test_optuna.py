@@ -1,0 +1,131 @@
+"""The searcher never trains a config twice: repeats of ended trials reuse their result,
+repeats of running ones are drawn again (a real Optuna study in sqlite, driven through
+Ray Tune's searcher interface)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import optuna
+import pytest
+
+from gridsearch import _optuna
+
+
+def _search(tmp_path: Path, space: Any, *, metric: Any = "score", mode: Any = "max", seed=0):
+    _optuna.quiet()
+    return _optuna.ResumableOptunaSearch(
+        space=space,
+        metric=metric,
+        mode=mode,
+        sampler=optuna.samplers.RandomSampler(seed=seed),
+        study_name="s",
+        storage=optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'study.db'}"),
+    )
+
+
+def _two(trial: optuna.Trial) -> None:
+    trial.suggest_categorical("rnn", ["gru", "lstm"])
+
+
+def _stepped(trial: optuna.Trial) -> None:
+    # 0.1, 0.2, 0.3 after the space's rounding: draws of 0.21 and 0.19 are one config
+    trial.suggest_float("margin", 0.1, 0.3, step=0.1)
+
+
+def _trained(search: Any) -> list[optuna.trial.FrozenTrial]:
+    trials = search._ot_study.get_trials(deepcopy=False)
+    return [t for t in trials if _optuna.REPEAT_OF not in t.user_attrs]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_repeat_of_an_ended_trial_reuses_its_result_and_draws_again(
+    tmp_path: Path, seed: int
+) -> None:
+    search = _search(tmp_path, _stepped, seed=seed)
+    seen = []
+    for k in range(3):  # the space has exactly 3 configs: each drawn once
+        config = search.suggest(f"t{k}")
+        assert config not in seen
+        seen.append(config)
+        search.on_trial_complete(f"t{k}", {"score": 10.0 * k})
+    assert sorted(c["margin"] for c in seen) == pytest.approx([0.1, 0.2, 0.3])
+    repeats = [t for t in search._ot_study.get_trials() if _optuna.REPEAT_OF in t.user_attrs]
+    assert len(repeats) == search.reused and search.redrawn == 0
+    values = {t.number: t.value for t in _trained(search)}
+    for repeat in repeats:  # told the value of the trial it repeated
+        assert repeat.state == optuna.trial.TrialState.COMPLETE
+        assert repeat.value == values[repeat.user_attrs[_optuna.REPEAT_OF]]
+
+
+def test_a_repeat_of_a_running_trial_is_drawn_again_and_left_out_of_the_model(
+    tmp_path: Path,
+) -> None:
+    search = _search(tmp_path, _two, seed=3)
+    first = search.suggest("a")  # still running
+    second = search.suggest("b")
+    assert first != second
+    for repeat in search._ot_study.get_trials():
+        if _optuna.REPEAT_OF in repeat.user_attrs:
+            assert repeat.state == optuna.trial.TrialState.FAIL
+            assert repeat.params == first
+    assert search.reused == 0
+    line = _optuna.repeats_line(search)
+    assert (line is None) == (search.redrawn == 0)
+
+
+def test_a_running_repeat_is_counted_when_the_sampler_insists(tmp_path: Path) -> None:
+    # with two values and one running, a seeded random sampler repeats within a few draws
+    counts = []
+    for seed in range(10):
+        (tmp_path / str(seed)).mkdir()
+        search = _search(tmp_path / str(seed), _two, seed=seed)
+        first, second = search.suggest("a"), search.suggest("b")
+        assert first != second
+        counts.append(search.redrawn)
+    assert sum(counts) > 0  # the redraw path ran
+
+
+def test_when_every_config_was_tried_the_repeat_is_trained_after_all(tmp_path: Path) -> None:
+    search = _search(tmp_path, _two)
+    for k in range(2):
+        search.suggest(f"t{k}")
+        search.on_trial_complete(f"t{k}", {"score": float(k)})
+    config = search.suggest("t2")  # nothing new is left
+    assert config in ({"rnn": "gru"}, {"rnn": "lstm"})
+    assert search.reused == _optuna.MAX_REDRAWS
+    assert "reused the ended trial's result" in (_optuna.repeats_line(search) or "")
+
+
+def test_multi_objective_repeats_reuse_both_values(tmp_path: Path) -> None:
+    search = _search(tmp_path, _two, metric=["r10", "sem"], mode=["max", "max"], seed=1)
+    search.suggest("t0")
+    search.on_trial_complete("t0", {"r10": 60.0, "sem": 0.7})
+    search.suggest("t1")
+    repeats = [t for t in search._ot_study.get_trials() if _optuna.REPEAT_OF in t.user_attrs]
+    assert all(t.values == [60.0, 0.7] for t in repeats)
+
+
+def test_the_searcher_inside_tune_s_concurrency_limiter_is_read_for_the_line(
+    tmp_path: Path,
+) -> None:
+    from ray.tune.search import ConcurrencyLimiter
+
+    search = _search(tmp_path, _two)
+    search.reused, search.redrawn = 2, 1
+    line = _optuna.repeats_line(ConcurrencyLimiter(search, max_concurrent=2))
+    assert line is not None and line.startswith("3 draw(s) repeated")
+
+
+def test_with_skip_repeats_off_every_draw_is_trained_as_ray_s_searcher_does(
+    tmp_path: Path,
+) -> None:
+    search = _search(tmp_path, _two)
+    search.skip_repeats = False
+    drawn = []
+    for k in range(6):
+        drawn.append(search.suggest(f"t{k}"))
+        search.on_trial_complete(f"t{k}", {"score": float(k)})
+    assert len(_trained(search)) == 6 and search.reused == search.redrawn == 0
+    assert len({c["rnn"] for c in drawn}) < len(drawn)  # repeats were trained
