@@ -50,11 +50,12 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 import optuna
 import ray
 import tabular  # puts the repository on sys.path (through _common)
+from bench_search_efficiency import hypervolume
 from ray import cloudpickle, tune
 from ray.tune.schedulers import FIFOScheduler, HyperBandScheduler, TrialScheduler
 
 from gridsearch import _optuna
-from gridsearch._scheduler import make_scheduler
+from gridsearch._scheduler import ParetoHalving, asha_rungs, make_scheduler
 from gridsearch.spaces import SearchSpace
 from trainables import names
 
@@ -64,6 +65,8 @@ cloudpickle.register_pickle_by_value(tabular)
 
 WITHIN = 0.99
 STRATEGIES = ("ours", "ours-repeats", "random-asha", "tpe-fifo", "grid", "hyperband", "bohb")
+BOTH = ("ours-both", "ours-both-fifo", "motpe-fifo")  # --objective both
+BOTH_METRICS, BOTH_MODES = [names.BEST_RETRIEVAL, names.BEST_SEMANTIC], ["max", "max"]
 SHARES = (0.05, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50)  # budgets, as shares of the grid
 
 
@@ -85,35 +88,52 @@ class _Suggest:
 class Events:
     """What a search did: every epoch report in the order Tune processed them."""
 
-    reports: list[tuple[str, int, float]]  # (trial id, epoch, dev/r10_mean_best)
+    # (trial id, epoch, dev/r10_mean_best, dev/semantic_best)
+    reports: list[tuple[str, int, float, float]]
     configs: dict[str, tuple[str, float]]  # trial id -> (variant, margin)
 
     def decisions(self) -> list[tuple[str, float, int]]:
         """(variant, margin, last epoch reported) of every trial, sorted."""
         last: dict[str, int] = {}
-        for trial, epoch, _ in self.reports:
+        for trial, epoch, *_ in self.reports:
             last[trial] = max(epoch, last.get(trial, 0))
         return sorted((*self.configs[t], e) for t, e in last.items())
 
     def curve(self) -> list[float]:
         """Best dev R@10 mean found after each trained trial-epoch (index 0 = 1 epoch)."""
         best, out = -math.inf, []
-        for _, epoch, value in self.reports:
+        for _, epoch, value, _ in self.reports:
             if epoch < 1:
                 continue
             best = max(best, value)
             out.append(best)
         return out
 
+    def hypervolumes(self, ref: tuple[float, float]) -> list[float]:
+        """The hypervolume above ``ref`` of every trial's latest (dev R@10 mean best, dev
+        semantic best) after each trained trial-epoch."""
+        latest: dict[str, tuple[float, float]] = {}
+        out = []
+        for trial, epoch, retrieval, semantic in self.reports:
+            latest[trial] = (retrieval, _finite(semantic))
+            if epoch >= 1:
+                out.append(hypervolume(list(latest.values()), ref))
+        return out
+
+
+def _finite(value: float) -> float:
+    return -math.inf if math.isnan(value) else value
+
 
 class _Recorder(tune.Callback):
     def __init__(self) -> None:
-        self.reports: list[tuple[str, int, float]] = []
+        self.reports: list[tuple[str, int, float, float]] = []
         self.configs: dict[str, tuple[str, float]] = {}
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info):
         self.configs[trial.trial_id] = (trial.config["variant"], float(trial.config["margin"]))
-        self.reports.append((trial.trial_id, int(result["epoch"]), result[names.BEST_RETRIEVAL]))
+        best = (result[names.BEST_RETRIEVAL], result.get(names.BEST_SEMANTIC, math.nan))
+        self.reports.append((trial.trial_id, int(result["epoch"]), *best))
 
 
 def _space(table: tabular.RecordedTable) -> SearchSpace:
@@ -133,15 +153,16 @@ def _searcher(
     db: str,
     concurrent: int,
     skip_repeats: bool = False,
+    both: bool = False,
 ) -> Any:
     """The driver's searcher; the stock strategies train every draw, as Ray's
-    OptunaSearch does (``skip_repeats`` False)."""
+    OptunaSearch does (``skip_repeats`` False). ``both``: the two objectives."""
     return _optuna.searcher(
         space,
         fixed,
         sampler,
-        metric=names.BEST_RETRIEVAL,
-        mode="max",
+        metric=BOTH_METRICS if both else names.BEST_RETRIEVAL,
+        mode=BOTH_MODES if both else "max",
         study=study,
         storage_url=db,
         max_concurrent=concurrent,
@@ -200,6 +221,19 @@ def build(
         return _searcher(free, fixed, sampler, study, db, concurrent), hyperband, fixed
     if name == "bohb":
         return _bohb(table, fixed, seed, epochs, concurrent)
+    if name in ("ours-both", "ours-both-fifo"):
+        sampler, _ = _optuna.make_sampler(free, seed, True, trials)
+        scheduler: TrialScheduler = (
+            ParetoHalving(BOTH_METRICS, BOTH_MODES, asha_rungs(epochs, cycle))
+            if name == "ours-both"
+            else FIFOScheduler()
+        )
+        search = _searcher(free, fixed, sampler, study, db, concurrent, True, both=True)
+        return search, scheduler, fixed
+    if name == "motpe-fifo":
+        sampler = optuna.samplers.TPESampler(seed=seed)
+        search = _searcher(free, fixed, sampler, study, db, concurrent, both=True)
+        return search, FIFOScheduler(), fixed
     raise ValueError(f"--strategies: unknown strategy {name!r}; expected one of {STRATEGIES}")
 
 
@@ -218,7 +252,7 @@ def run_one(
     them (default: as many as the budget can pay for, whole ones or one epoch each),
     ``concurrent`` at a time."""
     if trials is None:
-        fifo = name in ("tpe-fifo", "grid")
+        fifo = name in ("tpe-fifo", "grid", "ours-both-fifo", "motpe-fifo")
         trials = math.ceil(budget / table.max_epoch) if fifo else budget
     label = f"{name}-{seed}"
     scratch.mkdir(parents=True, exist_ok=True)
@@ -263,7 +297,7 @@ class _Budget(tune.Stopper):
         return False
 
     def stop_all(self) -> bool:
-        return sum(e >= 1 for _, e, _ in self.recorder.reports) >= self.budget
+        return sum(r[1] >= 1 for r in self.recorder.reports) >= self.budget
 
 
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -273,41 +307,55 @@ def _quartiles(values: list[float]) -> tuple[float, float, float]:
     return q[0], q[1], q[2]
 
 
-def to_within(curve: list[float], threshold: float) -> int | None:
-    for spent, best in enumerate(curve, start=1):
-        if best >= threshold:
-            return spent
-    return None
+def grid_front(table: tabular.RecordedTable, seed: int) -> tuple[tuple[float, float], float]:
+    """The reference point (the grid's worst final values) and the grid's hypervolume,
+    over every config's final (dev R@10 mean best, dev semantic best) at ``seed``."""
+    points = [
+        (c.epochs[-1][names.BEST_RETRIEVAL], _finite(c.epochs[-1][names.BEST_SEMANTIC]))
+        for (_, _, s), c in table.curves.items()
+        if s == seed
+    ]
+    ref = (min(p[0] for p in points) - 1e-9, min(p[1] for p in points) - 1e-9)
+    return ref, hypervolume(points, ref)
 
 
-def report(
-    table: tabular.RecordedTable, results: dict[str, list[tuple[int, Events]]], budget: int
-) -> None:
-    grid = table.grid_cost()
+def percent_curves(
+    table: tabular.RecordedTable, runs: list[tuple[int, Events]], both: bool
+) -> list[list[float]]:
+    """Per search seed, after each trained trial-epoch: the best dev R@10 mean found as a
+    % of the grid's best (``both``: the hypervolume as a % of the grid's), at the
+    training seed the search replayed."""
+    out = []
+    for seed, events in runs:
+        train_seed = table.seeds[seed % len(table.seeds)]
+        if both:
+            ref, whole = grid_front(table, train_seed)
+            out.append([100 * h / whole for h in events.hypervolumes(ref)])
+        else:
+            best = table.best(train_seed)
+            out.append([100 * v / best for v in events.curve()])
+    return out
+
+
+def _at(curve: list[float], spent: int) -> float:
+    return curve[min(spent, len(curve)) - 1] if curve else 0.0
+
+
+def report(curves: dict[str, list[list[float]]], grid: int, budget: int, what: str) -> None:
     marks = [s for s in SHARES if s * grid <= budget + 1e-9]
-    print(
-        f"\nbest dev R@10 mean found, % of the training seed's grid best, median [IQR] over "
-        f"search seeds, after a share of the grid's {grid} trial-epochs:\n"
-    )
+    print(f"\n{what}, median [IQR] over search seeds, after a share of the grid's {grid} "
+          "trial-epochs:\n")  # fmt: skip
     print("| strategy | seeds | " + " | ".join(f"{s:.0%}" for s in marks)
-          + " | trial-epochs to within 1%: median [IQR] (% of grid) | reached |")  # fmt: skip
+          + " | trial-epochs to >= 99%: median [IQR] (% of grid) | reached |")  # fmt: skip
     print("| --- | --- | " + " | ".join("---" for _ in marks) + " | --- | --- |")
-    for name, runs in results.items():
+    for name, rows in curves.items():
         cells = []
         for share in marks:
-            at = int(share * grid)
-            values = []
-            for seed, events in runs:
-                curve = events.curve()
-                best = table.best(table.seeds[seed % len(table.seeds)])
-                found = curve[min(at, len(curve)) - 1] if curve else 0.0
-                values.append(100 * found / best)
-            lo, mid, hi = _quartiles(values)
+            lo, mid, hi = _quartiles([_at(c, int(share * grid)) for c in rows])
             cells.append(f"{mid:.1f} [{lo:.1f}, {hi:.1f}]")
         needed = []
-        for seed, events in runs:
-            best = table.best(table.seeds[seed % len(table.seeds)])
-            spent = to_within(events.curve(), WITHIN * best)
+        for curve in rows:
+            spent = next((k for k, v in enumerate(curve, 1) if v >= 100 * WITHIN), None)
             needed.append(math.inf if spent is None else spent)
         reached = sum(math.isfinite(n) for n in needed)
         lo, mid, hi = _quartiles(needed)
@@ -317,13 +365,13 @@ def report(
 
         share = "-" if math.isinf(mid) else f"{mid / grid:.1%}"
         print(
-            f"| {name} | {len(runs)} | " + " | ".join(cells)
-            + f" | {fmt(mid)} [{fmt(lo)}, {fmt(hi)}] ({share}) | {reached}/{len(runs)} |"
+            f"| {name} | {len(rows)} | " + " | ".join(cells)
+            + f" | {fmt(mid)} [{fmt(lo)}, {fmt(hi)}] ({share}) | {reached}/{len(rows)} |"
         )  # fmt: skip
 
 
 def plot(
-    table: tabular.RecordedTable, results: dict[str, list[tuple[int, Events]]], budget: int,
+    curves: dict[str, list[list[float]]], grid: int, budget: int, what: str, title: str,
     path: Path,
 ) -> None:  # fmt: skip
     import matplotlib
@@ -331,27 +379,22 @@ def plot(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    grid = table.grid_cost()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     xs = list(range(1, budget + 1))
-    for name, runs in results.items():
-        rows = []
-        for seed, events in runs:
-            curve = events.curve()
-            best = table.best(table.seeds[seed % len(table.seeds)])
-            rows.append([100 * curve[min(x, len(curve)) - 1] / best if curve else 0 for x in xs])
-        columns = list(zip(*rows, strict=True))
-        q = [_quartiles(list(c)) for c in columns]
-        share = [100 * x / grid for x in xs]
+    share = [100 * x / grid for x in xs]
+    low = 100.0
+    for name, rows in curves.items():
+        q = [_quartiles([_at(c, x) for c in rows]) for x in xs]
         (line,) = ax.plot(share, [m for _, m, _ in q], label=name)
         ax.fill_between(share, [lo for lo, _, _ in q], [hi for _, _, hi in q], alpha=0.15,
                         color=line.get_color())  # fmt: skip
+        low = min(low, q[len(q) // 10][1])
     ax.axhline(100 * WITHIN, color="grey", linestyle=":", linewidth=1)
     ax.set_xlabel("trial-epochs spent, % of the full grid's")
-    ax.set_ylabel("best dev R@10 mean found, % of grid best")
-    ax.set_ylim(80, 100.5)
+    ax.set_ylabel(f"{what}, % of the grid's")
+    ax.set_ylim(max(0.0, low - 5), 100.5)
     ax.legend(loc="lower right", fontsize=8)
-    ax.set_title(f"{table.manifest.get('problem', 'recorded')}: median and IQR over seeds")
+    ax.set_title(f"{title}: median and interquartile range over search seeds", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     print(f"plot: {path}")
@@ -360,7 +403,8 @@ def plot(
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--table", type=Path, required=True, help="a folder `tabular.py record` wrote")
-    p.add_argument("--strategies", default=",".join(STRATEGIES))
+    p.add_argument("--strategies", default=None, help="comma-separated (default: all)")
+    p.add_argument("--objective", choices=("retrieval", "both"), default="retrieval")
     p.add_argument("--search-seeds", type=int, default=20)
     p.add_argument("--budget", type=float, default=0.5, help="share of the grid's trial-epochs")
     p.add_argument("--time-scale", type=float, default=0.005,
@@ -369,10 +413,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     table = tabular.RecordedTable.read(args.table)
     budget = max(1, int(args.budget * table.grid_cost()))
-    strategies = args.strategies.split(",")
+    both = args.objective == "both"
+    known = BOTH if both else STRATEGIES
+    strategies = args.strategies.split(",") if args.strategies else list(known)
     for name in strategies:
-        if name not in STRATEGIES:
-            p.error(f"--strategies: unknown {name!r}; expected some of {', '.join(STRATEGIES)}")
+        if name not in known:
+            p.error(f"--strategies: unknown {name!r} for --objective {args.objective}; "
+                    f"expected some of {', '.join(known)}")  # fmt: skip
     logging.getLogger("ray").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     _optuna.quiet()
@@ -396,9 +443,12 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{time.perf_counter() - started:.0f} s; budget {budget} trial-epochs "
           f"({args.budget:.0%} of the grid's {table.grid_cost()}); table "
           f"{args.table} ({table.manifest.get('command', '')})")  # fmt: skip
-    report(table, results, budget)
+    curves = {name: percent_curves(table, runs, both) for name, runs in results.items()}
+    what = "Pareto hypervolume found" if both else "best dev R@10 mean found"
+    report(curves, table.grid_cost(), budget, what + " (% of the grid's)")
     if args.plot:
-        plot(table, results, budget, args.plot)
+        title = f"{table.manifest.get('problem', 'recorded')}, objective {args.objective}"
+        plot(curves, table.grid_cost(), budget, what, title, args.plot)
     return 0
 
 

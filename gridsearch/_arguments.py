@@ -50,7 +50,8 @@ def _what_to_search(p: argparse.ArgumentParser) -> None:
         "--scheduler",
         choices=("asha", "fifo"),
         default=None,
-        help="ASHA early stopping or none (default: asha, fifo for 'both')",
+        help="ASHA early stopping (for 'both': by Pareto rank) or none "
+        "(default: asha, fifo for 'both')",
     )
     what.add_argument(
         "--num-samples",

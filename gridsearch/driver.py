@@ -258,7 +258,8 @@ class _Run:
                 self.write(f"resuming {settings.experiment!r} up to {self.num_samples} trials")
             return restored
         if settings.scheduler == "asha":
-            self.write(describe_rungs(self.epochs, self.cycle))
+            pareto = settings.objective == "both"
+            self.write(describe_rungs(self.epochs, self.cycle, pareto))
         self.write(
             f"searching {self.space.name!r} ({self.num_samples} trials, {self.sampler_name}, "
             f"{settings.scheduler}, objective {settings.objective}) as {settings.experiment!r}"
@@ -268,7 +269,9 @@ class _Run:
             trainable,
             tune_config=tune.TuneConfig(
                 search_alg=self.searcher,
-                scheduler=make_scheduler(settings.scheduler, self.epochs, self.cycle),
+                scheduler=make_scheduler(
+                    settings.scheduler, self.epochs, self.cycle, settings.metric, settings.mode
+                ),
                 num_samples=self.num_samples,
                 metric=_first(settings.metric),
                 mode=_first(settings.mode),

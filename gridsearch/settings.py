@@ -97,7 +97,7 @@ class SearchSettings:
     space: str | None  # a named space (--space), or None with a space file
     space_file: Path | None  # a YAML/TOML space file (absolute)
     objective: str  # "retrieval", "semantic" or "both"
-    scheduler: str  # "asha" or "fifo" (resolved: fifo for "both")
+    scheduler: str  # "asha" (Pareto-rank halving for "both") or "fifo" (resolved: fifo for "both")
     num_samples: int | None  # trials; None = the space's grid size or a default (the
     # record holds the number the search resolved it to)
     epochs: int | None  # epochs per trial; None = the model size's default
@@ -250,10 +250,6 @@ def _check(args: argparse.Namespace) -> None:
         raise SearchError("give --space NAME (see --list-spaces) or --space-file FILE")
     if args.data_via == "uri" and not args.data:
         raise SearchError("--data-via uri needs --data (a store every node can read)")
-    if args.scheduler == "asha" and args.objective == "both":
-        raise SearchError(
-            "--scheduler asha needs a single objective; use --scheduler fifo with --objective both"
-        )
     if args.experiment is not None:
         check_experiment_name(args.experiment)
     _check_counts(args)

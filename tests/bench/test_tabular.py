@@ -68,9 +68,7 @@ def test_a_table_with_a_missing_epoch_is_refused(tmp_path: Path) -> None:
 
 def _without_time(metrics: dict[str, float]) -> dict[str, float]:
     """Everything but the clock's readings (seconds and captions per second)."""
-    return {
-        k: v for k, v in metrics.items() if not (k.startswith("time/") or k.endswith("_per_s"))
-    }
+    return {k: v for k, v in metrics.items() if not (k.startswith("time/") or k.endswith("_per_s"))}
 
 
 @pytest.mark.slow

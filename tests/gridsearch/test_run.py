@@ -163,9 +163,6 @@ def test_bad_inputs_fail_clearly_and_write_nothing(
     broken.mkdir()
     (broken / "manifest.json").write_text("{}")
     assert "--data" in _fails(["--space", "margin_sweep", "--data", str(broken), *runs], capsys)
-    assert "--scheduler asha needs a single objective" in _fails(
-        ["--space", "margin_sweep", "--objective", "both", "--scheduler", "asha", *runs], capsys
-    )
     assert not (tmp_path / "runs" / "tune").exists()
 
 

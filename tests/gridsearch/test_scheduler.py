@@ -10,11 +10,14 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 
 from gridsearch._scheduler import (
+    ParetoHalving,
     asha_rungs,
     asha_scheduler,
     cycle_epochs,
     describe_rungs,
     make_scheduler,
+    pareto_ranks,
+    promoted,
 )
 from gridsearch.settings import CPU_SIZED, SMOKE
 from gridsearch.spaces import get_space
@@ -83,3 +86,55 @@ def test_the_search_reads_the_cycle_from_the_space_then_the_run() -> None:
     assert isinstance(make_scheduler("asha", 2, 4), FIFOScheduler)
     assert "no trial is stopped early" in describe_rungs(2, 4)
     assert isinstance(make_scheduler("fifo", 32, 4), FIFOScheduler)
+
+
+@pytest.mark.parametrize(
+    ("points", "ranks"),
+    [
+        ([(3, 1), (1, 3), (2, 2), (1, 1), (0, 0)], [0, 0, 0, 1, 2]),
+        ([(1, 1), (1, 1)], [0, 0]),  # equal points dominate neither
+        ([(2, 1), (2, 0), (1, 1)], [0, 1, 1]),  # better on one, equal on the other
+        ([(5, float("-inf")), (0, 0)], [0, 0]),
+    ],
+)
+def test_pareto_ranks_on_hand_made_fronts(points: list, ranks: list[int]) -> None:
+    assert pareto_ranks(points) == ranks
+
+
+def test_a_trial_stops_only_when_enough_trials_dominate_it() -> None:
+    rung = [(3, 1), (1, 3), (2, 2), (1, 1), (0, 0)]  # keep ceil(5 / 2) = 3: the front
+    assert [promoted(i, rung, 2) for i in range(5)] == [True, True, True, False, False]
+    straddling = [(5, 5), (3, 1), (1, 3), (0, 0)]  # keep 2: rank 1 straddles, goes on whole
+    assert [promoted(i, straddling, 2) for i in range(4)] == [True, True, True, False]
+    assert promoted(0, [(0, 0)], 2)  # the first at a rung goes on
+    assert not promoted(1, [(1, 1), (0, 0)], 2)
+
+
+def _pareto_decisions(points: list[list[tuple[float, float]]], epochs: int, cycle: int):
+    scheduler = make_scheduler("asha", epochs, cycle, ["r", "s"], ["max", "max"])
+    assert isinstance(scheduler, ParetoHalving)
+    trials = [Trial("__fake", config={}, stub=True, trial_id=f"t{i}") for i in range(len(points))]
+    decisions: list[list[str]] = [[] for _ in trials]
+    for epoch in range(epochs + 1):
+        for i, trial in enumerate(trials):
+            if TrialScheduler.STOP in decisions[i]:
+                continue
+            r, s = points[i][epoch]
+            decisions[i].append(
+                scheduler.on_trial_result(None, trial, {"epoch": epoch, "r": r, "s": s})
+            )
+    return scheduler, decisions
+
+
+def test_pareto_halving_judges_both_objectives_at_cycle_ends() -> None:
+    # A: best retrieval; B: best semantics; C: dominated by A and B at epoch 2; D: NaN
+    a = [(0, 0), (10, 0.1), (50, 0.5), (60, 0.6), (62, 0.6)]
+    b = [(0, 0), (5, 0.3), (40, 0.7), (45, 0.7), (47, 0.72)]
+    c = [(0, 0), (30, 0.6), (35, 0.4), (36, 0.4), (36, 0.4)]
+    d = [(0, 0), (20, float("nan")), (20, float("nan")), (20, 0.1), (20, 0.1)]
+    scheduler, decisions = _pareto_decisions([a, b, c, d], epochs=4, cycle=2)
+    assert scheduler.rungs.keys() == {2}  # the only cycle end before the last epoch
+    assert all(TrialScheduler.STOP not in d[:2] for d in decisions)  # epoch 1: no rung
+    assert [len(d) for d in decisions] == [5, 5, 3, 3]  # C and D stop at epoch 2
+    assert scheduler.stopped == {"t2": 2, "t3": 2}
+    assert "stopped" in scheduler.debug_string()

@@ -58,10 +58,6 @@ def test_both_objectives_and_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         (["--space", "a", "--num-samples", "0"], "--num-samples: got 0, expected a positive"),
         (["--space", "a", "--epochs", "-1"], "--epochs: got -1, expected a non-negative"),
         (["--space", "a", "--max-failures", "-2"], "--max-failures: got -2"),
-        (
-            ["--space", "a", "--objective", "both", "--scheduler", "asha"],
-            "needs a single objective",
-        ),
         (["--resume"], "--resume needs --experiment NAME"),
         (["--resume", "--experiment", "nothing"], "no search named 'nothing'"),
     ],
