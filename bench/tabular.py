@@ -280,6 +280,37 @@ def record(args: argparse.Namespace) -> RecordedTable:
     return table
 
 
+def seed_agreement(table: RecordedTable, metric: str = names.BEST_RETRIEVAL) -> list[str]:
+    """How much of the ranking of configs survives a change of training seed: for every
+    pair of seeds, the Spearman correlation of the configs' final ``metric``, whether
+    each seed's best config is within 1% of the other seed's best there, and the overlap
+    of the top 10."""
+    from scipy.stats import spearmanr
+
+    lines = []
+    final = {
+        seed: {cfg: table.curve(*cfg, seed).epochs[-1][metric] for cfg in table.configs()}
+        for seed in table.seeds
+    }
+    for i, a in enumerate(table.seeds):
+        for b in table.seeds[i + 1 :]:
+            configs = table.configs()
+            rho = spearmanr([final[a][c] for c in configs], [final[b][c] for c in configs])[0]
+            lines.append(f"seeds {a} and {b}: Spearman {rho:.3f} over {len(configs)} configs")
+            for x, y in ((a, b), (b, a)):
+                best = max(configs, key=lambda c, x=x: final[x][c])
+                there = final[y][best] / max(final[y].values())
+                lines.append(
+                    f"  seed {x}'s best ({best[0]}, margin {best[1]:g}: {final[x][best]:.2f}) "
+                    f"at seed {y}: {final[y][best]:.2f} = {100 * there:.1f}% of seed {y}'s best"
+                    f" ({'within' if there >= 0.99 else 'NOT within'} 1%)"
+                )
+            k = min(10, len(configs))
+            top = [set(sorted(configs, key=lambda c, s=s: -final[s][c])[:k]) for s in (a, b)]
+            lines.append(f"  top-{k} overlap: {len(top[0] & top[1])} of {k}")
+    return lines
+
+
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -293,6 +324,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     r.add_argument("--seeds", default="0,1", help="comma-separated training seeds")
     r.add_argument("--variants", default="", help="comma-separated names (default: all 8)")
     r.add_argument("--store", default=None, help="an existing store instead of the world")
+    a = sub.add_parser("seeds", help="how much of the ranking survives a change of seed")
+    a.add_argument("--table", type=Path, required=True)
     return p.parse_args(argv)
 
 
@@ -301,6 +334,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "record":
         table = record(args)
         print(f"{len(table.curves)} curves, {table.manifest['rows']} rows -> {args.out}")
+    elif args.command == "seeds":
+        table = RecordedTable.read(args.table)
+        for metric in (names.BEST_RETRIEVAL, names.BEST_SEMANTIC):
+            print(f"{metric} at the last epoch:")
+            print("\n".join(seed_agreement(table, metric)))
     return 0
 
 

@@ -136,3 +136,19 @@ def test_the_replay_gives_live_training_s_metrics_and_a_live_search_s_decisions(
     for trial, epoch, best in replayed.reports:
         variant, margin = replayed.configs[trial]
         assert best == table.curve(variant, margin, 0).epochs[epoch][names.BEST_RETRIEVAL]
+
+
+def test_seed_agreement_reads_the_ranking_across_seeds() -> None:
+    finals = {0: [10.0, 20.0, 30.0, 40.0], 1: [12.0, 18.0, 40.0, 39.8]}
+    curves = [
+        _curve(f"v{k}", 0.1, seed, [0.0, value])
+        for seed, values in finals.items()
+        for k, value in enumerate(values)
+    ]
+    lines = tabular.seed_agreement(tabular.RecordedTable(curves))
+    assert lines[0] == "seeds 0 and 1: Spearman 0.800 over 4 configs"
+    assert "seed 0's best (v3, margin 0.1: 40.00) at seed 1: 39.80 = 99.5%" in lines[1]
+    assert lines[1].endswith("(within 1%)")
+    assert "seed 1's best (v2, margin 0.1: 40.00) at seed 0: 30.00 = 75.0%" in lines[2]
+    assert lines[2].endswith("(NOT within 1%)")
+    assert lines[3] == "  top-4 overlap: 4 of 4"
