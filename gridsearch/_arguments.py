@@ -197,6 +197,14 @@ def _where_results_go(p: argparse.ArgumentParser) -> None:
         "extend it with a larger --num-samples",
     )
     out.add_argument(
+        "--warm-start",
+        metavar="NAME",
+        default=None,
+        help="start the Optuna study from the ended trials of the earlier search NAME in "
+        "the same runs directory (for example on a smaller world): the sampler starts "
+        "from their results; their configs are trained again here",
+    )
+    out.add_argument(
         "--tracking-uri",
         metavar="URI",
         default=None,

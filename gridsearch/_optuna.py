@@ -80,6 +80,8 @@ class DefineByRun:
 
 MAX_REDRAWS = 50  # draws per trial before a repeated config is trained after all
 REPEAT_OF = "repeat_of"  # user attribute of a study trial that repeated an earlier one
+WARM_START = "warm_start_from"  # user attribute of a trial copied from an earlier study
+_SPACE_DRAWS = 64  # random draws that map a define-by-run space's distributions
 
 
 class ResumableOptunaSearch(OptunaSearch):
@@ -161,6 +163,7 @@ def _earlier_with_params(study: optuna.Study, trial: optuna.Trial) -> Any:
         if (
             other.number != trial.number
             and REPEAT_OF not in other.user_attrs
+            and WARM_START not in other.user_attrs  # another search's: trained here too
             and other.params == trial.params
         ):
             return other
@@ -192,6 +195,70 @@ def searcher(
     )
     search.skip_repeats = skip_repeats
     return ConcurrencyLimiter(search, max_concurrent=max_concurrent)
+
+
+def space_distributions(space: SearchSpace, fixed: Mapping[str, Any]) -> dict[str, Any]:
+    """Every parameter a define-by-run space draws and its distribution, from random
+    draws (a conditional space shows each branch it takes in ``_SPACE_DRAWS`` draws)."""
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    found: dict[str, Any] = {}
+    draw = DefineByRun(space, fixed)
+    for _ in range(_SPACE_DRAWS):
+        trial = study.ask()
+        draw(trial)
+        found.update(trial.distributions)
+        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    return found
+
+
+def warm_start(
+    source: str,
+    source_storage: str,
+    *,
+    study: str,
+    storage_url: str,
+    modes: list[str],
+    space: SearchSpace,
+    fixed: Mapping[str, Any],
+) -> tuple[int, int]:
+    """Copy the ended trials of the study ``source`` into the new study ``study`` (created
+    here, one direction per mode in ``modes``: "max" or "min"), marked with the user
+    attribute ``warm_start_from``, so the sampler starts from their results. A trial is
+    left out when one of its parameters is not in ``space`` or is drawn differently
+    there, or when its values do not fit the new objectives. Returns (copied, left)."""
+    try:
+        earlier = optuna.load_study(study_name=source, storage=source_storage)
+    except KeyError:
+        raise ValueError(f"no Optuna study {source!r} in {source_storage}") from None
+    distributions = space_distributions(space, fixed)
+    directions = [
+        optuna.study.StudyDirection.MAXIMIZE if m == "max" else optuna.study.StudyDirection.MINIMIZE
+        for m in modes
+    ]
+    target = optuna.create_study(
+        study_name=study, storage=storage_url, directions=directions, load_if_exists=True
+    )
+    copied = left = 0
+    for trial in earlier.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,)):
+        fits = (
+            trial.values is not None
+            and len(trial.values) == len(directions)
+            and REPEAT_OF not in trial.user_attrs
+            and all(distributions.get(k) == d for k, d in trial.distributions.items())
+        )
+        if not fits:
+            left += 1
+            continue
+        target.add_trial(
+            optuna.trial.create_trial(
+                params=trial.params,
+                distributions=trial.distributions,
+                values=trial.values,
+                user_attrs={WARM_START: f"{source}#{trial.number}"},
+            )
+        )
+        copied += 1
+    return copied, left
 
 
 def close_leftovers(study: str, storage_url: str) -> int:

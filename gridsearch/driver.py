@@ -188,6 +188,8 @@ class _Run:
         sampler, self.sampler_name = _optuna.make_sampler(
             space, settings.seed, settings.objective == "both", self.num_samples
         )
+        if settings.warm_start and not settings.resume:
+            self._warm_start(fixed)
         self.searcher = _optuna.searcher(
             space,
             fixed,
@@ -203,6 +205,28 @@ class _Run:
         self.cycle = cycle_epochs(space.fixed, fixed)
         self.baselines = inputs.baselines
         self._start_tracking(resources, fixed, inputs.store, inputs.senteval)
+
+    def _warm_start(self, fixed: dict[str, Any]) -> None:
+        """Start the study from the ended trials of the earlier search --warm-start."""
+        settings, source = self.settings, str(self.settings.warm_start)
+        try:
+            record = json.loads(settings.layout.record(source).read_text(encoding="utf-8"))
+            source_storage = str(record["optuna_storage"])
+            copied, left = _optuna.warm_start(
+                source,
+                source_storage,
+                study=settings.experiment,
+                storage_url=settings.optuna_storage,
+                modes=_as_list(settings.mode),
+                space=self.space,
+                fixed=fixed,
+            )
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise SearchError(f"--warm-start {source}: cannot read its study ({err})") from None
+        self.write(
+            f"warm start: {copied} ended trial(s) of {source!r} start the study"
+            + (f" ({left} left out: another space or objective)" if left else "")
+        )
 
     def _start_tracking(
         self, resources: Resources, fixed: dict[str, Any], store: str, senteval: str | None
@@ -380,6 +404,10 @@ def _trainable(
         ),
         {"cpu": resources.cpu, "gpu": resources.gpu},
     )
+
+
+def _as_list(value: str | list[str]) -> list[str]:
+    return list(value) if isinstance(value, list) else [value]
 
 
 def _first(value: Any) -> Any:

@@ -128,6 +128,7 @@ class SearchSettings:
     tracking_wait_s: float  # how long the end waits for a tracking store that went away
     min_free_disk_mb: float = 256.0  # stop (resumably) below this much free local disk (MB)
     baselines: bool = True  # compare with the store's char n-gram baselines (cached)
+    warm_start: str | None = None  # an earlier search whose trials start the study
 
     @property
     def space_name(self) -> str:
@@ -205,6 +206,7 @@ class SearchSettings:
             if args.min_free_disk is None
             else args.min_free_disk,
             baselines=not args.smoke_test if args.baselines is None else args.baselines,
+            warm_start=args.warm_start,
         )
 
     def to_record(self) -> dict[str, Any]:
@@ -252,6 +254,14 @@ def _check(args: argparse.Namespace) -> None:
         raise SearchError("--data-via uri needs --data (a store every node can read)")
     if args.experiment is not None:
         check_experiment_name(args.experiment)
+    if args.warm_start is not None:
+        check_experiment_name(args.warm_start, flag="--warm-start")
+        if not RunsLayout.at(args.runs_dir).record(args.warm_start).is_file():
+            raise SearchError(
+                f"--warm-start {args.warm_start}: no search of that name in "
+                f"{RunsLayout.at(args.runs_dir).root} (expected its record "
+                f"searches/{args.warm_start}.json)"
+            )
     _check_counts(args)
     _check_amounts(args)
     if args.tracking_uri is not None:
@@ -289,13 +299,13 @@ def _check_amounts(args: argparse.Namespace) -> None:
             raise SearchError(f"{flag}: got {value:g}, expected {expected}")
 
 
-def check_experiment_name(name: str) -> str:
+def check_experiment_name(name: str, flag: str = "--experiment") -> str:
     """An experiment is a name, not a path: it names a directory, a database and a record
     under the runs directory, so letters, digits, '.', '_' and '-' only, not starting
     with a dot (no '..', no '/')."""
     if not EXPERIMENT_NAME.fullmatch(name):
         raise SearchError(
-            f"--experiment {shorten(name)}: expected a name of letters, digits, '.', '_' "
+            f"{flag} {shorten(name)}: expected a name of letters, digits, '.', '_' "
             "and '-' (at most 128, not starting with '.' or '-'): it names files under "
             "--runs-dir, so it cannot be a path"
         )
@@ -351,6 +361,10 @@ def _resumed(args: argparse.Namespace) -> SearchSettings:
     change taken from this command line."""
     if not args.experiment:
         raise SearchError("--resume needs --experiment NAME (the search to continue)")
+    if args.warm_start is not None:
+        raise SearchError(
+            "--warm-start applies when a search starts; a --resume continues its own study"
+        )
     check_experiment_name(args.experiment)
     _check_amounts(args)
     layout = RunsLayout.at(args.runs_dir)

@@ -129,3 +129,80 @@ def test_with_skip_repeats_off_every_draw_is_trained_as_ray_s_searcher_does(
         search.on_trial_complete(f"t{k}", {"score": float(k)})
     assert len(_trained(search)) == 6 and search.reused == search.redrawn == 0
     assert len({c["rnn"] for c in drawn}) < len(drawn)  # repeats were trained
+
+
+_FIXED = {"epochs": 2, "seed": 0, "device": "cpu", "threads": 1}
+
+
+def _ended_study(storage: str, name: str, space: str, values: list[float]) -> None:
+    """A study of ``space`` with one ended trial per value (and one failed, one repeat)."""
+    from gridsearch.spaces import get_space
+
+    study = optuna.create_study(
+        study_name=name, storage=storage, direction="maximize",
+        sampler=optuna.samplers.RandomSampler(seed=1),
+    )  # fmt: skip
+    draw = _optuna.DefineByRun(get_space(space), _FIXED)
+    for value in values:
+        trial = study.ask()
+        draw(trial)
+        study.tell(trial, value)
+    failed = study.ask()
+    draw(failed)
+    study.tell(failed, state=optuna.trial.TrialState.FAIL)
+    repeat = study.ask()
+    draw(repeat)
+    repeat.set_user_attr(_optuna.REPEAT_OF, 0)
+    study.tell(repeat, values[0])
+
+
+def test_a_warm_start_copies_the_ended_trials_that_fit_the_space(tmp_path: Path) -> None:
+    from gridsearch.spaces import get_space
+
+    storage = f"sqlite:///{tmp_path / 'studies.db'}"
+    _ended_study(storage, "small-world", "margin_sweep", [40.0, 55.0, 61.0])
+    _ended_study(storage, "other-space", "lr_bounds", [10.0])
+    space = get_space("margin_sweep")
+    copied = _optuna.warm_start(
+        "small-world", storage, study="big-world", storage_url=storage, modes=["max"],
+        space=space, fixed=_FIXED,
+    )  # fmt: skip
+    assert copied == (3, 1)  # the repeat is left out; the failed one is not an ended trial
+    study = optuna.load_study(study_name="big-world", storage=storage)
+    warm = study.get_trials()
+    assert sorted(t.value for t in warm) == [40.0, 55.0, 61.0]
+    assert all(t.user_attrs[_optuna.WARM_START].startswith("small-world#") for t in warm)
+    # another space's trials do not fit: lr_max is not a margin_sweep parameter
+    assert _optuna.warm_start(
+        "other-space", storage, study="big-world-2", storage_url=storage, modes=["max"],
+        space=space, fixed=_FIXED,
+    ) == (0, 2)  # fmt: skip
+    # two objectives cannot start from one
+    assert _optuna.warm_start(
+        "small-world", storage, study="big-world-3", storage_url=storage,
+        modes=["max", "max"], space=space, fixed=_FIXED,
+    ) == (0, 4)  # fmt: skip
+    with pytest.raises(ValueError, match="no Optuna study 'nothing'"):
+        _optuna.warm_start(
+            "nothing", storage, study="x", storage_url=storage, modes=["max"], space=space,
+            fixed=_FIXED,
+        )  # fmt: skip
+
+
+def test_a_warm_started_config_is_trained_again_not_reused(tmp_path: Path) -> None:
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    choice = optuna.distributions.CategoricalDistribution(["gru", "lstm"])
+    for rnn in ("gru", "lstm"):
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"rnn": rnn},
+                distributions={"rnn": choice},
+                value=1.0,
+                user_attrs={_optuna.WARM_START: "earlier#0"},
+            )
+        )
+    search = _search(tmp_path, _two)
+    config = search.suggest("t0")
+    assert config in ({"rnn": "gru"}, {"rnn": "lstm"})
+    assert search.reused == search.redrawn == 0  # the other search's result is not ours

@@ -69,6 +69,19 @@ def test_smoke_search_records_every_trial_once(
     assert [t.number for t in study.trials] == [0, 1, 2]
     assert "already holds a search; continue it with --resume" in _fails(args, capsys)
 
+    # A search started from this one's trials: the sampler sees them, they train anew.
+    warm = [*args[: args.index("--experiment")], "--experiment", "warm", "--num-samples", "2",
+            "--warm-start", "smoke"]  # fmt: skip
+    assert main(warm) == 0
+    assert "warm start: 3 ended trial(s) of 'smoke' start the study" in capsys.readouterr().out
+    study = optuna.load_study(
+        study_name="warm", storage=f"sqlite:///{tmp_path / 'tune' / 'warm.optuna.db'}"
+    )
+    copied = [t for t in study.trials if "warm_start_from" in t.user_attrs]
+    assert len(copied) == 3 and len(study.trials) == 5
+    _, runs = mlflow_runs(tmp_path, "warm")
+    assert len([r for r in runs if r.data.tags.get("search.role") == "trial"]) == 2
+
 
 @pytest.mark.slow
 def test_interrupted_search_resumes_to_the_requested_trials(

@@ -59,6 +59,12 @@ def test_both_objectives_and_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         (["--space", "a", "--epochs", "-1"], "--epochs: got -1, expected a non-negative"),
         (["--space", "a", "--max-failures", "-2"], "--max-failures: got -2"),
         (["--resume"], "--resume needs --experiment NAME"),
+        (["--space", "a", "--warm-start", "../x"], "--warm-start '../x': expected a name"),
+        (["--space", "a", "--warm-start", "nothing"], "--warm-start nothing: no search of"),
+        (
+            ["--resume", "--experiment", "e", "--warm-start", "x"],
+            "--warm-start applies when a search starts",
+        ),
         (["--resume", "--experiment", "nothing"], "no search named 'nothing'"),
     ],
 )
