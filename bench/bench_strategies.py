@@ -17,6 +17,9 @@ trial-epochs. Strategies:
   learning-rate cycles);
 - ``ours-repeats``: the same without skipping repeated draws (Ray's OptunaSearch trains
   every draw), to measure what skipping them saves;
+- ``ours-warm``: ours started (``--warm-start``) from the trials of the ``ours`` search
+  with the next search seed, which replayed the other training seed: an earlier search
+  of a related problem, its cost not counted (it was paid before);
 - ``random-asha``: Optuna's random sampler, the same ASHA;
 - ``tpe-fifo``: Optuna's TPE (its own random start-up), every trial to the end;
 - ``grid``: Optuna's grid sampler (its seeded random order), every trial to the end;
@@ -64,7 +67,9 @@ from trainables import names
 cloudpickle.register_pickle_by_value(tabular)
 
 WITHIN = 0.99
-STRATEGIES = ("ours", "ours-repeats", "random-asha", "tpe-fifo", "grid", "hyperband", "bohb")
+STRATEGIES = (
+    "ours", "ours-repeats", "ours-warm", "random-asha", "tpe-fifo", "grid", "hyperband", "bohb",
+)  # fmt: skip
 BOTH = ("ours-both", "ours-both-fifo", "motpe-fifo")  # --objective both
 BOTH_METRICS, BOTH_MODES = [names.BEST_RETRIEVAL, names.BEST_SEMANTIC], ["max", "max"]
 SHARES = (0.05, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50)  # budgets, as shares of the grid
@@ -202,7 +207,7 @@ def build(
     space = _space(table)
     free = SearchSpace(space.name, space.description, space.suggest)  # no grid: no grid sampler
     asha = make_scheduler("asha", epochs, cycle)
-    if name in ("ours", "ours-repeats"):
+    if name in ("ours", "ours-repeats", "ours-warm"):
         sampler, _ = _optuna.make_sampler(free, seed, False, trials)
         skip = name == "ours"
         return _searcher(free, fixed, sampler, study, db, concurrent, skip), asha, fixed
@@ -247,6 +252,7 @@ def run_one(
     *,
     trials: int | None = None,
     concurrent: int = 2,
+    warm_from: Events | None = None,
 ) -> Events:
     """One whole search of strategy ``name`` with search seed ``seed``: ``trials`` of
     them (default: as many as the budget can pay for, whole ones or one epoch each),
@@ -257,6 +263,8 @@ def run_one(
     label = f"{name}-{seed}"
     scratch.mkdir(parents=True, exist_ok=True)
     db = f"sqlite:///{scratch / label}.db"
+    if warm_from is not None:
+        _warm_start(table, warm_from, label, db)
     search, scheduler, fixed = build(name, table, seed, trials, label, db, concurrent)
     recorder = _Recorder()
     param_space = fixed if name == "bohb" else None
@@ -285,6 +293,33 @@ def run_one(
     if results.errors:
         raise RuntimeError(f"{label}: {len(results.errors)} trial(s) failed: {results.errors[0]}")
     return Events(recorder.reports, recorder.configs)
+
+
+def _warm_start(table: tabular.RecordedTable, earlier: Events, study: str, db: str) -> None:
+    """The study ``study`` started, through ``gridsearch._optuna.warm_start``, from the
+    trials of an earlier search (each trial's last dev R@10 mean best)."""
+    space = _space(table)
+    choices = {
+        "variant": optuna.distributions.CategoricalDistribution(table.variants),
+        "margin": optuna.distributions.CategoricalDistribution(table.margins),
+    }
+    source = optuna.create_study(study_name=f"{study}-earlier", storage=db, direction="maximize")
+    last: dict[str, float] = {}
+    for trial, _, retrieval, _ in earlier.reports:
+        last[trial] = retrieval
+    for trial, value in last.items():
+        variant, margin = earlier.configs[trial]
+        source.add_trial(
+            optuna.trial.create_trial(
+                params={"variant": variant, "margin": margin}, distributions=choices, value=value
+            )
+        )
+    fixed = {"epochs": table.max_epoch, "seed": 0, "device": "cpu", "threads": 1}
+    free = SearchSpace(space.name, space.description, space.suggest)
+    _optuna.warm_start(
+        f"{study}-earlier", db, study=study, storage_url=db, modes=["max"], space=free,
+        fixed=fixed,
+    )  # fmt: skip
 
 
 class _Budget(tune.Stopper):
@@ -431,7 +466,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name in strategies:
                 for seed in range(args.search_seeds):
                     t0 = time.perf_counter()
-                    events = run_one(name, table, seed, budget, args.time_scale, Path(scratch))
+                    warm = None
+                    if name == "ours-warm":  # the ours search that replayed the other seed
+                        earlier = dict(results.get("ours", []))
+                        warm = earlier.get((seed + 1) % args.search_seeds)
+                        if warm is None or args.search_seeds < 2:
+                            p.error("ours-warm needs ours run first, with >= 2 search seeds")
+                    events = run_one(
+                        name, table, seed, budget, args.time_scale, Path(scratch), warm_from=warm
+                    )
                     results.setdefault(name, []).append((seed, events))
                     curve = events.curve()
                     print(f"{name} seed {seed}: {len(curve)} trial-epochs, best "
