@@ -1,6 +1,6 @@
 """Search strategies compared on a recorded problem, over many search seeds.
 
-    python bench/bench_strategies.py --table bench/results/tabular/paper_margin \\
+    python bench/bench_strategies.py --table bench/recorded/paper_margin \\
         --search-seeds 20 [--strategies ours,random-asha,tpe-fifo,grid,hyperband,bohb] \\
         [--budget 0.5] [--time-scale 0.005] [--plot FILE]
 

@@ -8,7 +8,7 @@ FIFO, every trial to the last epoch) once per training seed and keeps what every
 reported to Tune, epoch by epoch (``result.json`` in its trial folder), in one Parquet
 table beside a manifest that holds the command, the world and the code version::
 
-    python bench/tabular.py record --out bench/results/tabular/paper_margin \\
+    python bench/tabular.py record --out bench/recorded/paper_margin \\
         --images 1000 --scale 32 --epochs 4 --margins 0.05,0.1,...,0.5 --seeds 0,1
 
 The paper_margin problem is the paper's 8 models (``PAPER_VARIANTS``, n divided by
