@@ -152,3 +152,19 @@ def test_seed_agreement_reads_the_ranking_across_seeds() -> None:
     assert "seed 1's best (v2, margin 0.1: 40.00) at seed 0: 30.00 = 75.0%" in lines[2]
     assert lines[2].endswith("(NOT within 1%)")
     assert lines[3] == "  top-4 overlap: 4 of 4"
+
+
+def test_the_recorded_problem_in_the_repository_is_whole() -> None:
+    import hashlib
+
+    folder = Path(__file__).resolve().parents[2] / "bench" / "recorded" / "paper_margin"
+    table = tabular.RecordedTable.read(folder)
+    digest = hashlib.sha256((folder / tabular.TABLE_FILE).read_bytes()).hexdigest()
+    assert digest == table.manifest["table_sha256"]
+    assert len(table.variants) == 8 and len(table.margins) == 10 and table.seeds == (0, 1)
+    assert table.max_epoch == table.manifest["epochs"] == 4
+    assert len(table.curves) == 8 * 10 * 2  # every config at every seed, epochs 0..4
+    for curve in table.curves.values():
+        assert curve.config["variant"] == curve.variant and curve.config["seed"] == curve.seed
+        values = [e[names.BEST_RETRIEVAL] for e in curve.epochs]
+        assert values == sorted(values)  # a running best never falls
