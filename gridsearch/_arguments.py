@@ -202,7 +202,7 @@ def _where_results_go(p: argparse.ArgumentParser) -> None:
         default=None,
         help="start the Optuna study from the ended trials of the earlier search NAME in "
         "the same runs directory (for example on a smaller world): the sampler starts "
-        "from their results; their configs are trained again here",
+        "from their results; their configs are trained again here (default: none)",
     )
     out.add_argument(
         "--tracking-uri",

@@ -133,7 +133,7 @@ def test_the_replay_gives_live_training_s_metrics_and_a_live_search_s_decisions(
     assert replayed.decisions() == live_decisions
     assert any(epochs < 2 for *_, epochs in live_decisions), "ASHA stopped nothing: no test"
     # and what the replay reported is the table's
-    for trial, epoch, best in replayed.reports:
+    for trial, epoch, best, _ in replayed.reports:
         variant, margin = replayed.configs[trial]
         assert best == table.curve(variant, margin, 0).epochs[epoch][names.BEST_RETRIEVAL]
 
