@@ -20,11 +20,14 @@ trial-epochs. Strategies:
 - ``ours-warm``: ours started (``--warm-start``) from the trials of the ``ours`` search
   with the next search seed, which replayed the other training seed: an earlier search
   of a related problem, its cost not counted (it was paid before);
+- ``ours-fifo``: ours without early stopping (space-filling starts, TPE, no repeats,
+  every trial to the end);
 - ``random-asha``: Optuna's random sampler, the same ASHA;
 - ``tpe-fifo``: Optuna's TPE (its own random start-up), every trial to the end;
 - ``grid``: Optuna's grid sampler (its seeded random order), every trial to the end;
 - ``hyperband``: Ray Tune's HyperBandScheduler (max_t = epochs, eta 2) with random draws;
-- ``bohb``: Ray Tune's TuneBOHB with HyperBandForBOHB (needs hpbandster and ConfigSpace).
+- ``bohb``: Ray Tune's TuneBOHB with HyperBandForBOHB (needs hpbandster and ConfigSpace:
+  ``pip install -e ".[bench]"``).
 
 For each strategy the curve "best dev R@10 mean found against trial-epochs spent" (as a
 share of the training seed's grid best), median and interquartile range over the
@@ -68,7 +71,8 @@ cloudpickle.register_pickle_by_value(tabular)
 
 WITHIN = 0.99
 STRATEGIES = (
-    "ours", "ours-repeats", "ours-warm", "random-asha", "tpe-fifo", "grid", "hyperband", "bohb",
+    "ours", "ours-repeats", "ours-warm", "ours-fifo", "random-asha", "tpe-fifo", "grid",
+    "hyperband", "bohb",
 )  # fmt: skip
 BOTH = ("ours-both", "ours-both-fifo", "motpe-fifo")  # --objective both
 BOTH_METRICS, BOTH_MODES = [names.BEST_RETRIEVAL, names.BEST_SEMANTIC], ["max", "max"]
@@ -207,10 +211,11 @@ def build(
     space = _space(table)
     free = SearchSpace(space.name, space.description, space.suggest)  # no grid: no grid sampler
     asha = make_scheduler("asha", epochs, cycle)
-    if name in ("ours", "ours-repeats", "ours-warm"):
+    if name in ("ours", "ours-repeats", "ours-warm", "ours-fifo"):
         sampler, _ = _optuna.make_sampler(free, seed, False, trials)
-        skip = name == "ours"
-        return _searcher(free, fixed, sampler, study, db, concurrent, skip), asha, fixed
+        skip = name != "ours-repeats"
+        scheduler = FIFOScheduler() if name == "ours-fifo" else asha
+        return _searcher(free, fixed, sampler, study, db, concurrent, skip), scheduler, fixed
     if name == "random-asha":
         sampler = optuna.samplers.RandomSampler(seed=seed)
         return _searcher(free, fixed, sampler, study, db, concurrent), asha, fixed
@@ -258,7 +263,7 @@ def run_one(
     them (default: as many as the budget can pay for, whole ones or one epoch each),
     ``concurrent`` at a time."""
     if trials is None:
-        fifo = name in ("tpe-fifo", "grid", "ours-both-fifo", "motpe-fifo")
+        fifo = name in ("tpe-fifo", "grid", "ours-fifo", "ours-both-fifo", "motpe-fifo")
         trials = math.ceil(budget / table.max_epoch) if fifo else budget
     label = f"{name}-{seed}"
     scratch.mkdir(parents=True, exist_ok=True)
