@@ -12,6 +12,7 @@ from typing import Any
 
 from ray import tune
 
+from gridsearch._lock import setup_lock
 from gridsearch._store import TrackingError, check_reachable
 from gridsearch.settings import SMOKE_WORLD_IMAGES, SearchError, SearchSettings
 from storage import FeatureStore, StoreError
@@ -90,7 +91,11 @@ def load_data(settings: SearchSettings, write: Write) -> tuple[str, str | None, 
         if store is None:
             world = settings.layout.world(settings.smoke_test)
             write(f"data: the embedded world in {world} (built once, then reused)")
-            build_synthetic(world, images=SMOKE_WORLD_IMAGES if settings.smoke_test else 2000)
+            # one builder at a time: two drivers starting side by side in one runs
+            # directory would each clear the other's temporary files
+            with setup_lock(settings.layout.root / "locks" / f"{world.name}.flock"):
+                images = SMOKE_WORLD_IMAGES if settings.smoke_test else 2000
+                build_synthetic(world, images=images)
             store = str(world)
         senteval = settings.senteval or default_senteval(store)
         data: TrainingData | str = store
