@@ -145,12 +145,14 @@ class _Recorder(tune.Callback):
         self.reports.append((trial.trial_id, int(result["epoch"]), *best))
 
 
-def _space(table: tabular.RecordedTable) -> SearchSpace:
+def _space(table: tabular.RecordedTable, grid: bool = False) -> SearchSpace:
+    """The recorded problem's space; with ``grid``, its grid (which selects Optuna's grid
+    sampler), else none (the other samplers)."""
     return SearchSpace(
         "recorded",
         "a recorded problem",
         _Suggest({v: table.manifest["variants"][v] for v in table.variants}, table.margins),
-        grid={"variant": table.variants, "margin": table.margins},
+        grid={"variant": table.variants, "margin": table.margins} if grid else None,
     )
 
 
@@ -208,8 +210,7 @@ def build(
     epochs, cycle = table.max_epoch, int(table.manifest.get("cycle_epochs", 1))
     train_seed = table.seeds[seed % len(table.seeds)]
     fixed = {"epochs": epochs, "seed": train_seed, "device": "cpu", "threads": 1}
-    space = _space(table)
-    free = SearchSpace(space.name, space.description, space.suggest)  # no grid: no grid sampler
+    free = _space(table)
     asha = make_scheduler("asha", epochs, cycle)
     if name in ("ours", "ours-repeats", "ours-warm", "ours-fifo"):
         sampler, _ = _optuna.make_sampler(free, seed, False, trials)
@@ -223,8 +224,9 @@ def build(
         sampler = optuna.samplers.TPESampler(seed=seed)
         return _searcher(free, fixed, sampler, study, db, concurrent), FIFOScheduler(), fixed
     if name == "grid":
-        sampler, _ = _optuna.make_sampler(space, seed, False, trials)
-        return _searcher(space, fixed, sampler, study, db, concurrent), FIFOScheduler(), fixed
+        grid = _space(table, grid=True)
+        sampler, _ = _optuna.make_sampler(grid, seed, False, trials)
+        return _searcher(grid, fixed, sampler, study, db, concurrent), FIFOScheduler(), fixed
     if name == "hyperband":
         sampler = optuna.samplers.RandomSampler(seed=seed)
         hyperband = HyperBandScheduler(time_attr="epoch", max_t=epochs, reduction_factor=2)
@@ -303,7 +305,6 @@ def run_one(
 def _warm_start(table: tabular.RecordedTable, earlier: Events, study: str, db: str) -> None:
     """The study ``study`` started, through ``gridsearch._optuna.warm_start``, from the
     trials of an earlier search (each trial's last dev R@10 mean best)."""
-    space = _space(table)
     choices = {
         "variant": optuna.distributions.CategoricalDistribution(table.variants),
         "margin": optuna.distributions.CategoricalDistribution(table.margins),
@@ -320,9 +321,8 @@ def _warm_start(table: tabular.RecordedTable, earlier: Events, study: str, db: s
             )
         )
     fixed = {"epochs": table.max_epoch, "seed": 0, "device": "cpu", "threads": 1}
-    free = SearchSpace(space.name, space.description, space.suggest)
     _optuna.warm_start(
-        f"{study}-earlier", db, study=study, storage_url=db, modes=["max"], space=free,
+        f"{study}-earlier", db, study=study, storage_url=db, modes=["max"], space=_space(table),
         fixed=fixed,
     )  # fmt: skip
 
