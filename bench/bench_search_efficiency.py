@@ -103,8 +103,10 @@ def register_spaces(
     """The two spaces, put into the named-space registry for this process only (the driver
     looks ``--space`` up there); they differ only in the grid, which selects the sampler."""
     suggest = VariantMargin(variants, margins)
-    fixed = {"batch_size": BATCH_SIZE, "cycle_epochs": cycle, "snapshot_interval": cycle}
-    what = f"{len(variants)} paper models (n scaled) x margins {', '.join(map(str, margins))}"
+    fixed: dict[str, Any] = {"cycle_epochs": cycle, "snapshot_interval": cycle}
+    if not any("batch_size" in v for v in variants.values()):  # else each variant sets it
+        fixed["batch_size"] = BATCH_SIZE
+    what = f"{len(variants)} models (n scaled) x margins {', '.join(map(str, margins))}"
     spaces.SPACES["bench_grid"] = SearchSpace(
         "bench_grid",
         f"{what} (grid)",

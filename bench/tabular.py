@@ -13,7 +13,14 @@ table beside a manifest that holds the command, the world and the code version::
 
 The paper_margin problem is the paper's 8 models (``PAPER_VARIANTS``, n divided by
 ``--scale``) crossed with the margins, both categorical, as in
-``bench_search_efficiency.py``. :func:`replay_trainable` is a Tune function trainable
+``bench_search_efficiency.py``. The lr_batch problem (``--problem lr_batch``) is wider:
+each of ``--variants`` crossed with the learning-rate bounds and the batch size, folded
+into one categorical "variant" ("gru-32-max/lr4e-03..1e-06/b64")::
+
+    python bench/tabular.py record --problem lr_batch --out bench/recorded/lr_batch \
+        --variants gru-32-max,lstm-64-attention --margins 0.25 --seeds 0,1
+
+:func:`replay_trainable` is a Tune function trainable
 that looks a trial's (variant, margin, seed) up in the table and reports the recorded
 epochs, with a checkpoint per epoch (so HyperBand can pause and resume it), sleeping
 ``time_scale`` x the recorded training seconds before each so that trials running side
@@ -235,20 +242,56 @@ def record_problem(
     return curves
 
 
+def lr_batch_variants(
+    models: dict[str, dict[str, Any]],
+    lr_max: Sequence[float],
+    lr_min: Sequence[float],
+    batch_sizes: Sequence[int],
+) -> dict[str, dict[str, Any]]:
+    """The lr_batch problem's variants: every model x learning-rate bounds x batch size,
+    named like "gru-32-max/lr4e-03..1e-06/b64" (pairs with lr_min > lr_max left out)."""
+    return {
+        f"{name}/lr{hi:.0e}..{lo:.0e}/b{batch}": {
+            **model, "lr_max": hi, "lr_min": lo, "batch_size": batch,
+        }
+        for name, model in models.items()
+        for hi in lr_max
+        for lo in lr_min
+        if lo <= hi
+        for batch in batch_sizes
+    }  # fmt: skip
+
+
+def _floats(flag: str, text: str) -> list[float]:
+    try:
+        return sorted({float(x) for x in text.split(",")})
+    except ValueError:
+        raise SystemExit(f"error: {flag}: got {text!r}, expected comma-separated numbers") from None
+
+
 def record(args: argparse.Namespace) -> RecordedTable:
     """Record the problem the arguments describe and write its table."""
     from bench_search_efficiency import scaled_variants
 
     store = world(args.store, args.images)
-    variants = scaled_variants(args.scale)
+    models = scaled_variants(args.scale)
     if args.variants:
         wanted = args.variants.split(",")
-        unknown = [v for v in wanted if v not in variants]
+        unknown = [v for v in wanted if v not in models]
         if unknown:
             raise SystemExit(f"error: --variants: unknown {unknown}; expected some of "
-                             f"{', '.join(variants)}")  # fmt: skip
-        variants = {v: variants[v] for v in variants if v in wanted}
-    margins = tuple(sorted({float(m) for m in args.margins.split(",")}))
+                             f"{', '.join(models)}")  # fmt: skip
+        models = {v: models[v] for v in models if v in wanted}
+    variants = models
+    if args.problem == "lr_batch":
+        batch_sizes = [int(b) for b in _floats("--batch-sizes", args.batch_sizes)]
+        variants = lr_batch_variants(
+            models,
+            _floats("--lr-max", args.lr_max),
+            _floats("--lr-min", args.lr_min),
+            batch_sizes,
+        )
+    margins = tuple(_floats("--margins", args.margins))
     curves = record_problem(
         store,
         variants,
@@ -259,7 +302,7 @@ def record(args: argparse.Namespace) -> RecordedTable:
         scratch=Path(tempfile.mkdtemp(prefix="tabular-")),
     )
     manifest = {
-        "problem": "paper_margin",
+        "problem": args.problem,
         "command": "python bench/tabular.py " + " ".join(sys.argv[1:]),
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "commit": _git_commit(),
@@ -324,6 +367,12 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     r.add_argument("--seeds", default="0,1", help="comma-separated training seeds")
     r.add_argument("--variants", default="", help="comma-separated names (default: all 8)")
     r.add_argument("--store", default=None, help="an existing store instead of the world")
+    r.add_argument("--problem", choices=("paper_margin", "lr_batch"), default="paper_margin",
+                   help="paper_margin: the --variants x --margins; lr_batch: the --variants "
+                   "x --lr-max x --lr-min x --batch-sizes x --margins")  # fmt: skip
+    r.add_argument("--lr-max", default="1e-3,2e-3,4e-3,8e-3", help="lr_batch: comma-separated")
+    r.add_argument("--lr-min", default="1e-6,1e-4", help="lr_batch: comma-separated")
+    r.add_argument("--batch-sizes", default="32,64,128", help="lr_batch: comma-separated")
     a = sub.add_parser("seeds", help="how much of the ranking survives a change of seed")
     a.add_argument("--table", type=Path, required=True)
     return p.parse_args(argv)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from gridsearch._scheduler_choice import FIFO_BELOW_EPOCHS, SCHEDULERS
 from storage.cli import OneLineParser
 
 __all__ = ["OBJECTIVE_CHOICES", "build_parser"]
@@ -48,10 +49,11 @@ def _what_to_search(p: argparse.ArgumentParser) -> None:
     )
     what.add_argument(
         "--scheduler",
-        choices=("asha", "fifo"),
-        default=None,
-        help="ASHA early stopping (for 'both': by Pareto rank) or none "
-        "(default: asha, fifo for 'both')",
+        choices=SCHEDULERS,
+        default="auto",
+        help="ASHA early stopping (for 'both': by Pareto rank) or none; auto: ASHA for "
+        f"'both', and for one objective from {FIFO_BELOW_EPOCHS} epochs per trial, FIFO "
+        "below (what the recorded benchmark measured best) (default: auto)",
     )
     what.add_argument(
         "--num-samples",
@@ -67,8 +69,8 @@ def _what_to_search(p: argparse.ArgumentParser) -> None:
         type=int,
         metavar="N",
         default=None,
-        help="epochs per trial (default: 32, the paper's; 2 without a GPU unless "
-        "--full-size, and in --smoke-test)",
+        help="epochs per trial (default: 32, the paper's; 4 without a GPU unless "
+        "--full-size; 2 in --smoke-test)",
     )
     what.add_argument(
         "--max-concurrent",
@@ -86,6 +88,14 @@ def _what_to_search(p: argparse.ArgumentParser) -> None:
     )
     what.add_argument(
         "--seed", type=int, metavar="N", default=0, help="sampler and training seed (default: 0)"
+    )
+    what.add_argument(
+        "--seeds-per-config",
+        type=int,
+        metavar="K",
+        default=1,
+        help="train each configuration at K seeds (--seed, --seed + 1, ...) and select on "
+        "their mean; reports also their spread; costs K times the training (default: 1)",
     )
     what.add_argument(
         "--full-size", action="store_true", help="keep the paper's model size even without a GPU"

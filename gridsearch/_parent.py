@@ -52,6 +52,7 @@ def parent_params(
         "searched": space.searched_keys(),  # the columns of the experiment's results view
         "sampler": sampler,
         "scheduler": settings.scheduler,
+        "seeds_per_config": settings.seeds_per_config,
         "objective": settings.objective,
         "num_samples": num_samples,
         "epochs": fixed["epochs"],

@@ -6,6 +6,8 @@ are taken; inside a cycle the learning rate is still rising and the ranking of t
 says little (a bench trial that ended the best stood at 15.9 against 26 for others after
 its first epoch). So ASHA compares trials at cycle ends, doubling (``cycle_epochs *
 2**k``), before the last epoch: 4, 8 and 16 at the paper's 32 epochs in 4-epoch cycles.
+
+Which of the two a search uses by default is ``gridsearch._scheduler_choice``'s.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from gridsearch._outcome import classify
 from gridsearch._parent import close_parent, parent_params
 from gridsearch._reconcile import ReconcileReport
 from gridsearch._scheduler import cycle_epochs, describe_rungs, make_scheduler
+from gridsearch._scheduler_choice import FIFO_BELOW_EPOCHS, resolve_scheduler
 from gridsearch._store import ensure_experiment, start_parent_run
 from gridsearch.cluster import (
     Resources,
@@ -179,6 +180,11 @@ class _Run:
         write: Write,
     ) -> None:
         space = inputs.space
+        self.auto_fifo = False  # "auto" chose no early stopping (said at the start)
+        if not settings.resume:  # a resumed search keeps its own scheduler
+            scheduler = resolve_scheduler(settings.scheduler, settings.objective, fixed["epochs"])
+            self.auto_fifo = settings.scheduler == "auto" and scheduler == "fifo"
+            settings = replace(settings, scheduler=scheduler)
         self.settings, self.space, self.client, self.write = settings, space, inputs.client, write
         if settings.optuna_storage.startswith("sqlite:///"):  # the study's folder
             study = Path(settings.optuna_storage.removeprefix("sqlite:///"))
@@ -284,9 +290,18 @@ class _Run:
         if settings.scheduler == "asha":
             pareto = settings.objective == "both"
             self.write(describe_rungs(self.epochs, self.cycle, pareto))
+        elif self.auto_fifo:
+            self.write(
+                f"no early stopping: every trial trains its {self.epochs} epochs (--scheduler "
+                f"auto stops trials early from {FIFO_BELOW_EPOCHS} epochs on; --scheduler asha "
+                "stops them at cycle ends anyway)"
+            )
+        seeds = settings.seeds_per_config
         self.write(
             f"searching {self.space.name!r} ({self.num_samples} trials, {self.sampler_name}, "
-            f"{settings.scheduler}, objective {settings.objective}) as {settings.experiment!r}"
+            f"{settings.scheduler}, objective {settings.objective}"
+            + (f", each trial the mean of {seeds} seeds" if seeds > 1 else "")
+            + f") as {settings.experiment!r}"
         )
         settings.save_record(num_samples=self.num_samples)
         return tune.Tuner(
@@ -401,6 +416,7 @@ def _trainable(
             gpu_share=resources.gpu_share,
             verify=settings.verify,
             helpers=tuple(space.helpers()),
+            seeds_per_config=settings.seeds_per_config,
         ),
         {"cpu": resources.cpu, "gpu": resources.gpu},
     )

@@ -97,7 +97,8 @@ class SearchSettings:
     space: str | None  # a named space (--space), or None with a space file
     space_file: Path | None  # a YAML/TOML space file (absolute)
     objective: str  # "retrieval", "semantic" or "both"
-    scheduler: str  # "asha" (Pareto-rank halving for "both") or "fifo" (resolved: fifo for "both")
+    scheduler: str  # "auto", "asha" (Pareto-rank halving for "both") or "fifo"; the
+    # driver resolves "auto" once the trials' epochs are known (_scheduler.resolve_scheduler)
     num_samples: int | None  # trials; None = the space's grid size or a default (the
     # record holds the number the search resolved it to)
     epochs: int | None  # epochs per trial; None = the model size's default
@@ -129,6 +130,7 @@ class SearchSettings:
     min_free_disk_mb: float = 256.0  # stop (resumably) below this much free local disk (MB)
     baselines: bool = True  # compare with the store's char n-gram baselines (cached)
     warm_start: str | None = None  # an earlier search whose trials start the study
+    seeds_per_config: int = 1  # each trial trains at this many seeds, reports their mean
 
     @property
     def space_name(self) -> str:
@@ -176,7 +178,8 @@ class SearchSettings:
             space=args.space,
             space_file=args.space_file.resolve() if args.space_file else None,
             objective=args.objective,
-            scheduler=args.scheduler or ("fifo" if args.objective == "both" else "asha"),
+            scheduler=args.scheduler,
+            seeds_per_config=args.seeds_per_config,
             num_samples=args.num_samples,
             epochs=args.epochs,
             max_concurrent=args.max_concurrent,
@@ -269,7 +272,7 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _check_counts(args: argparse.Namespace) -> None:
-    for flag in ("num_samples", "epochs", "max_concurrent", "max_failures"):
+    for flag in ("num_samples", "epochs", "max_concurrent", "max_failures", "seeds_per_config"):
         value = getattr(args, flag)
         non_negative = flag in ("epochs", "max_failures")
         if value is not None and value < (0 if non_negative else 1):
@@ -280,6 +283,11 @@ def _check_counts(args: argparse.Namespace) -> None:
     if not 0 <= args.seed < SEED_LIMIT:
         raise SearchError(
             f"--seed: got {args.seed}, expected an integer from 0 to {SEED_LIMIT - 1}"
+        )
+    if args.seed + args.seeds_per_config > SEED_LIMIT:
+        raise SearchError(
+            f"--seeds-per-config: got {args.seeds_per_config} with --seed {args.seed}, "
+            f"expected the seeds it trains at (--seed, --seed + 1, ...) below {SEED_LIMIT}"
         )
 
 

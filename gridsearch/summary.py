@@ -82,7 +82,9 @@ def format_summary(
             test = best.metrics.get(names.FINISHED)
             lines.append(
                 f"best {label:<9} {best.trial_id}: {metric} {best.metrics[metric]:.3f}"
+                + _spread(best.metrics, metric, ".3f")
                 + (f", test R@10 mean {test:.1f}" if test is not None else "")
+                + _spread(best.metrics, names.FINISHED, ".1f")
                 + f"  {_params(best.config)}"
             )
     if objective == "both":
@@ -148,6 +150,12 @@ def baseline_lines(
                 + ", ".join(verdicts)
             )
     return lines
+
+
+def _spread(metrics: Mapping[str, float], metric: str, spec: str) -> str:
+    """ " ± sd over seeds" when the trial trained at several seeds (``trainables.seeds``)."""
+    sd = metrics.get(names.spread(metric))
+    return "" if sd is None else f" ± {sd:{spec}} (sd over seeds)"
 
 
 def _params(config: Mapping[str, Any]) -> str:

@@ -62,6 +62,7 @@ __all__ = [
     "is_finished",
     "key",
     "selectable",
+    "spread",
     "subtask_key",
     "task_prefix",
 ]
@@ -136,6 +137,12 @@ FINISHED = f"{ENSEMBLE}/r10_mean"
 def best(metric: str) -> str:
     """``best("dev/r10_mean") == "dev/r10_mean_best"``."""
     return f"{metric}_best"
+
+
+def spread(metric: str) -> str:
+    """Beside a metric averaged over seeds (``trainables.seeds``), its sample standard
+    deviation over them: ``spread("dev/r10_mean_best") == "dev/r10_mean_best_seed_sd"``."""
+    return f"{metric}_seed_sd"
 
 
 def key(split: str, name: str) -> str:

@@ -10,7 +10,8 @@ checkpoint, and resumes from ``tune.get_checkpoint()``::
 ``data`` may instead be a store URI that every node can read (shared storage, ``s3://``,
 ``gs://``): each trial process then reads the shards itself. ``senteval`` is a loaded
 :class:`~storage.senteval.SemanticBenchmark` (shipped the same way) or a directory
-every node can read.
+every node can read. With ``seeds_per_config`` k > 1 the trial trains its configuration
+at k seeds side by side and reports their mean and spread (``trainables.seeds``).
 """
 
 from __future__ import annotations
@@ -25,11 +26,9 @@ import torch
 from ray import tune
 
 from storage.senteval import SemanticBenchmark
-from trainables.checkpoint import TRAINER_FILE
 from trainables.config import TrainConfig
 from trainables.data import TrainingData
-from trainables.loop import Trainer
-from trainables.semantic import make_semantic
+from trainables.seeds import SeedGroup
 
 __all__ = [
     "grounded_trainable",
@@ -43,26 +42,28 @@ def grounded_trainable(
     gpu_share: float | None = None,
     verify: bool = True,
     helpers: Collection[str] = (),
+    seeds_per_config: int = 1,
 ) -> None:
     """``gpu_share``: this trial's fraction of a GPU packed with others; its memory is
     capped to that share so one trial cannot starve the rest. ``verify``: check a store
     read by the trial itself against its manifest's checksums. ``helpers``: the keys of
     ``config`` that are the search space's own parameters, not TrainConfig's (Optuna puts
     them beside the TrainConfig keys they were decoded into); every other key must be a
-    TrainConfig field."""
+    TrainConfig field. ``seeds_per_config``: train the configuration at that many seeds
+    (``seed``, ``seed + 1``, ...) and report their mean (``trainables.seeds``)."""
     train_config = TrainConfig.from_dict({k: v for k, v in config.items() if k not in helpers})
     if gpu_share is not None and torch.cuda.is_available():
         torch.cuda.set_per_process_memory_fraction(gpu_share)
     if isinstance(data, str):
         data = _read_store(data, verify)
-    trainer = Trainer(train_config, data, make_semantic(senteval, train_config))
+    group = SeedGroup(train_config, data, senteval, seeds_per_config)
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
-            trainer.load_checkpoint(Path(folder) / TRAINER_FILE)
-    for metrics in trainer.run():
+            group.load(Path(folder))
+    for metrics in group.run():
         with tempfile.TemporaryDirectory() as folder:
-            (Path(folder) / TRAINER_FILE).write_bytes(trainer.save_checkpoint())
+            group.save(Path(folder))
             tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
 
 

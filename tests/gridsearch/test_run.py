@@ -70,10 +70,17 @@ def test_smoke_search_records_every_trial_once(
     assert "already holds a search; continue it with --resume" in _fails(args, capsys)
 
     # A search started from this one's trials: the sampler sees them, they train anew.
-    warm = [*args[: args.index("--experiment")], "--experiment", "warm", "--num-samples", "2",
-            "--warm-start", "smoke"]  # fmt: skip
+    # The scheduler left at auto: 2 epochs are too few to stop trials early. Each trial
+    # the mean of 2 seeds.
+    warm = ["--space", "margin_sweep", "--smoke-test", "--no-dashboard", "--runs-dir",
+            str(tmp_path), "--experiment", "warm", "--num-samples", "2",
+            "--warm-start", "smoke", "--seeds-per-config", "2"]  # fmt: skip
     assert main(warm) == 0
-    assert "warm start: 3 ended trial(s) of 'smoke' start the study" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "warm start: 3 ended trial(s) of 'smoke' start the study" in out
+    assert "no early stopping: every trial trains its 2 epochs (--scheduler auto" in out
+    assert ", fifo, objective retrieval, each trial the mean of 2 seeds) as 'warm'" in out
+    assert "(sd over seeds)" in out  # the best trial's spread, in the summary
     study = optuna.load_study(
         study_name="warm", storage=f"sqlite:///{tmp_path / 'tune' / 'warm.optuna.db'}"
     )
@@ -81,6 +88,12 @@ def test_smoke_search_records_every_trial_once(
     assert len(copied) == 3 and len(study.trials) == 5
     _, runs = mlflow_runs(tmp_path, "warm")
     assert len([r for r in runs if r.data.tags.get("search.role") == "trial"]) == 2
+    [parent] = [r for r in runs if r.data.tags.get("search.role") == "search"]
+    assert parent.data.params["scheduler"] == "fifo"  # what ran, not "auto"
+    assert parent.data.params["seeds_per_config"] == "2"
+    for run in runs:
+        if run.data.tags.get("search.role") == "trial":
+            assert names.spread(names.BEST_RETRIEVAL) in run.data.metrics
 
 
 @pytest.mark.slow

@@ -19,6 +19,7 @@ from gridsearch._scheduler import (
     pareto_ranks,
     promoted,
 )
+from gridsearch._scheduler_choice import resolve_scheduler
 from gridsearch.settings import CPU_SIZED, SMOKE
 from gridsearch.spaces import get_space
 from trainables.config import TrainConfig
@@ -138,3 +139,27 @@ def test_pareto_halving_judges_both_objectives_at_cycle_ends() -> None:
     assert [len(d) for d in decisions] == [5, 5, 3, 3]  # C and D stop at epoch 2
     assert scheduler.stopped == {"t2": 2, "t3": 2}
     assert "stopped" in scheduler.debug_string()
+
+
+@pytest.mark.parametrize(
+    ("kind", "objective", "epochs", "expected"),
+    [
+        ("auto", "retrieval", 4, "fifo"),  # the CPU-sized default run: too short to stop early
+        ("auto", "semantic", 7, "fifo"),
+        ("auto", "retrieval", 8, "asha"),
+        ("auto", "semantic", 32, "asha"),
+        ("auto", "both", 2, "asha"),  # Pareto halving helped even at 4 epochs
+        ("auto", "both", 32, "asha"),
+        ("asha", "retrieval", 4, "asha"),  # asked for: kept
+        ("fifo", "both", 32, "fifo"),
+    ],
+)
+def test_auto_resolves_to_what_was_measured_best(
+    kind: str, objective: str, epochs: int, expected: str
+) -> None:
+    assert resolve_scheduler(kind, objective, epochs) == expected
+
+
+def test_unknown_scheduler_is_refused() -> None:
+    with pytest.raises(ValueError, match="expected one of auto, asha, fifo"):
+        resolve_scheduler("hyperband", "retrieval", 8)

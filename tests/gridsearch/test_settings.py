@@ -16,7 +16,7 @@ from gridsearch.settings import SearchError, SearchSettings
 def test_defaults_from_a_short_command_line(tmp_path: Path) -> None:
     s = SearchSettings.from_argv(["--space", "margin_sweep", "--runs-dir", str(tmp_path)])
     assert (s.space, s.space_file, s.objective, s.scheduler) == (
-        "margin_sweep", None, "retrieval", "asha",
+        "margin_sweep", None, "retrieval", "auto",
     )  # fmt: skip
     assert s.experiment.startswith("margin_sweep-") and s.space_name == "margin_sweep"
     assert s.layout == RunsLayout(tmp_path.resolve())
@@ -40,7 +40,7 @@ def test_both_objectives_and_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         ["--space-file", "space.yaml", "--objective", "both", "--data", "store", "--no-verify",
          "--storage-path", "s3://bucket/tune", "--experiment", "e", "--no-dashboard"]
     )  # fmt: skip
-    assert s.scheduler == "fifo" and s.metric == ["dev/r10_mean_best", "dev/semantic_best"]
+    assert s.scheduler == "auto" and s.metric == ["dev/r10_mean_best", "dev/semantic_best"]
     assert s.space_file == tmp_path / "space.yaml" and s.space_name == "space"
     assert s.data == str(tmp_path / "store") and not s.verify and not s.dashboard
     # sqlite cannot live on s3: the study stays local
