@@ -13,15 +13,20 @@ of epoch >= 1, in the order Tune processed them, up to ``--budget`` x the grid's
 trial-epochs. Strategies:
 
 - ``ours``: the driver's defaults (``gridsearch._optuna.make_sampler``: space-filling
-  starts then TPE; ``gridsearch._scheduler.make_scheduler("asha")``: ASHA at the ends of
-  learning-rate cycles);
-- ``ours-repeats``: the same without skipping repeated draws (Ray's OptunaSearch trains
+  starts then TPE, repeated draws skipped; ``--scheduler auto``, resolved by
+  ``gridsearch._scheduler_choice.resolve_scheduler`` for the table's epochs);
+- ``ours-asha`` / ``ours-fifo``: the same with ASHA at the ends of learning-rate cycles /
+  without early stopping, whichever ``auto`` did not pick (run by default);
+- ``ours-repeats``: ours without skipping repeated draws (Ray's OptunaSearch trains
   every draw), to measure what skipping them saves;
 - ``ours-warm``: ours started (``--warm-start``) from the trials of the ``ours`` search
   with the next search seed, which replayed the other training seed: an earlier search
   of a related problem, its cost not counted (it was paid before);
-- ``ours-fifo``: ours without early stopping (space-filling starts, TPE, no repeats,
-  every trial to the end);
+- ``ours-warm-table``: ours started from the ``ours`` search (same search seed) of
+  another recorded table of the same space, ``--warm-table`` (a smaller world: the case
+  ``--warm-start`` is for), its cost not counted;
+- ``ours-k2``: ours with ``--seeds-per-config 2``: each trial the mean of two training
+  seeds (the table's next one too), each of its epochs costing 2 trial-epochs;
 - ``random-asha``: Optuna's random sampler, the same ASHA;
 - ``tpe-fifo``: Optuna's TPE (its own random start-up), every trial to the end;
 - ``grid``: Optuna's grid sampler (its seeded random order), every trial to the end;
@@ -31,7 +36,11 @@ trial-epochs. Strategies:
 
 For each strategy the curve "best dev R@10 mean found against trial-epochs spent" (as a
 share of the training seed's grid best), median and interquartile range over the
-search seeds, and the trial-epochs to within 1% of the grid's best.
+search seeds, and the trial-epochs to within 1% of the grid's best. And, since a
+search that selects on one seed also selects that seed's luck, the **held-out** curve:
+the configuration the search would pick at each point (its best objective so far),
+valued by its snapshot ensemble's test R@10 mean averaged over the training seeds the
+search never saw, as a share of the best configuration's there.
 """
 
 from __future__ import annotations
@@ -61,7 +70,8 @@ from ray import cloudpickle, tune
 from ray.tune.schedulers import FIFOScheduler, HyperBandScheduler, TrialScheduler
 
 from gridsearch import _optuna
-from gridsearch._scheduler import ParetoHalving, asha_rungs, make_scheduler
+from gridsearch._scheduler import make_scheduler
+from gridsearch._scheduler_choice import resolve_scheduler
 from gridsearch.spaces import SearchSpace
 from trainables import names
 
@@ -71,9 +81,12 @@ cloudpickle.register_pickle_by_value(tabular)
 
 WITHIN = 0.99
 STRATEGIES = (
-    "ours", "ours-repeats", "ours-warm", "ours-fifo", "random-asha", "tpe-fifo", "grid",
-    "hyperband", "bohb",
+    "ours", "ours-asha", "ours-fifo", "ours-repeats", "ours-warm", "ours-warm-table",
+    "ours-k2", "random-asha", "tpe-fifo", "grid", "hyperband", "bohb",
 )  # fmt: skip
+OURS = ("ours", "ours-asha", "ours-fifo", "ours-repeats", "ours-warm", "ours-warm-table",
+        "ours-k2")  # fmt: skip
+SEEDS_PER_CONFIG = {"ours-k2": 2}
 BOTH = ("ours-both", "ours-both-fifo", "motpe-fifo")  # --objective both
 BOTH_METRICS, BOTH_MODES = [names.BEST_RETRIEVAL, names.BEST_SEMANTIC], ["max", "max"]
 SHARES = (0.05, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50)  # budgets, as shares of the grid
@@ -93,6 +106,25 @@ class _Suggest:
         return {**self.variants[variant], "margin": margin}
 
 
+def scheduler_of(name: str, epochs: int) -> str:
+    """ "asha" or "fifo": the scheduler strategy ``name`` runs with at ``epochs``."""
+    if name in OURS:
+        explicit = {"ours-asha": "asha", "ours-fifo": "fifo"}.get(name)
+        return explicit or resolve_scheduler("auto", "retrieval", epochs)
+    if name in ("ours-both", "ours-both-fifo"):
+        return resolve_scheduler("auto" if name == "ours-both" else "fifo", "both", epochs)
+    return "fifo" if name in ("tpe-fifo", "grid", "motpe-fifo") else "asha"
+
+
+def default_strategies(both: bool, epochs: int, warm_table: bool) -> list[str]:
+    """Every strategy, less the explicit ours-asha/ours-fifo that ``ours`` already is, and
+    ours-warm-table without ``--warm-table``."""
+    if both:
+        return list(BOTH)
+    same = "ours-" + scheduler_of("ours", epochs)
+    return [s for s in STRATEGIES if s != same and (warm_table or s != "ours-warm-table")]
+
+
 @dataclass
 class Events:
     """What a search did: every epoch report in the order Tune processed them."""
@@ -100,6 +132,7 @@ class Events:
     # (trial id, epoch, dev/r10_mean_best, dev/semantic_best)
     reports: list[tuple[str, int, float, float]]
     configs: dict[str, tuple[str, float]]  # trial id -> (variant, margin)
+    cost: int = 1  # trial-epochs one report stands for (the seeds per config)
 
     def decisions(self) -> list[tuple[str, float, int]]:
         """(variant, margin, last epoch reported) of every trial, sorted."""
@@ -115,7 +148,18 @@ class Events:
             if epoch < 1:
                 continue
             best = max(best, value)
-            out.append(best)
+            out += [best] * self.cost
+        return out
+
+    def incumbents(self) -> list[tuple[str, float]]:
+        """The config the search would pick (the best dev R@10 mean so far) after each
+        trained trial-epoch."""
+        best, pick, out = -math.inf, ("", 0.0), []
+        for trial, epoch, value, _ in self.reports:
+            if value > best:
+                best, pick = value, self.configs[trial]
+            if epoch >= 1:
+                out += [pick] * self.cost
         return out
 
     def hypervolumes(self, ref: tuple[float, float]) -> list[float]:
@@ -126,7 +170,7 @@ class Events:
         for trial, epoch, retrieval, semantic in self.reports:
             latest[trial] = (retrieval, _finite(semantic))
             if epoch >= 1:
-                out.append(hypervolume(list(latest.values()), ref))
+                out += [hypervolume(list(latest.values()), ref)] * self.cost
         return out
 
 
@@ -212,10 +256,10 @@ def build(
     fixed = {"epochs": epochs, "seed": train_seed, "device": "cpu", "threads": 1}
     free = _space(table)
     asha = make_scheduler("asha", epochs, cycle)
-    if name in ("ours", "ours-repeats", "ours-warm", "ours-fifo"):
+    if name in OURS:
         sampler, _ = _optuna.make_sampler(free, seed, False, trials)
         skip = name != "ours-repeats"
-        scheduler = FIFOScheduler() if name == "ours-fifo" else asha
+        scheduler = make_scheduler(scheduler_of(name, epochs), epochs, cycle)
         return _searcher(free, fixed, sampler, study, db, concurrent, skip), scheduler, fixed
     if name == "random-asha":
         sampler = optuna.samplers.RandomSampler(seed=seed)
@@ -235,11 +279,8 @@ def build(
         return _bohb(table, fixed, seed, epochs, concurrent)
     if name in ("ours-both", "ours-both-fifo"):
         sampler, _ = _optuna.make_sampler(free, seed, True, trials)
-        scheduler: TrialScheduler = (
-            ParetoHalving(BOTH_METRICS, BOTH_MODES, asha_rungs(epochs, cycle))
-            if name == "ours-both"
-            else FIFOScheduler()
-        )
+        kind = scheduler_of(name, epochs)
+        scheduler = make_scheduler(kind, epochs, cycle, BOTH_METRICS, BOTH_MODES)
         search = _searcher(free, fixed, sampler, study, db, concurrent, True, both=True)
         return search, scheduler, fixed
     if name == "motpe-fifo":
@@ -264,9 +305,10 @@ def run_one(
     """One whole search of strategy ``name`` with search seed ``seed``: ``trials`` of
     them (default: as many as the budget can pay for, whole ones or one epoch each),
     ``concurrent`` at a time."""
+    cost = SEEDS_PER_CONFIG.get(name, 1)
     if trials is None:
-        fifo = name in ("tpe-fifo", "grid", "ours-fifo", "ours-both-fifo", "motpe-fifo")
-        trials = math.ceil(budget / table.max_epoch) if fifo else budget
+        fifo = scheduler_of(name, table.max_epoch) == "fifo" and name not in ("hyperband", "bohb")
+        trials = math.ceil(budget / (cost * table.max_epoch)) if fifo else budget
     label = f"{name}-{seed}"
     scratch.mkdir(parents=True, exist_ok=True)
     db = f"sqlite:///{scratch / label}.db"
@@ -275,9 +317,11 @@ def run_one(
     search, scheduler, fixed = build(name, table, seed, trials, label, db, concurrent)
     recorder = _Recorder()
     param_space = fixed if name == "bohb" else None
-    stopper = _Budget(budget, recorder)
+    stopper = _Budget(budget, recorder, cost)
     tuner = tune.Tuner(
-        tune.with_parameters(tabular.replay_trainable, table=table, time_scale=time_scale),
+        tune.with_parameters(
+            tabular.replay_trainable, table=table, time_scale=time_scale, seeds_per_config=cost
+        ),
         param_space=param_space,
         tune_config=tune.TuneConfig(
             search_alg=search,
@@ -299,7 +343,7 @@ def run_one(
     results = tuner.fit()
     if results.errors:
         raise RuntimeError(f"{label}: {len(results.errors)} trial(s) failed: {results.errors[0]}")
-    return Events(recorder.reports, recorder.configs)
+    return Events(recorder.reports, recorder.configs, cost)
 
 
 def _warm_start(table: tabular.RecordedTable, earlier: Events, study: str, db: str) -> None:
@@ -330,14 +374,14 @@ def _warm_start(table: tabular.RecordedTable, earlier: Events, study: str, db: s
 class _Budget(tune.Stopper):
     """Stops the whole search once the trial-epochs spent reach the budget."""
 
-    def __init__(self, budget: int, recorder: _Recorder) -> None:
-        self.budget, self.recorder = budget, recorder
+    def __init__(self, budget: int, recorder: _Recorder, cost: int = 1) -> None:
+        self.budget, self.recorder, self.cost = budget, recorder, cost
 
     def __call__(self, trial_id: str, result: dict[str, Any]) -> bool:
         return False
 
     def stop_all(self) -> bool:
-        return sum(r[1] >= 1 for r in self.recorder.reports) >= self.budget
+        return self.cost * sum(r[1] >= 1 for r in self.recorder.reports) >= self.budget
 
 
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
@@ -360,11 +404,12 @@ def grid_front(table: tabular.RecordedTable, seed: int) -> tuple[tuple[float, fl
 
 
 def percent_curves(
-    table: tabular.RecordedTable, runs: list[tuple[int, Events]], both: bool
+    table: tabular.RecordedTable, runs: list[tuple[int, Events]], both: bool, k: int = 1
 ) -> list[list[float]]:
     """Per search seed, after each trained trial-epoch: the best dev R@10 mean found as a
     % of the grid's best (``both``: the hypervolume as a % of the grid's), at the
-    training seed the search replayed."""
+    training seed the search replayed (with ``k`` seeds per config: the grid's best mean
+    over the ``k`` seeds it replayed)."""
     out = []
     for seed, events in runs:
         train_seed = table.seeds[seed % len(table.seeds)]
@@ -372,8 +417,36 @@ def percent_curves(
             ref, whole = grid_front(table, train_seed)
             out.append([100 * h / whole for h in events.hypervolumes(ref)])
         else:
-            best = table.best(train_seed)
+            seen = table.seed_run(train_seed, k)
+            best = max(
+                statistics.fmean(
+                    table.curve(*cfg, s).epochs[-1][names.BEST_RETRIEVAL] for s in seen
+                )
+                for cfg in table.configs()
+            )
             out.append([100 * v / best for v in events.curve()])
+    return out
+
+
+def heldout_curves(
+    table: tabular.RecordedTable, runs: list[tuple[int, Events]], seeds_per_config: int
+) -> list[list[float]]:
+    """Per search seed, after each trained trial-epoch: the config it would pick, valued
+    by its ensemble's test R@10 mean (``names.FINISHED``, the last epoch) averaged over
+    the training seeds the search never saw, as a % of the best config's value there.
+    Empty when the search saw every recorded seed."""
+    out = []
+    for seed, events in runs:
+        first = table.seeds[seed % len(table.seeds)]
+        unseen = [s for s in table.seeds if s not in table.seed_run(first, seeds_per_config)]
+        if not unseen:
+            return []
+        value = {
+            cfg: statistics.fmean(table.curve(*cfg, s).epochs[-1][names.FINISHED] for s in unseen)
+            for cfg in table.configs()
+        }
+        best = max(value.values())
+        out.append([100 * value[pick] / best for pick in events.incumbents()])
     return out
 
 
@@ -450,16 +523,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--time-scale", type=float, default=0.005,
                    help="replayed seconds per recorded second")  # fmt: skip
     p.add_argument("--plot", type=Path, default=None, help="write the curves here (PNG)")
+    p.add_argument("--warm-table", type=Path, default=None,
+                   help="ours-warm-table: the table of a related problem (same space) whose "
+                   "ours search starts each search")  # fmt: skip
     args = p.parse_args(argv)
     table = tabular.RecordedTable.read(args.table)
+    warm_table = tabular.RecordedTable.read(args.warm_table) if args.warm_table else None
     budget = max(1, int(args.budget * table.grid_cost()))
     both = args.objective == "both"
     known = BOTH if both else STRATEGIES
-    strategies = args.strategies.split(",") if args.strategies else list(known)
+    strategies = (
+        args.strategies.split(",")
+        if args.strategies
+        else default_strategies(both, table.max_epoch, warm_table is not None)
+    )
     for name in strategies:
         if name not in known:
             p.error(f"--strategies: unknown {name!r} for --objective {args.objective}; "
                     f"expected some of {', '.join(known)}")  # fmt: skip
+        if name == "ours-warm-table" and warm_table is None:
+            p.error("--strategies: ours-warm-table needs --warm-table")
+        if SEEDS_PER_CONFIG.get(name, 1) > len(table.seeds):
+            p.error(f"--strategies: {name} needs {SEEDS_PER_CONFIG[name]} recorded seeds, "
+                    f"the table has {len(table.seeds)}")  # fmt: skip
     logging.getLogger("ray").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     _optuna.quiet()
@@ -477,9 +563,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                         warm = earlier.get((seed + 1) % args.search_seeds)
                         if warm is None or args.search_seeds < 2:
                             p.error("ours-warm needs ours run first, with >= 2 search seeds")
+                    if name == "ours-warm-table":  # ours on the related table, same seed
+                        assert warm_table is not None
+                        warm = run_one(
+                            "ours", warm_table, seed,
+                            max(1, int(args.budget * warm_table.grid_cost())),
+                            args.time_scale, Path(scratch) / "warm-table",
+                        )  # fmt: skip
                     events = run_one(
-                        name, table, seed, budget, args.time_scale, Path(scratch), warm_from=warm
-                    )
+                        name.removesuffix("-table"), table, seed, budget, args.time_scale,
+                        Path(scratch), warm_from=warm,
+                    )  # fmt: skip
                     results.setdefault(name, []).append((seed, events))
                     curve = events.curve()
                     print(f"{name} seed {seed}: {len(curve)} trial-epochs, best "
@@ -491,9 +585,20 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{time.perf_counter() - started:.0f} s; budget {budget} trial-epochs "
           f"({args.budget:.0%} of the grid's {table.grid_cost()}); table "
           f"{args.table} ({table.manifest.get('command', '')})")  # fmt: skip
-    curves = {name: percent_curves(table, runs, both) for name, runs in results.items()}
+    curves = {
+        name: percent_curves(table, runs, both, SEEDS_PER_CONFIG.get(name, 1))
+        for name, runs in results.items()
+    }
     what = "Pareto hypervolume found" if both else "best dev R@10 mean found"
     report(curves, table.grid_cost(), budget, what + " (% of the grid's)")
+    if not both:
+        heldout = {
+            name: rows
+            for name, runs in results.items()
+            if (rows := heldout_curves(table, runs, SEEDS_PER_CONFIG.get(name, 1)))
+        }
+        what = "held out: the pick's ensemble test R@10 mean at unseen training seeds"
+        report(heldout, table.grid_cost(), budget, what + " (% of the best config's there)")
     if args.plot:
         title = f"{table.manifest.get('problem', 'recorded')}, objective {args.objective}"
         plot(curves, table.grid_cost(), budget, what, title, args.plot)

@@ -101,6 +101,13 @@ class RecordedTable:
                 f"no recorded trial for variant {variant!r}, margin {margin!r}, seed {seed}"
             ) from None
 
+    def seed_run(self, first: int, k: int) -> list[int]:
+        """``k`` recorded seeds from ``first`` on, in the table's order, wrapping."""
+        if k > len(self.seeds):
+            raise ValueError(f"{k} seeds per config, but the table has {len(self.seeds)}")
+        start = self.seeds.index(first)
+        return [self.seeds[(start + i) % len(self.seeds)] for i in range(k)]
+
     def configs(self) -> list[tuple[str, float]]:
         return [(v, m) for v in self.variants for m in self.margins]
 
@@ -161,19 +168,28 @@ def _key(margin: float) -> float:
     return round(float(margin), 6)
 
 
-def replay_trainable(config: dict[str, Any], table: RecordedTable, time_scale: float) -> None:
+def replay_trainable(
+    config: dict[str, Any], table: RecordedTable, time_scale: float, seeds_per_config: int = 1
+) -> None:
     """Report the recorded epochs of the trial's (variant, margin, seed), each with a
-    checkpoint that holds its epoch, resuming after the checkpoint Tune hands back."""
+    checkpoint that holds its epoch, resuming after the checkpoint Tune hands back. With
+    ``seeds_per_config`` k > 1, the mean of k recorded seeds from the trial's on (in the
+    table's order, wrapping), combined as ``trainables.seeds`` combines live ones."""
     from ray import tune
 
-    curve = table.curve(config["variant"], config["margin"], int(config["seed"]))
+    from trainables.seeds import combine
+
+    curves = [
+        table.curve(config["variant"], config["margin"], seed)
+        for seed in table.seed_run(int(config["seed"]), seeds_per_config)
+    ]
     start = 0
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
             start = int((Path(folder) / "epoch").read_text()) + 1
-    for epoch in range(start, len(curve.epochs)):
-        metrics = curve.epochs[epoch]
+    for epoch in range(start, len(curves[0].epochs)):
+        metrics = combine([c.epochs[epoch] for c in curves])
         if time_scale > 0:
             time.sleep(time_scale * (metrics.get("time/train_s", 0.0) or 0.0))
         with tempfile.TemporaryDirectory() as folder:

@@ -125,7 +125,7 @@ def test_the_replay_gives_live_training_s_metrics_and_a_live_search_s_decisions(
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         replayed = bench_strategies.run_one(
-            "ours", table, 0, budget=100, time_scale=0.0, scratch=tmp_path / "replay",
+            "ours-asha", table, 0, budget=100, time_scale=0.0, scratch=tmp_path / "replay",
             trials=4, concurrent=1,
         )  # fmt: skip
     finally:

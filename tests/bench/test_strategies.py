@@ -1,0 +1,110 @@
+"""The strategies bench's bookkeeping: what a search costs with k seeds per config, which
+config it would pick, and how that pick does at the training seeds it never saw."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import bench_strategies
+import pytest
+import tabular
+
+from trainables import names
+
+R = names.BEST_RETRIEVAL
+
+
+def _curve(variant: str, seed: int, values: list[float], final: float) -> tabular.Curve:
+    epochs: list[dict[str, float]] = [
+        {"epoch": e, names.PRIMARY_RETRIEVAL: v, R: max(values[: e + 1]), "time/train_s": 1.0}
+        for e, v in enumerate(values)
+    ]
+    epochs[-1][names.FINISHED] = final
+    config = {"variant": variant, "margin": 0.2, "seed": seed}
+    return tabular.Curve(variant, 0.2, seed, config, epochs)
+
+
+def _table(seeds: int = 3) -> tabular.RecordedTable:
+    # a: best at seed 0 only (luck); b: good everywhere; c: poor everywhere
+    finals = {"a": [60.0, 40.0, 41.0], "b": [55.0, 54.0, 56.0], "c": [30.0, 31.0, 29.0]}
+    curves = [
+        _curve(v, s, [0.0, f[s] / 2, f[s]], final=f[s] + 1)
+        for v, f in finals.items()
+        for s in range(seeds)
+    ]
+    return tabular.RecordedTable(curves, {"variants": {v: {} for v in finals}})
+
+
+def _events(picks: list[tuple[str, float]], cost: int = 1) -> bench_strategies.Events:
+    """A search that reported epochs 0-2 of each variant in turn at seed-0 values."""
+    reports = [(v, e, value * e / 2, 0.0) for v, value in picks for e in range(3)]
+    return bench_strategies.Events(reports, {v: (v, 0.2) for v, _ in picks}, cost)
+
+
+def test_cost_counts_every_seed_of_a_report() -> None:
+    one, two = _events([("c", 30.0), ("a", 60.0)]), _events([("c", 30.0), ("a", 60.0)], cost=2)
+    assert one.curve() == [15.0, 30.0, 30.0, 60.0]
+    assert two.curve() == [15.0, 15.0, 30.0, 30.0, 30.0, 30.0, 60.0, 60.0]
+    assert len(two.incumbents()) == len(two.curve())
+
+
+def test_the_pick_is_valued_at_the_seeds_the_search_never_saw() -> None:
+    table = _table()
+    events = _events([("c", 30.0), ("a", 60.0), ("b", 55.0)])
+    assert [p[0] for p in events.incumbents()] == ["c", "c", "c", "a", "a", "a"]
+    [curve] = bench_strategies.heldout_curves(table, [(0, events)], seeds_per_config=1)
+    # unseen: seeds 1 and 2; ensemble values (final + 1): a 41.0/42.0, b 55.0/57.0, c 32/30
+    best = (55.0 + 57.0) / 2
+    assert curve[:3] == [pytest.approx(100 * 31.0 / best)] * 3
+    assert curve[3:] == [pytest.approx(100 * 41.5 / best)] * 3  # a: seed 0's luck
+    # two seeds per config: only seed 2 is unseen; a search that saw all has no curve
+    [k2] = bench_strategies.heldout_curves(table, [(0, events)], seeds_per_config=2)
+    assert k2[-1] == pytest.approx(100 * 42.0 / 57.0)
+    assert bench_strategies.heldout_curves(table, [(0, events)], seeds_per_config=3) == []
+
+
+def test_seed_runs_wrap_in_the_table_order() -> None:
+    table = _table()
+    assert table.seed_run(0, 2) == [0, 1] and table.seed_run(2, 2) == [2, 0]
+    with pytest.raises(ValueError, match="the table has 3"):
+        table.seed_run(0, 4)
+
+
+def test_the_default_strategies_leave_out_what_ours_already_is() -> None:
+    short = bench_strategies.default_strategies(False, epochs=4, warm_table=False)
+    assert "ours-fifo" not in short and "ours-asha" in short and "ours-warm-table" not in short
+    long = bench_strategies.default_strategies(False, epochs=8, warm_table=True)
+    assert "ours-asha" not in long and "ours-fifo" in long and "ours-warm-table" in long
+    assert bench_strategies.scheduler_of("ours-both", 4) == "asha"  # Pareto halving
+    assert bench_strategies.scheduler_of("ours-k2", 4) == "fifo"
+
+
+@pytest.mark.slow
+def test_a_two_seed_replay_reports_the_seeds_mean_and_pays_for_both(tmp_path: Path) -> None:
+    import ray
+
+    table = _table(seeds=2)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        events = bench_strategies.run_one(
+            "ours-k2", table, 0, budget=8, time_scale=0.0, scratch=tmp_path, concurrent=1
+        )
+    finally:
+        ray.shutdown()
+    assert events.cost == 2
+    trained = [r for r in events.reports if r[1] >= 1]
+    assert len(trained) == 4  # budget 8 trial-epochs = 2 trials x 2 epochs x 2 seeds
+    for trial, epoch, value, _ in events.reports:
+        variant, _ = events.configs[trial]
+        both = [table.curve(variant, 0.2, s).epochs[epoch][R] for s in (0, 1)]
+        assert value == pytest.approx(sum(both) / 2)
+
+
+def test_a_k_seed_search_is_measured_against_the_grid_s_best_mean() -> None:
+    table = _table()
+    # the best mean over seeds 0 and 1: b, (55 + 54) / 2 = 54.5 (a's 60 at seed 0 is luck)
+    events = _events([("b", 54.5)], cost=2)
+    [curve] = bench_strategies.percent_curves(table, [(0, events)], both=False, k=2)
+    assert curve[-1] == pytest.approx(100.0)
+    [one] = bench_strategies.percent_curves(table, [(0, _events([("b", 55.0)]))], both=False)
+    assert one[-1] == pytest.approx(100 * 55.0 / 60.0)  # one seed: against a's lucky 60
