@@ -1,7 +1,8 @@
 """The recurrent layer alone on the CPU: forward + backward of ``nn.GRU``/``nn.LSTM`` on a
 packed batch against the hand-written packed layers the caption encoder trains through on
-the CPU (``trainables._packed_rnn``). The two alternate, best of the repeats; the ratio is
-torch's time over the hand-written one.
+the CPU (``trainables._packed_rnn``), its two directions one after the other with all of
+torch's threads and side by side on two threads (with ``--threads`` >= 2). They take
+turns, best of the repeats; the ratios are torch's time over the hand-written ones.
 
     python bench/bench_rnn.py                              # GRU and LSTM, n 256 and 1024
     python bench/bench_rnn.py --cells lstm --hidden-sizes 1024 --batch-sizes 32 128
@@ -25,19 +26,21 @@ from trainables._packed_rnn import packed_bidirectional
 CELLS = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}
 
 
-def step(rnn: torch.nn.Module, x: torch.Tensor, lengths: torch.Tensor, hand: bool) -> float:
-    """Seconds for one forward + backward through ``rnn`` (or the hand-written layer)."""
+def step(rnn: torch.nn.Module, x: torch.Tensor, lengths: torch.Tensor, how: str) -> float:
+    """Seconds for one forward + backward through ``rnn`` (``how`` "torch"), or the
+    hand-written layer ("hand": the directions one after the other; "side": side by
+    side)."""
     started = time.perf_counter()
     packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-    if hand:
-        out = packed_bidirectional(packed.data, packed.batch_sizes, rnn)
-    else:
+    if how == "torch":
         out = rnn(packed)[0].data
+    else:
+        out = packed_bidirectional(packed.data, packed.batch_sizes, rnn, how == "side")
     out.sum().backward()
     return time.perf_counter() - started
 
 
-def measure(cell: str, n: int, batch: int, repeats: int, seed: int) -> tuple[float, float]:
+def measure(cell: str, n: int, batch: int, repeats: int, seed: int) -> dict[str, float]:
     generator = torch.Generator().manual_seed(seed)
     rnn = CELLS[cell](20, n, batch_first=True, bidirectional=True)
     lengths = torch.randint(30, 100, (batch,), generator=generator)
@@ -45,15 +48,17 @@ def measure(cell: str, n: int, batch: int, repeats: int, seed: int) -> tuple[flo
     with torch.no_grad():
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         want = rnn(packed)[0].data
-    with torch.enable_grad():
-        got = packed_bidirectional(packed.data, packed.batch_sizes, rnn)
-    torch.testing.assert_close(got.detach(), want, rtol=1e-4, atol=1e-4)
-    best = {False: float("inf"), True: float("inf")}
+    hows = ["torch", "hand"] + (["side"] if torch.get_num_threads() >= 2 else [])
+    for how in hows[1:]:
+        with torch.enable_grad():
+            got = packed_bidirectional(packed.data, packed.batch_sizes, rnn, how == "side")
+        torch.testing.assert_close(got.detach(), want, rtol=1e-4, atol=1e-4)
+    best = dict.fromkeys(hows, float("inf"))
     for _ in range(repeats):
-        for hand in (False, True):
+        for how in hows:
             rnn.zero_grad(set_to_none=True)
-            best[hand] = min(best[hand], step(rnn, x, lengths, hand))
-    return best[False], best[True]
+            best[how] = min(best[how], step(rnn, x, lengths, how))
+    return best
 
 
 def main() -> None:
@@ -68,16 +73,20 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     where = torch.device("cpu")
     print(f"{_common.machine(where)}; {args.threads} thread(s); best of {args.repeats}\n")
-    print("| cell | n | batch | torch s | hand-written s | speed-up |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    side = args.threads >= 2
+    print("| cell | n | batch | torch s | hand-written s | speed-up |"
+          + (" side by side s | speed-up |" if side else ""))  # fmt: skip
+    print("| --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if side else ""))
     for cell in args.cells:
         for n in args.hidden_sizes:
             for batch in args.batch_sizes:
-                base, hand = measure(cell, n, batch, args.repeats, args.seed)
-                print(
-                    f"| {cell} | {n} | {batch} | {base:.3f} | {hand:.3f} | {base / hand:.2f}x |",
-                    flush=True,
-                )
+                best = measure(cell, n, batch, args.repeats, args.seed)
+                base = best["torch"]
+                cells = [f"{best['hand']:.3f}", f"{base / best['hand']:.2f}x"]
+                if side:
+                    cells += [f"{best['side']:.3f}", f"{base / best['side']:.2f}x"]
+                print(f"| {cell} | {n} | {batch} | {base:.3f} | " + " | ".join(cells) + " |",
+                      flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

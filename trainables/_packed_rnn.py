@@ -8,8 +8,12 @@ gradient. With n=1024 that memory traffic took more time than the matrix product
 torch profiler: ``aten::fill_``/``aten::add_`` ahead of ``aten::mm``; see BENCHMARKS.md).
 Here the input projections of all steps are one matrix product before the recurrence,
 the recurrence keeps what its backward needs, and the backward computes the recurrent
-weights' gradients as one matrix product over all steps. Same parameters and the same
-equations as ``nn.GRU`` (gates ordered r, z, n)::
+weights' gradients as one matrix product over all steps. The two directions are
+independent until their outputs meet, so with 2 threads or more they run side by side,
+each on its own thread with half of torch's threads, forward and backward (no waiting
+on each other's small per-step products). Under CPU autocast (``precision="bf16"``) the
+matrix products run in bfloat16 (float32 accumulation) while the states stay float32.
+Same parameters and the same equations as ``nn.GRU`` (gates ordered r, z, n)::
 
     r = sigmoid(W_ir x + b_ir + W_hr h + b_hr)
     z = sigmoid(W_iz x + b_iz + W_hz h + b_hz)
@@ -26,7 +30,8 @@ and ``nn.LSTM`` (gates ordered i, f, g, o)::
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -34,153 +39,263 @@ import torch.nn.functional as F
 from torch import nn
 
 
-def _steps(
-    batch_sizes: list[int], offsets: list[int], last_first: bool
-) -> Iterator[tuple[slice, int]]:
-    """The packed rows of each step and how many there are, first step first or last
-    step first."""
-    order = range(len(batch_sizes) - 1, -1, -1) if last_first else range(len(batch_sizes))
-    for t in order:
-        yield slice(offsets[t], offsets[t] + batch_sizes[t]), batch_sizes[t]
+class _Steps:
+    """The packed rows of each step of one direction: ``batch_sizes[t]`` rows from
+    ``offsets[t]``; ``reverse``: the direction that runs from the last step to the first."""
+
+    def __init__(self, batch_sizes: list[int], offsets: list[int], reverse: bool) -> None:
+        self.batch_sizes, self.offsets, self.reverse = batch_sizes, offsets, reverse
+
+    def order(self, backward: bool) -> Iterator[tuple[slice, int]]:
+        """(rows, count) of every step in the order the forward (``backward``: its
+        backward) visits them."""
+        last_first = self.reverse != backward
+        t_order = range(len(self.batch_sizes))
+        for t in reversed(t_order) if last_first else t_order:
+            yield slice(self.offsets[t], self.offsets[t] + self.batch_sizes[t]), self.batch_sizes[t]
 
 
-class _PackedGRU(torch.autograd.Function):
-    """One direction's recurrence over packed input projections ``gi`` (rows of step t
-    at ``offsets[t]``, ``batch_sizes[t]`` of them, non-increasing in t); returns the
-    hidden state of every packed row. ``reverse`` runs from the last step to the first."""
+Saved = tuple[torch.Tensor, ...]
+Low = torch.dtype | None  # the dtype of the recurrent matrix products, None: the weights'
+
+
+class _Products:
+    """The recurrence's matrix products with ``w_hh``: in its own dtype, or in ``low``
+    (bfloat16: the CPU's bf16 dot products, float32 accumulation; the results are
+    rounded to ``low`` and added to float32 state)."""
+
+    def __init__(self, w_hh: torch.Tensor, low: torch.dtype | None) -> None:
+        self.low = low
+        self.w = w_hh if low is None else w_hh.to(low)
+
+    def step(self, bias: torch.Tensor, h: torch.Tensor, out: torch.Tensor) -> None:
+        """``out = bias + h @ w_hh.T`` (a forward step)."""
+        if self.low is None:
+            torch.addmm(bias, h, self.w.t(), out=out)
+        else:
+            torch.add(torch.mm(h.to(self.low), self.w.t()), bias, out=out)
+
+    def back(self, d: torch.Tensor, out: torch.Tensor, add: torch.Tensor | None = None) -> None:
+        """``out = add + d @ w_hh`` (a backward step; ``add`` None: 0)."""
+        if self.low is None:
+            if add is None:
+                torch.mm(d, self.w, out=out)
+            else:
+                torch.addmm(add, d, self.w, out=out)
+        elif add is None:
+            out.copy_(torch.mm(d.to(self.low), self.w))
+        else:
+            torch.add(torch.mm(d.to(self.low), self.w), add, out=out)
+
+    def weight_grad(self, d_all: torch.Tensor, h_all: torch.Tensor) -> torch.Tensor:
+        """``d_all.T @ h_all``: the gradient of ``w_hh`` over every step at once."""
+        if self.low is None:
+            return d_all.t() @ h_all
+        return (d_all.t().to(self.low) @ h_all.to(self.low)).to(d_all.dtype)
+
+
+def _gru_forward(
+    gi: torch.Tensor, w_hh: torch.Tensor, b_hh: torch.Tensor, steps: _Steps, low: Low
+) -> tuple[torch.Tensor, Saved]:
+    """One direction's GRU recurrence over packed input projections ``gi`` (rows of step
+    t at ``offsets[t]``, ``batch_sizes[t]`` of them, non-increasing in t): the hidden
+    state of every packed row, and what the backward needs."""
+    n = w_hh.shape[1]
+    out = gi.new_empty(gi.shape[0], n)
+    h_prev = gi.new_empty(gi.shape[0], n)  # the state each row's step started from
+    gh = gi.new_empty(gi.shape[0], 3 * n)  # W_h h + b_h of every row
+    rz = gi.new_empty(gi.shape[0], 2 * n)  # the r and z gates
+    new = gi.new_empty(gi.shape[0], n)  # the candidate state n
+    h = gi.new_zeros(steps.batch_sizes[0], n)
+    products = _Products(w_hh, low)
+    for rows, size in steps.order(backward=False):
+        hp = h[:size]
+        h_prev[rows] = hp
+        products.step(b_hh, hp, gh[rows])
+        torch.add(gi[rows, : 2 * n], gh[rows, : 2 * n], out=rz[rows]).sigmoid_()
+        torch.addcmul(gi[rows, 2 * n :], rz[rows, :n], gh[rows, 2 * n :], out=new[rows])
+        new[rows].tanh_()
+        torch.addcmul(new[rows], rz[rows, n:], hp - new[rows], out=out[rows])
+        hp.copy_(out[rows])
+    return out, (w_hh, h_prev, gh, rz, new)
+
+
+def _gru_backward(saved: Saved, grad_out: torch.Tensor, steps: _Steps, low: Low) -> Saved:
+    """The gradients of ``_gru_forward``'s ``gi``, ``w_hh`` and ``b_hh``."""
+    w_hh, h_prev, gh, rz, new = saved
+    n = w_hh.shape[1]
+    products = _Products(w_hh, low)
+    d_gi = grad_out.new_empty(grad_out.shape[0], 3 * n)
+    d_gh = grad_out.new_empty(grad_out.shape[0], 3 * n)
+    d_h = grad_out.new_zeros(steps.batch_sizes[0], n)
+    for rows, size in steps.order(backward=True):
+        r, z, cand = rz[rows, :n], rz[rows, n:], new[rows]
+        d = d_h[:size] + grad_out[rows]
+        d_n = d * (1 - z) * (1 - cand * cand)  # through tanh
+        d_gi[rows, 2 * n :] = d_n
+        d_gi[rows, n : 2 * n] = d * (h_prev[rows] - cand) * z * (1 - z)
+        d_gi[rows, :n] = d_n * gh[rows, 2 * n :] * r * (1 - r)
+        d_gh[rows, : 2 * n] = d_gi[rows, : 2 * n]
+        torch.mul(d_n, r, out=d_gh[rows, 2 * n :])
+        products.back(d_gh[rows], d_h[:size], add=d * z)
+    return d_gi, products.weight_grad(d_gh, h_prev), d_gh.sum(dim=0)
+
+
+def _lstm_forward(
+    gi: torch.Tensor, w_hh: torch.Tensor, b_hh: torch.Tensor, steps: _Steps, low: Low
+) -> tuple[torch.Tensor, Saved]:
+    """As ``_gru_forward``, for the LSTM: ``gi`` holds the 4n input projections."""
+    n = w_hh.shape[1]
+    out = gi.new_empty(gi.shape[0], n)
+    h_prev = gi.new_empty(gi.shape[0], n)  # the states each row's step started from
+    c_prev = gi.new_empty(gi.shape[0], n)
+    gates = gi.new_empty(gi.shape[0], 4 * n)  # i, f, g, o after their nonlinearities
+    tanh_c = gi.new_empty(gi.shape[0], n)  # tanh of the new cell state
+    h = gi.new_zeros(steps.batch_sizes[0], n)
+    c = gi.new_zeros(steps.batch_sizes[0], n)
+    products = _Products(w_hh, low)
+    for rows, size in steps.order(backward=False):
+        hp, cp = h[:size], c[:size]
+        h_prev[rows] = hp
+        c_prev[rows] = cp
+        g = gates[rows]
+        products.step(b_hh, hp, g)
+        g += gi[rows]
+        g[:, : 2 * n].sigmoid_()
+        g[:, 2 * n : 3 * n].tanh_()
+        g[:, 3 * n :].sigmoid_()
+        cp.mul_(g[:, n : 2 * n]).addcmul_(g[:, :n], g[:, 2 * n : 3 * n])  # c' in place
+        torch.tanh(cp, out=tanh_c[rows])
+        torch.mul(g[:, 3 * n :], tanh_c[rows], out=out[rows])
+        hp.copy_(out[rows])
+    return out, (w_hh, h_prev, c_prev, gates, tanh_c)
+
+
+def _lstm_backward(saved: Saved, grad_out: torch.Tensor, steps: _Steps, low: Low) -> Saved:
+    """The gradients of ``_lstm_forward``'s ``gi``, ``w_hh`` and ``b_hh``."""
+    w_hh, h_prev, c_prev, gates, tanh_c = saved
+    n = w_hh.shape[1]
+    products = _Products(w_hh, low)
+    d_gates = grad_out.new_empty(grad_out.shape[0], 4 * n)  # before the nonlinearities
+    d_h = grad_out.new_zeros(steps.batch_sizes[0], n)
+    d_c = grad_out.new_zeros(steps.batch_sizes[0], n)
+    for rows, size in steps.order(backward=True):
+        g, tc = gates[rows], tanh_c[rows]
+        i, f, cand, o = g[:, :n], g[:, n : 2 * n], g[:, 2 * n : 3 * n], g[:, 3 * n :]
+        d = d_h[:size] + grad_out[rows]
+        dc = d_c[:size].addcmul_(d * o, 1 - tc * tc)  # d_c of this step
+        dg = d_gates[rows]
+        torch.mul(d * tc, o * (1 - o), out=dg[:, 3 * n :])
+        torch.mul(dc * cand, i * (1 - i), out=dg[:, :n])
+        torch.mul(dc * c_prev[rows], f * (1 - f), out=dg[:, n : 2 * n])
+        torch.mul(dc * i, 1 - cand * cand, out=dg[:, 2 * n : 3 * n])
+        dc.mul_(f)  # d_c of the previous step
+        products.back(dg, d_h[:size])
+    return d_gates, products.weight_grad(d_gates, h_prev), d_gates.sum(dim=0)
+
+
+# packed_bidirectional's default for ``side_by_side``; None: when torch has 2 threads or
+# more (a benchmark sets it to compare the two)
+SIDE_BY_SIDE: bool | None = None
+_CELLS = {"gru": (_gru_forward, _gru_backward), "lstm": (_lstm_forward, _lstm_backward)}
+_pool: ThreadPoolExecutor | None = None
+
+
+def _both(work: Callable[[int], Any], side_by_side: bool) -> list[Any]:
+    """``[work(0), work(1)]`` (the two directions): one after the other with every
+    thread of torch's, or side by side, the second on a helper thread, each with half of
+    them (one core each on 2 cores: two independent recurrences do not wait for each
+    other's small matrix products)."""
+    if not side_by_side:
+        return [work(0), work(1)]
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packed-rnn")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, threads // 2))
+    try:
+        other = _pool.submit(_without_grad, work, 1)  # grad mode is per thread
+        first = work(0)
+        return [first, other.result()]
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _without_grad(work: Callable[[int], Any], direction: int) -> Any:
+    with torch.no_grad():
+        return work(direction)
+
+
+class _Bidirectional(torch.autograd.Function):
+    """Both directions' recurrences over their packed input projections: the forward
+    direction from the first step, the reverse one from the last."""
 
     @staticmethod
     def forward(
         ctx: Any,
-        gi: torch.Tensor,
-        w_hh: torch.Tensor,
-        b_hh: torch.Tensor,
+        cell: str,
         batch_sizes: list[int],
         offsets: list[int],
-        reverse: bool,
-    ) -> torch.Tensor:
-        n = w_hh.shape[1]
-        out = gi.new_empty(gi.shape[0], n)
-        h_prev = gi.new_empty(gi.shape[0], n)  # the state each row's step started from
-        gh = gi.new_empty(gi.shape[0], 3 * n)  # W_h h + b_h of every row
-        rz = gi.new_empty(gi.shape[0], 2 * n)  # the r and z gates
-        new = gi.new_empty(gi.shape[0], n)  # the candidate state n
-        h = gi.new_zeros(batch_sizes[0], n)
-        w_hh_t = w_hh.t()
-        for rows, size in _steps(batch_sizes, offsets, last_first=reverse):
-            hp = h[:size]
-            h_prev[rows] = hp
-            torch.addmm(b_hh, hp, w_hh_t, out=gh[rows])
-            torch.add(gi[rows, : 2 * n], gh[rows, : 2 * n], out=rz[rows]).sigmoid_()
-            torch.addcmul(gi[rows, 2 * n :], rz[rows, :n], gh[rows, 2 * n :], out=new[rows])
-            new[rows].tanh_()
-            torch.addcmul(new[rows], rz[rows, n:], hp - new[rows], out=out[rows])
-            hp.copy_(out[rows])
-        ctx.save_for_backward(w_hh, h_prev, gh, rz, new)
-        ctx.steps = (batch_sizes, offsets, reverse)
-        return out
+        side_by_side: bool,
+        low: Low,
+        gi_f: torch.Tensor,
+        w_f: torch.Tensor,
+        b_f: torch.Tensor,
+        gi_r: torch.Tensor,
+        w_r: torch.Tensor,
+        b_r: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        forward, _ = _CELLS[cell]
+        steps = (_Steps(batch_sizes, offsets, False), _Steps(batch_sizes, offsets, True))
+        inputs = ((gi_f, w_f, b_f), (gi_r, w_r, b_r))
+        (out_f, saved_f), (out_r, saved_r) = _both(
+            lambda d: forward(*inputs[d], steps[d], low), side_by_side
+        )
+        ctx.save_for_backward(*saved_f, *saved_r)
+        ctx.cell, ctx.steps, ctx.side_by_side, ctx.low = cell, steps, side_by_side, low
+        ctx.count = len(saved_f)
+        return out_f, out_r
 
     @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
-        w_hh, h_prev, gh, rz, new = ctx.saved_tensors
-        batch_sizes, offsets, reverse = ctx.steps
-        n = w_hh.shape[1]
-        d_gi = grad_out.new_empty(grad_out.shape[0], 3 * n)
-        d_gh = grad_out.new_empty(grad_out.shape[0], 3 * n)
-        d_h = grad_out.new_zeros(batch_sizes[0], n)
-        for rows, size in _steps(batch_sizes, offsets, last_first=not reverse):
-            r, z, cand = rz[rows, :n], rz[rows, n:], new[rows]
-            d = d_h[:size] + grad_out[rows]
-            d_n = d * (1 - z) * (1 - cand * cand)  # through tanh
-            d_gi[rows, 2 * n :] = d_n
-            d_gi[rows, n : 2 * n] = d * (h_prev[rows] - cand) * z * (1 - z)
-            d_gi[rows, :n] = d_n * gh[rows, 2 * n :] * r * (1 - r)
-            d_gh[rows, : 2 * n] = d_gi[rows, : 2 * n]
-            torch.mul(d_n, r, out=d_gh[rows, 2 * n :])
-            torch.addmm(d * z, d_gh[rows], w_hh, out=d_h[:size])
-        return d_gi, d_gh.t() @ h_prev, d_gh.sum(dim=0), None, None, None
-
-
-class _PackedLSTM(torch.autograd.Function):
-    """As ``_PackedGRU``, for the LSTM: ``gi`` holds the 4n input projections."""
-
-    @staticmethod
-    def forward(
-        ctx: Any,
-        gi: torch.Tensor,
-        w_hh: torch.Tensor,
-        b_hh: torch.Tensor,
-        batch_sizes: list[int],
-        offsets: list[int],
-        reverse: bool,
-    ) -> torch.Tensor:
-        n = w_hh.shape[1]
-        out = gi.new_empty(gi.shape[0], n)
-        h_prev = gi.new_empty(gi.shape[0], n)  # the states each row's step started from
-        c_prev = gi.new_empty(gi.shape[0], n)
-        gates = gi.new_empty(gi.shape[0], 4 * n)  # i, f, g, o after their nonlinearities
-        tanh_c = gi.new_empty(gi.shape[0], n)  # tanh of the new cell state
-        h = gi.new_zeros(batch_sizes[0], n)
-        c = gi.new_zeros(batch_sizes[0], n)
-        w_hh_t = w_hh.t()
-        for rows, size in _steps(batch_sizes, offsets, last_first=reverse):
-            hp, cp = h[:size], c[:size]
-            h_prev[rows] = hp
-            c_prev[rows] = cp
-            g = gates[rows]
-            torch.addmm(b_hh, hp, w_hh_t, out=g)
-            g += gi[rows]
-            g[:, : 2 * n].sigmoid_()
-            g[:, 2 * n : 3 * n].tanh_()
-            g[:, 3 * n :].sigmoid_()
-            cp.mul_(g[:, n : 2 * n]).addcmul_(g[:, :n], g[:, 2 * n : 3 * n])  # c' in place
-            torch.tanh(cp, out=tanh_c[rows])
-            torch.mul(g[:, 3 * n :], tanh_c[rows], out=out[rows])
-            hp.copy_(out[rows])
-        ctx.save_for_backward(w_hh, h_prev, c_prev, gates, tanh_c)
-        ctx.steps = (batch_sizes, offsets, reverse)
-        return out
-
-    @staticmethod
-    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[Any, ...]:
-        w_hh, h_prev, c_prev, gates, tanh_c = ctx.saved_tensors
-        batch_sizes, offsets, reverse = ctx.steps
-        n = w_hh.shape[1]
-        d_gates = grad_out.new_empty(grad_out.shape[0], 4 * n)  # before the nonlinearities
-        d_h = grad_out.new_zeros(batch_sizes[0], n)
-        d_c = grad_out.new_zeros(batch_sizes[0], n)
-        for rows, size in _steps(batch_sizes, offsets, last_first=not reverse):
-            g, tc = gates[rows], tanh_c[rows]
-            i, f, cand, o = g[:, :n], g[:, n : 2 * n], g[:, 2 * n : 3 * n], g[:, 3 * n :]
-            d = d_h[:size] + grad_out[rows]
-            dc = d_c[:size].addcmul_(d * o, 1 - tc * tc)  # d_c of this step
-            dg = d_gates[rows]
-            torch.mul(d * tc, o * (1 - o), out=dg[:, 3 * n :])
-            torch.mul(dc * cand, i * (1 - i), out=dg[:, :n])
-            torch.mul(dc * c_prev[rows], f * (1 - f), out=dg[:, n : 2 * n])
-            torch.mul(dc * i, 1 - cand * cand, out=dg[:, 2 * n : 3 * n])
-            dc.mul_(f)  # d_c of the previous step
-            torch.mm(dg, w_hh, out=d_h[:size])
-        return d_gates, d_gates.t() @ h_prev, d_gates.sum(dim=0), None, None, None
+    def backward(ctx: Any, grad_f: torch.Tensor, grad_r: torch.Tensor) -> tuple[Any, ...]:
+        _, backward = _CELLS[ctx.cell]
+        saved = ctx.saved_tensors
+        halves = (saved[: ctx.count], saved[ctx.count :])
+        grads = (grad_f.contiguous(), grad_r.contiguous())
+        (d_f, d_r) = _both(
+            lambda d: backward(halves[d], grads[d], ctx.steps[d], ctx.low), ctx.side_by_side
+        )
+        return None, None, None, None, None, *d_f, *d_r
 
 
 def packed_bidirectional(
-    data: torch.Tensor, batch_sizes: torch.Tensor, rnn: nn.GRU | nn.LSTM
+    data: torch.Tensor,
+    batch_sizes: torch.Tensor,
+    rnn: nn.GRU | nn.LSTM,
+    side_by_side: bool | None = None,
+    low: torch.dtype | None = None,
 ) -> torch.Tensor:
     """The output rows ``(sum of lengths, 2n)`` of the one-layer bidirectional ``rnn``
     (a GRU or an LSTM, ``batch_first`` or not: packed data are time-major either way) on
     the packed ``data`` with ``batch_sizes`` (a ``PackedSequence``'s fields), from zero
-    states."""
-    recurrence = _PackedLSTM if isinstance(rnn, nn.LSTM) else _PackedGRU
+    states. ``side_by_side``: run the two directions on two threads, each with half of
+    torch's threads (default: when torch has 2 threads or more). ``low``: the dtype of
+    the recurrent matrix products (``torch.bfloat16``; default: the weights')."""
+    cell = "lstm" if isinstance(rnn, nn.LSTM) else "gru"
     sizes = batch_sizes.tolist()
     offsets = [0]
     for size in sizes[:-1]:
         offsets.append(offsets[-1] + size)
-    outputs = []
-    for suffix, reverse in (("", False), ("_reverse", True)):
-        gi = F.linear(
-            data, getattr(rnn, f"weight_ih_l0{suffix}"), getattr(rnn, f"bias_ih_l0{suffix}")
-        )
+    if side_by_side is None:
+        side_by_side = SIDE_BY_SIDE if SIDE_BY_SIDE is not None else torch.get_num_threads() >= 2
+    args: list[torch.Tensor] = []
+    for suffix in ("", "_reverse"):
+        w_ih, b_ih = getattr(rnn, f"weight_ih_l0{suffix}"), getattr(rnn, f"bias_ih_l0{suffix}")
         w_hh, b_hh = getattr(rnn, f"weight_hh_l0{suffix}"), getattr(rnn, f"bias_hh_l0{suffix}")
-        outputs.append(recurrence.apply(gi, w_hh, b_hh, sizes, offsets, reverse))
-    return torch.cat(outputs, dim=1)
+        if low is None:
+            gi = F.linear(data, w_ih, b_ih)
+        else:  # the input projections too; the recurrence adds them to float32 state
+            gi = F.linear(data.to(low), w_ih.to(low), b_ih.to(low)).to(data.dtype)
+        args += [gi, w_hh, b_hh]
+    out_f, out_r = _Bidirectional.apply(cell, sizes, offsets, side_by_side, low, *args)
+    return torch.cat((out_f, out_r), dim=1)

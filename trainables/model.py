@@ -159,7 +159,11 @@ class CaptionEncoder(nn.Module):
         embedded = self.embedding(chars)
         packed = pack_padded_sequence(embedded, lengths, batch_first=True, enforce_sorted=False)
         if _hand_written_backward(chars):
-            data = packed_bidirectional(packed.data, packed.batch_sizes, self.rnn)
+            # under autocast (precision "bf16"): the recurrent products in bfloat16, the
+            # state in float32 (autocast would round it at every step)
+            low = torch.get_autocast_dtype("cpu") if torch.is_autocast_enabled("cpu") else None
+            with torch.autocast("cpu", enabled=False):
+                data = packed_bidirectional(packed.data, packed.batch_sizes, self.rnn, low=low)
             packed_states = PackedSequence(
                 data, packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices
             )
@@ -182,13 +186,9 @@ def _required(tokenizer: Tokenizer | None, config: TrainConfig) -> Tokenizer:
 def _hand_written_backward(chars: torch.Tensor) -> bool:
     """Train on the CPU through ``packed_bidirectional``: the same parameters and
     equations as ``nn.GRU``/``nn.LSTM``, with a forward and backward 1.6-3.1x faster
-    than their CPU kernels (see BENCHMARKS.md). Inference, autocast and GPUs (cuDNN) keep
-    torch's modules."""
-    return (
-        chars.device.type == "cpu"
-        and torch.is_grad_enabled()
-        and not torch.is_autocast_enabled("cpu")
-    )
+    than their CPU kernels (see BENCHMARKS.md); under autocast with bfloat16 products.
+    Inference and GPUs (cuDNN) keep torch's modules."""
+    return chars.device.type == "cpu" and torch.is_grad_enabled()
 
 
 class ImageEncoder(nn.Module):

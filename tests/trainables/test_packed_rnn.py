@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from trainables._packed_rnn import packed_bidirectional
@@ -12,12 +13,15 @@ from trainables.config import TrainConfig
 from trainables.model import CharEncoding, GroundedEncoder
 
 
+@pytest.mark.parametrize("side_by_side", [False, True])  # the directions on one/two threads
 @pytest.mark.parametrize("cell", [torch.nn.GRU, torch.nn.LSTM])
 @pytest.mark.parametrize(
     ("hidden", "lengths"),
     [(8, [5, 1, 3, 5, 2]), (16, [7]), (4, [3, 3, 3]), (32, [1, 9, 4, 12, 2, 2, 8])],
 )
-def test_outputs_and_gradients_match_torch(cell: type, hidden: int, lengths: list[int]) -> None:
+def test_outputs_and_gradients_match_torch(
+    cell: type, hidden: int, lengths: list[int], side_by_side: bool
+) -> None:
     torch.manual_seed(0)
     rnn = cell(6, hidden, batch_first=True, bidirectional=True).double()
     x = torch.randn(len(lengths), max(lengths), 6, dtype=torch.float64, requires_grad=True)
@@ -28,7 +32,7 @@ def test_outputs_and_gradients_match_torch(cell: type, hidden: int, lengths: lis
         if use_torch:
             out = rnn(packed)[0].data
         else:
-            out = packed_bidirectional(packed.data, packed.batch_sizes, rnn)
+            out = packed_bidirectional(packed.data, packed.batch_sizes, rnn, side_by_side)
         weights = torch.linspace(-1, 1, out.numel(), dtype=torch.float64).view_as(out)
         grads = torch.autograd.grad((out * weights).sum(), [x, *rnn.parameters()])
         results.append((out, grads))
@@ -51,3 +55,44 @@ def test_caption_encoder_trains_through_it_and_embeds_alike(rnn_type: str) -> No
     torch.testing.assert_close(training.detach(), inference, rtol=0, atol=1e-6)
     training.sum().backward()
     assert all(p.grad is not None for p in model.caption_encoder.rnn.parameters())
+
+
+@pytest.mark.parametrize("cell", [torch.nn.GRU, torch.nn.LSTM])
+def test_bfloat16_products_stay_close_to_float32(cell: type) -> None:
+    torch.manual_seed(0)
+    rnn = cell(20, 64, batch_first=True, bidirectional=True)
+    lengths = torch.tensor([40, 7, 25, 33])
+    x = torch.randn(4, 40, 20, requires_grad=True)
+    results = []
+    for low in (None, torch.bfloat16):
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out = packed_bidirectional(packed.data, packed.batch_sizes, rnn, False, low)
+        assert out.dtype == torch.float32  # the state stays float32
+        grads = torch.autograd.grad(out.square().sum(), [x, *rnn.parameters()])
+        results.append((out.detach(), grads))
+    (want, want_grads), (got, got_grads) = results
+    assert (got - want).abs().max() < 0.05 and not torch.equal(got, want)
+    for expected, have in zip(want_grads, got_grads, strict=True):
+        cosine = F.cosine_similarity(expected.flatten(), have.flatten(), dim=0)
+        assert cosine > 0.995 and have.dtype == torch.float32
+
+
+def _graph_names(fn: object, seen: set[str] | None = None) -> set[str]:
+    seen = set() if seen is None else seen
+    if fn is not None:
+        seen.add(type(fn).__name__)
+        for child, _ in getattr(fn, "next_functions", ()):
+            _graph_names(child, seen)
+    return seen
+
+
+def test_bf16_autocast_trains_through_the_hand_written_layer_with_bf16_products() -> None:
+    torch.manual_seed(0)
+    model = GroundedEncoder(TrainConfig(hidden_size=16), 4)
+    chars, lengths = CharEncoding().encode(["a red cube", "two", "a big blue ball, left"])
+    chars_t, lengths_t = torch.from_numpy(chars).long(), torch.from_numpy(lengths)
+    plain = model.caption_encoder(chars_t, lengths_t)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        low = model.caption_encoder(chars_t, lengths_t)
+    assert "_BidirectionalBackward" in _graph_names(low.grad_fn)
+    assert 0 < (low.float() - plain).abs().max() < 0.05

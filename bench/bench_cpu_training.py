@@ -1,0 +1,274 @@
+"""Training on the CPU: our Trainer against the authors' own training loop, and against
+the machine's matrix-product peak (issue 19).
+
+    python bench/bench_cpu_training.py --authors-repo PATH \\
+        [--sizes 256:32,256:128,1024:32,1024:128] [--steps 6] [--repeats 3] [--threads 2] \\
+        [--profile N:B] [--compare-directions] [--bf16]
+    python bench/bench_cpu_training.py --ours-only --threads 1 ...   # ours alone
+
+``PATH`` is a copy of the authors' released code (github.com/DannyMerkx/caption2image: a
+work tree, or the git directory ``fetch`` brings, whose ``PyTorch/functions`` is then
+extracted to a temporary folder); nothing of it is in this repository. For each size n
+and batch B, on the same batches of the embedded world's training split (the first
+``--steps`` of an epoch's plan, after one warm-up step), timed alternately, best of
+``--repeats``:
+
+- **authors**: their ``flickr_trainer.train_epoch`` (their ``text_rnn_encoder``: a
+  bidirectional ``nn.GRU`` over a packed batch, one attention head of 128 hidden units;
+  their ``img_encoder``; their ``batch_hinge_loss``; Adam with their cyclic
+  ``LambdaLR``; their gradient clipping at the Flickr8k values, as ours clips), fed the
+  batches already in their format (character indices, lengths, float64 features): their
+  HDF5 reads and string conversion are left out of the time;
+- **ours**: ``Trainer.train_batches`` (the code path of every epoch) with the same n,
+  batch, margin and clipping.
+
+It prints captions/s of both, their ratio, and ours as a share of the **matmul peak**:
+the best of ``torch.mm`` on two 2048 x 2048 float32 matrices at the same threads,
+measured in the same run. Useful FLOPs per caption are counted over the packed
+characters (padding excluded): per character and direction ``2 G n (E + n)`` for the
+recurrence (G = 3 gates for the GRU, E = 20 embedding), ``2 * 2 * 2n * 128`` for the
+attention, per caption ``2 * 2048 * 2n`` for the image encoder, and the backward as
+twice the forward. ``--profile N:B`` prints the torch profiler's table of our steps at
+that size: what the time left goes to.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import io
+import math
+import os
+import string
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import _common
+import numpy as np
+import torch
+from bench_training import profile, time_alternately
+
+from trainables import _packed_rnn
+from trainables.config import TrainConfig
+from trainables.data import EncodedSplit, TrainingData, epoch_batches
+from trainables.loop import Trainer
+
+EMBED = 20  # the character embedding (SPEC section 1), both loops
+ATTENTION_HIDDEN = 128
+FEATURES = 2048
+
+
+def authors_functions(repo: Path, scratch: Path) -> Path:
+    """The folder of the authors' ``PyTorch/functions``: in a work tree, or extracted
+    from a git directory."""
+    inside = repo / "PyTorch" / "functions"
+    if inside.is_dir():
+        return inside
+    if not (repo / "HEAD").is_file():
+        raise SystemExit(f"error: --authors-repo {repo}: neither a work tree with "
+                         "PyTorch/functions nor a git directory")  # fmt: skip
+    archive = subprocess.run(
+        ["git", f"--git-dir={repo}", "archive", "HEAD", "PyTorch/functions"],
+        capture_output=True, check=True,
+    ).stdout  # fmt: skip
+    subprocess.run(["tar", "-x", "-C", str(scratch)], input=archive, check=True)
+    return scratch / "PyTorch" / "functions"
+
+
+def _authors_index(text: str) -> list[int]:
+    """Their character indices, as their ``find_index``: ``string.printable``'s position
+    + 1 (0 pads), -1 for a character outside it."""
+    return [i + 1 if (i := string.printable.find(c)) != -1 else -1 for c in text]
+
+
+def authors_batches(split: EncodedSplit, plan: np.ndarray) -> list[tuple[Any, Any, list[int]]]:
+    """Our batches in the format their batcher yields: (float64 features, character
+    indices padded to the batch's longest caption, lengths)."""
+    batches = []
+    for rows in plan:
+        texts = [str(split.captions[r]) for r in rows]
+        lengths = [len(t) for t in texts]
+        chars = np.zeros((len(texts), max(lengths)))
+        for i, text in enumerate(texts):
+            chars[i, : len(text)] = _authors_index(text)
+        features = np.float64(split.features[rows // 5])
+        batches.append((features, chars, lengths))
+    return batches
+
+
+class AuthorsLoop:
+    """Their trainer, built as their Flickr8k character script builds it, at size n."""
+
+    def __init__(self, functions: Path, n: int, batch: int, steps_per_cycle: int, seed: int):
+        sys.path.insert(0, str(functions))
+        from costum_loss import batch_hinge_loss
+        from encoders import img_encoder, text_rnn_encoder
+        from torch.optim import lr_scheduler
+        from trainer import flickr_trainer
+
+        torch.manual_seed(seed)
+        chars = {"num_chars": 100, "embedding_dim": EMBED, "sparse": False, "padding_idx": 0}
+        rnn = {"input_size": EMBED, "hidden_size": n, "num_layers": 1, "batch_first": True,
+               "bidirectional": True, "dropout": 0}  # fmt: skip
+        att = {"in_size": 2 * n, "hidden_size": ATTENTION_HIDDEN, "heads": 1}
+        image = img_encoder({"linear": {"in_size": FEATURES, "out_size": 2 * n}, "norm": True})
+        caption = text_rnn_encoder({"embed": chars, "rnn": rnn, "att": att})
+        params = list(image.parameters()) + list(caption.parameters())
+        optimizer = torch.optim.Adam(params, 1)
+
+        def cyclic(it: int, lo: float = 1e-6, hi: float = 1e-3) -> float:
+            return (hi - lo) * (0.5 * (math.cos(math.pi * (1 + 2 / steps_per_cycle * it)) + 1)) + lo
+
+        self.trainer = flickr_trainer(image, caption, "resnet", "raw_text")
+        self.trainer.set_loss(batch_hinge_loss)
+        self.trainer.set_optimizer(optimizer)
+        self.trainer.set_lr_scheduler(lr_scheduler.LambdaLR(optimizer, cyclic), "cyclic")
+        self.trainer.set_gradient_clipping(0.0025, 0.05)
+        self.batch = batch
+
+    def train(self, batches: list[tuple[Any, Any, list[int]]]) -> None:
+        self.trainer.batcher = lambda data, batch_size, shuffle: iter(batches)
+        with contextlib.redirect_stdout(io.StringIO()):  # their per-epoch prints
+            self.trainer.train_epoch(None, self.batch)
+
+
+def flops_per_caption(n: int, mean_length: float, gates: int = 3) -> float:
+    """Useful FLOPs of one training step per caption (see the module docstring)."""
+    per_char = 2 * (2 * gates * n * (EMBED + n)) + 2 * 2 * (2 * n) * ATTENTION_HIDDEN
+    per_caption = 2 * FEATURES * 2 * n
+    return 3 * (per_char * mean_length + per_caption)
+
+
+def matmul_peak(repeats: int = 10, size: int = 2048) -> float:
+    """The best FLOP/s of ``torch.mm`` on two ``size`` x ``size`` float32 matrices."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    best = math.inf
+    for _ in range(repeats):
+        started = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - started)
+    return 2 * size**3 / best
+
+
+def compare(
+    args: argparse.Namespace, data: TrainingData, functions: Path | None, n: int, batch: int,
+    peak: float,
+) -> dict[str, float]:  # fmt: skip
+    config = TrainConfig(
+        hidden_size=n, batch_size=batch, device="cpu", semantic_every=0, threads=args.threads
+    )
+    plan = epoch_batches(data.train.num_images, batch, config.seed, 0)
+    if len(plan) < args.steps + 1:
+        raise SystemExit(f"error: --steps: {len(plan)} batches of {batch} in an epoch, "
+                         f"fewer than --steps + 1 ({args.steps + 1})")  # fmt: skip
+    timed = plan[1 : 1 + args.steps]
+    ours = Trainer(config, data)
+    bf16 = Trainer(dataclasses.replace(config, precision="bf16"), data) if args.bf16 else None
+    runs = {"ours": lambda: _ours(ours, timed, side_by_side=None)}
+    if functions is not None:
+        cycle = 5 * (data.train.num_images // batch) * 4
+        authors = AuthorsLoop(functions, n, batch, cycle, config.seed)
+        theirs_timed = authors_batches(data.train, timed)
+        runs["authors"] = lambda: authors.train(theirs_timed)
+    if args.compare_directions:
+        runs["ours, one direction after the other"] = lambda: _ours(ours, timed, False)
+    if bf16 is not None:
+        runs["ours, bf16"] = lambda: _ours(bf16, timed, side_by_side=None)
+    for run in runs.values():  # warm-up: allocator, threads, the first step's set-up
+        run()
+    best, _ = time_alternately(runs, torch.device("cpu"), args.repeats)
+    mean_length = float(np.mean(data.train.lengths[timed.reshape(-1)]))
+    flops = flops_per_caption(n, mean_length)
+    rate = {name: args.steps * batch / seconds for name, seconds in best.items()}
+    rate.setdefault("authors", math.nan)  # --ours-only
+    for name in runs:
+        if name == "authors":
+            continue
+        share = rate[name] * flops / peak
+        print(
+            f"{n:>5} {batch:>5}  {rate['authors']:>10.1f}  {rate[name]:>10.1f}  "
+            f"{rate[name] / rate['authors']:>5.2f}x  {flops / 1e9:>8.3f}  {100 * share:>6.1f}%"
+            f"  {name}",
+            flush=True,
+        )
+    if args.profile == f"{n}:{batch}":
+        profile(runs["ours"], torch.device("cpu"))
+    return {"ratio": rate["ours"] / rate["authors"], "share": rate["ours"] * flops / peak}
+
+
+def _ours(trainer: Trainer, plan: np.ndarray, side_by_side: bool | None) -> None:
+    """``trainer``'s steps over ``plan``, its two directions side by side or not (None:
+    the default)."""
+    before = _packed_rnn.SIDE_BY_SIDE
+    _packed_rnn.SIDE_BY_SIDE = side_by_side
+    try:
+        trainer.train_batches(plan).cpu()
+    finally:
+        _packed_rnn.SIDE_BY_SIDE = before
+
+
+def _sizes(text: str) -> list[tuple[int, int]]:
+    try:
+        pairs = [tuple(int(x) for x in item.split(":")) for item in text.split(",")]
+    except ValueError:
+        pairs = []
+    if not pairs or any(len(p) != 2 or min(p) < 2 for p in pairs):
+        raise SystemExit(f"error: --sizes: got {text!r}, expected N:BATCH[,N:BATCH...] "
+                         "with N and BATCH at least 2")  # fmt: skip
+    return [(p[0], p[1]) for p in pairs]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--authors-repo", type=Path, default=None,
+                   help="the authors' caption2image: a work tree or a git directory")  # fmt: skip
+    p.add_argument("--sizes", default="256:32,256:128,1024:32,1024:128", help="N:BATCH,...")
+    p.add_argument("--steps", type=int, default=6, help="timed steps per run")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--images", type=int, default=1000, help="training images of the world")
+    p.add_argument("--store", default=None, help="default: the embedded world, built once")
+    p.add_argument("--profile", default="", help="N:BATCH: profile our steps at that size")
+    p.add_argument("--compare-directions", action="store_true",
+                   help="also ours with the two directions one after the other")  # fmt: skip
+    p.add_argument("--bf16", action="store_true", help="also ours with precision bf16")
+    p.add_argument("--ours-only", action="store_true",
+                   help="time ours alone (no --authors-repo needed): two of these side by "
+                   "side with --threads 1 are what a 2-trial search's trials get")  # fmt: skip
+    args = p.parse_args()
+    sizes = _sizes(args.sizes)
+    if args.authors_repo is None and not args.ours_only:
+        raise SystemExit("error: --authors-repo: missing; give a copy of the authors' "
+                         "caption2image, or --ours-only")  # fmt: skip
+    torch.set_num_threads(args.threads)
+    store = _common.world(args.store, 10_000)
+    data = _common.load(store, args.images)
+    peak = matmul_peak()
+    print(f"{_common.machine(torch.device('cpu'))}; {args.threads} threads; load "
+          f"{os.getloadavg()[0]:.2f}; matmul peak {peak / 1e9:.1f} GFLOP/s (torch.mm, "
+          f"2048 x 2048 float32); {args.steps} timed steps, best of {args.repeats}")  # fmt: skip
+    print("    n batch  authors c/s    ours c/s  ratio  GFLOP/c  of peak")
+    warnings.filterwarnings("ignore", category=FutureWarning)  # the authors' torch calls
+    with tempfile.TemporaryDirectory(prefix="authors-") as scratch:
+        functions = (
+            None
+            if args.ours_only
+            else authors_functions(args.authors_repo.resolve(), Path(scratch))
+        )
+        results = [compare(args, data, functions, n, b, peak) for n, b in sizes]
+    at_1024 = [f"{100 * r['share']:.1f}%" for (n, _), r in zip(sizes, results, strict=True)
+               if n == 1024]  # fmt: skip
+    print(f"load at the end {os.getloadavg()[0]:.2f}; goal: >= 3x the authors at every "
+          f"size (lowest {min(r['ratio'] for r in results):.2f}x), >= 50% of the peak at "
+          f"n=1024 ({', '.join(at_1024) or 'not run'})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
