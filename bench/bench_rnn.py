@@ -6,6 +6,7 @@ turns, best of the repeats; the ratios are torch's time over the hand-written on
 
     python bench/bench_rnn.py                              # GRU and LSTM, n 256 and 1024
     python bench/bench_rnn.py --cells lstm --hidden-sizes 1024 --batch-sizes 32 128
+    python bench/bench_rnn.py --threads 2 --against /tmp/before   # A/B with another checkout
 
 Inputs are a character embedding's width (20) with caption lengths drawn uniformly from
 30-99 characters (the embedded world's are 20-80, Flickr8k's mostly 30-100), one fixed
@@ -15,7 +16,10 @@ batch per setting; a check first asserts both give the same outputs (float32, 1e
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import time
+from pathlib import Path
+from typing import Any
 
 import _common
 import torch
@@ -24,6 +28,18 @@ from torch.nn.utils.rnn import pack_padded_sequence
 from trainables._packed_rnn import packed_bidirectional
 
 CELLS = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}
+_BEFORE: list[Any] = []  # --against: another checkout's trainables._packed_rnn
+
+
+def _load_before(tree: Path) -> None:
+    path = tree / "trainables" / "_packed_rnn.py"
+    if not path.is_file():
+        raise SystemExit(f"error: --against {tree}: no trainables/_packed_rnn.py in it")
+    spec = importlib.util.spec_from_file_location("before_packed_rnn", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    _BEFORE.append(module)
 
 
 def step(rnn: torch.nn.Module, x: torch.Tensor, lengths: torch.Tensor, how: str) -> float:
@@ -34,6 +50,8 @@ def step(rnn: torch.nn.Module, x: torch.Tensor, lengths: torch.Tensor, how: str)
     packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
     if how == "torch":
         out = rnn(packed)[0].data
+    elif how == "before":  # --against: that checkout's layer, its own defaults
+        out = _BEFORE[0].packed_bidirectional(packed.data, packed.batch_sizes, rnn)
     else:
         out = packed_bidirectional(packed.data, packed.batch_sizes, rnn, how == "side")
     out.sum().backward()
@@ -49,6 +67,7 @@ def measure(cell: str, n: int, batch: int, repeats: int, seed: int) -> dict[str,
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         want = rnn(packed)[0].data
     hows = ["torch", "hand"] + (["side"] if torch.get_num_threads() >= 2 else [])
+    hows += ["before"] if _BEFORE else []
     for how in hows[1:]:
         with torch.enable_grad():
             got = packed_bidirectional(packed.data, packed.batch_sizes, rnn, how == "side")
@@ -69,14 +88,22 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--against", type=Path, default=None,
+                        help="another checkout whose layer to time alongside (an A/B)")  # fmt: skip
     args = parser.parse_args()
+    if args.against is not None:
+        _load_before(args.against)
     torch.set_num_threads(args.threads)
     where = torch.device("cpu")
     print(f"{_common.machine(where)}; {args.threads} thread(s); best of {args.repeats}\n")
     side = args.threads >= 2
-    print("| cell | n | batch | torch s | hand-written s | speed-up |"
-          + (" side by side s | speed-up |" if side else ""))  # fmt: skip
-    print("| --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if side else ""))
+    if _BEFORE:
+        print(f"before: {args.against}")
+    more = (" side by side s | speed-up |" if side else "") + (
+        " before s | speed-up |" if _BEFORE else ""
+    )
+    print("| cell | n | batch | torch s | hand-written s | speed-up |" + more)
+    print("| --- | --- | --- | --- | --- | --- |" + " --- | --- |" * more.count(" s |"))
     for cell in args.cells:
         for n in args.hidden_sizes:
             for batch in args.batch_sizes:
@@ -85,6 +112,8 @@ def main() -> None:
                 cells = [f"{best['hand']:.3f}", f"{base / best['hand']:.2f}x"]
                 if side:
                     cells += [f"{best['side']:.3f}", f"{base / best['side']:.2f}x"]
+                if _BEFORE:
+                    cells += [f"{best['before']:.3f}", f"{base / best['before']:.2f}x"]
                 print(f"| {cell} | {n} | {batch} | {base:.3f} | " + " | ".join(cells) + " |",
                       flush=True)  # fmt: skip
 
