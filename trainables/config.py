@@ -187,7 +187,9 @@ class TrainConfig:
     # -- run --
     seed: int = 0  # seeds the initialisation and the batch order (0 to 2**63 - 1)
     device: str = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:N" (N <= 127)
-    precision: str = "fp32"  # "fp32" or "bf16" (autocast on GPU, checked against fp32)
+    # "fp32" or "bf16": autocast (on a GPU; on the CPU the recurrence's own products in
+    # bfloat16 with float32 state, 3.7x the authors' loop at n=1024: BENCHMARKS.md)
+    precision: str = "fp32"
     threads: int = 0  # torch CPU threads (0 = leave torch's default; at most MAX_THREADS)
 
     def __post_init__(self) -> None:
