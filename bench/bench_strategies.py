@@ -70,6 +70,7 @@ from ray import cloudpickle, tune
 from ray.tune.schedulers import FIFOScheduler, HyperBandScheduler, TrialScheduler
 
 from gridsearch import _optuna
+from gridsearch._sampler import SpaceFillingSampler
 from gridsearch._scheduler import make_scheduler
 from gridsearch._scheduler_choice import resolve_scheduler
 from gridsearch.spaces import SearchSpace
@@ -87,6 +88,7 @@ STRATEGIES = (
 OURS = ("ours", "ours-asha", "ours-fifo", "ours-repeats", "ours-warm", "ours-warm-table",
         "ours-k2")  # fmt: skip
 SEEDS_PER_CONFIG = {"ours-k2": 2}
+STARTUP_OVERRIDE: list[int] = []  # --startup N: ours with N space-filling starts
 BOTH = ("ours-both", "ours-both-fifo", "motpe-fifo")  # --objective both
 BOTH_METRICS, BOTH_MODES = [names.BEST_RETRIEVAL, names.BEST_SEMANTIC], ["max", "max"]
 SHARES = (0.05, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50)  # budgets, as shares of the grid
@@ -258,6 +260,8 @@ def build(
     asha = make_scheduler("asha", epochs, cycle)
     if name in OURS:
         sampler, _ = _optuna.make_sampler(free, seed, False, trials)
+        if STARTUP_OVERRIDE:  # --startup: another number of space-filling starts
+            sampler = SpaceFillingSampler(min(trials, STARTUP_OVERRIDE[0]), seed)
         skip = name != "ours-repeats"
         scheduler = make_scheduler(scheduler_of(name, epochs), epochs, cycle)
         return _searcher(free, fixed, sampler, study, db, concurrent, skip), scheduler, fixed
@@ -526,7 +530,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--warm-table", type=Path, default=None,
                    help="ours-warm-table: the table of a related problem (same space) whose "
                    "ours search starts each search")  # fmt: skip
+    p.add_argument("--startup", type=int, default=None,
+                   help="ours-*: this many space-filling starts, not the driver's")  # fmt: skip
     args = p.parse_args(argv)
+    if args.startup is not None:
+        if args.startup < 1:
+            p.error(f"--startup: got {args.startup}, expected at least 1")
+        STARTUP_OVERRIDE[:] = [args.startup]
     table = tabular.RecordedTable.read(args.table)
     warm_table = tabular.RecordedTable.read(args.warm_table) if args.warm_table else None
     budget = max(1, int(args.budget * table.grid_cost()))

@@ -98,7 +98,7 @@ class SearchSettings:
     space_file: Path | None  # a YAML/TOML space file (absolute)
     objective: str  # "retrieval", "semantic" or "both"
     scheduler: str  # "auto", "asha" (Pareto-rank halving for "both") or "fifo"; the
-    # driver resolves "auto" once the trials' epochs are known (_scheduler.resolve_scheduler)
+    # driver resolves "auto" once the epochs are known (_scheduler_choice.resolve_scheduler)
     num_samples: int | None  # trials; None = the space's grid size or a default (the
     # record holds the number the search resolved it to)
     epochs: int | None  # epochs per trial; None = the model size's default
