@@ -154,16 +154,25 @@ def test_seed_agreement_reads_the_ranking_across_seeds() -> None:
     assert lines[3] == "  top-4 overlap: 4 of 4"
 
 
-def test_the_recorded_problem_in_the_repository_is_whole() -> None:
+@pytest.mark.parametrize(
+    ("problem", "variants", "margins", "seeds"),
+    [
+        ("paper_margin", 8, 10, (0, 1)),
+        ("lr_batch", 2 * 4 * 2 * 3, 1, (0, 1, 2)),  # 2 models x lr_max x lr_min x batch
+    ],
+)
+def test_the_recorded_problems_in_the_repository_are_whole(
+    problem: str, variants: int, margins: int, seeds: tuple[int, ...]
+) -> None:
     import hashlib
 
-    folder = Path(__file__).resolve().parents[2] / "bench" / "recorded" / "paper_margin"
+    folder = Path(__file__).resolve().parents[2] / "bench" / "recorded" / problem
     table = tabular.RecordedTable.read(folder)
     digest = hashlib.sha256((folder / tabular.TABLE_FILE).read_bytes()).hexdigest()
     assert digest == table.manifest["table_sha256"]
-    assert len(table.variants) == 8 and len(table.margins) == 10 and table.seeds == (0, 1)
-    assert table.max_epoch == table.manifest["epochs"] == 4
-    assert len(table.curves) == 8 * 10 * 2  # every config at every seed, epochs 0..4
+    assert len(table.variants) == variants and len(table.margins) == margins
+    assert table.seeds == seeds and table.max_epoch == table.manifest["epochs"] == 4
+    assert len(table.curves) == variants * margins * len(seeds)  # every config and seed
     for curve in table.curves.values():
         assert curve.config["variant"] == curve.variant and curve.config["seed"] == curve.seed
         values = [e[names.BEST_RETRIEVAL] for e in curve.epochs]
