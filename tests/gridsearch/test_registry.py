@@ -67,7 +67,10 @@ def _run(argv: list[str]) -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def search(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory) -> Search:
     runs_dir = tmp_path_factory.mktemp("registry-search")
+    # FIFO: every trial to the end whatever order they arrive in (auto would halve by
+    # Pareto rank for "both")
     argv = ["--space", SPACE, *SMOKE, "--objective", "both", "--num-samples", "3"]
+    argv += ["--scheduler", "fifo"]
     argv += ["--data", str(tiny_world), "--runs-dir", str(runs_dir), "--experiment", EXPERIMENT]
     status, out = _run(argv)
     assert status == 0, out
