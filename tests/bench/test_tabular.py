@@ -159,6 +159,7 @@ def test_seed_agreement_reads_the_ranking_across_seeds() -> None:
     [
         ("paper_margin", 8, 10, (0, 1)),
         ("lr_batch", 2 * 4 * 2 * 3, 1, (0, 1, 2)),  # 2 models x lr_max x lr_min x batch
+        ("lr_batch_500", 2 * 4 * 2 * 3, 1, (0, 1)),  # the same on a 500-image world
     ],
 )
 def test_the_recorded_problems_in_the_repository_are_whole(
