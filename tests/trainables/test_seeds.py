@@ -9,24 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.trainables.test_loop import SMALL as LOOP_SMALL
 from trainables import names
 from trainables.config import TrainConfig
 from trainables.data import TrainingData
 from trainables.loop import Trainer
 from trainables.seeds import SPREAD_KEYS, SeedGroup, combine, state_file
 
-SMALL = dict(
-    hidden_size=8,
-    batch_size=8,
-    epochs=2,
-    snapshot_interval=1,
-    ensemble_size=2,
-    lr_max=3e-3,
-    device="cpu",
-    semantic_every=0,
-    threads=1,
-    seed=5,
-)
+SMALL = {**LOOP_SMALL, "epochs": 2, "seed": 5}  # the loop tests' tiny model
 R, T = names.BEST_RETRIEVAL, names.TRAIN_SECONDS
 
 
