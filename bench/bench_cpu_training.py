@@ -3,7 +3,7 @@ the machine's matrix-product peak (issue 19).
 
     python bench/bench_cpu_training.py --authors-repo PATH \\
         [--sizes 256:32,256:128,1024:32,1024:128] [--steps 6] [--repeats 3] [--threads 2] \\
-        [--profile N:B] [--compare-directions] [--bf16]
+        [--profile N:B] [--compare-directions] [--compare-loops] [--bf16]
     python bench/bench_cpu_training.py --ours-only --threads 1 ...   # ours alone
 
 ``PATH`` is a copy of the authors' released code (github.com/DannyMerkx/caption2image: a
@@ -171,7 +171,7 @@ def compare(
     timed = plan[1 : 1 + args.steps]
     ours = Trainer(config, data)
     bf16 = Trainer(dataclasses.replace(config, precision="bf16"), data) if args.bf16 else None
-    runs = {"ours": lambda: _ours(ours, timed, side_by_side=None)}
+    runs = {"ours": lambda: _ours(ours, timed, None)}
     if functions is not None:
         cycle = 5 * (data.train.num_images // batch) * 4
         authors = AuthorsLoop(functions, n, batch, cycle, config.seed)
@@ -179,8 +179,10 @@ def compare(
         runs["authors"] = lambda: authors.train(theirs_timed)
     if args.compare_directions:
         runs["ours, one direction after the other"] = lambda: _ours(ours, timed, False)
+    if args.compare_loops:
+        runs["ours, the per-step loop in Python"] = lambda: _ours(ours, timed, None, "python")
     if bf16 is not None:
-        runs["ours, bf16"] = lambda: _ours(bf16, timed, side_by_side=None)
+        runs["ours, bf16"] = lambda: _ours(bf16, timed, None)
     for run in runs.values():  # warm-up: allocator, threads, the first step's set-up
         run()
     best, _ = time_alternately(runs, torch.device("cpu"), args.repeats)
@@ -203,15 +205,17 @@ def compare(
     return {"ratio": rate["ours"] / rate["authors"], "share": rate["ours"] * flops / peak}
 
 
-def _ours(trainer: Trainer, plan: np.ndarray, side_by_side: bool | None) -> None:
-    """``trainer``'s steps over ``plan``, its two directions side by side or not (None:
-    the default)."""
-    before = _packed_rnn.SIDE_BY_SIDE
-    _packed_rnn.SIDE_BY_SIDE = side_by_side
+def _ours(
+    trainer: Trainer, plan: np.ndarray, side_by_side: bool | None, loop: str | None = None
+) -> None:
+    """``trainer``'s steps over ``plan``, its two directions side by side or not, its
+    per-step loop ``loop`` (None: the defaults)."""
+    before = _packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP
+    _packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP = side_by_side, loop
     try:
         trainer.train_batches(plan).cpu()
     finally:
-        _packed_rnn.SIDE_BY_SIDE = before
+        _packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP = before
 
 
 def _sizes(text: str) -> list[tuple[int, int]]:
@@ -238,6 +242,8 @@ def main() -> None:
     p.add_argument("--profile", default="", help="N:BATCH: profile our steps at that size")
     p.add_argument("--compare-directions", action="store_true",
                    help="also ours with the two directions one after the other")  # fmt: skip
+    p.add_argument("--compare-loops", action="store_true",
+                   help="also ours with the recurrence's per-step loop in Python")  # fmt: skip
     p.add_argument("--bf16", action="store_true", help="also ours with precision bf16")
     p.add_argument("--ours-only", action="store_true",
                    help="time ours alone (no --authors-repo needed): two of these side by "

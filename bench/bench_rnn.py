@@ -1,12 +1,14 @@
 """The recurrent layer alone on the CPU: forward + backward of ``nn.GRU``/``nn.LSTM`` on a
 packed batch against the hand-written packed layers the caption encoder trains through on
 the CPU (``trainables._packed_rnn``), its two directions one after the other with all of
-torch's threads and side by side on two threads (with ``--threads`` >= 2). They take
-turns, best of the repeats; the ratios are torch's time over the hand-written ones.
+torch's threads and side by side on two threads (with ``--threads`` >= 2), each with
+its per-step loop in C++ and in Python (``--loops``). They take turns, best of the
+repeats; the ratios are torch's time over the hand-written ones.
 
     python bench/bench_rnn.py                              # GRU and LSTM, n 256 and 1024
     python bench/bench_rnn.py --cells lstm --hidden-sizes 1024 --batch-sizes 32 128
     python bench/bench_rnn.py --threads 2 --against /tmp/before   # A/B with another checkout
+    python bench/bench_rnn.py --threads 2 --loops cpp               # the C++ loop only
 
 Inputs are a character embedding's width (20) with caption lengths drawn uniformly from
 30-99 characters (the embedded world's are 20-80, Flickr8k's mostly 30-100), one fixed
@@ -25,7 +27,7 @@ import _common
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from trainables._packed_rnn import packed_bidirectional
+from trainables._packed_rnn import LOOPS, packed_bidirectional
 
 CELLS = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}
 _BEFORE: list[Any] = []  # --against: another checkout's trainables._packed_rnn
@@ -42,10 +44,16 @@ def _load_before(tree: Path) -> None:
     _BEFORE.append(module)
 
 
+def _hand(how: str) -> tuple[bool, str]:
+    """(side by side, loop) of a hand-written arrangement: "hand-cpp", "side-python"..."""
+    arrangement, loop = how.split("-")
+    return arrangement == "side", loop
+
+
 def step(rnn: torch.nn.Module, x: torch.Tensor, lengths: torch.Tensor, how: str) -> float:
     """Seconds for one forward + backward through ``rnn`` (``how`` "torch"), or the
-    hand-written layer ("hand": the directions one after the other; "side": side by
-    side)."""
+    hand-written layer ("hand-<loop>": the directions one after the other; "side-<loop>":
+    side by side)."""
     started = time.perf_counter()
     packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
     if how == "torch":
@@ -53,12 +61,15 @@ def step(rnn: torch.nn.Module, x: torch.Tensor, lengths: torch.Tensor, how: str)
     elif how == "before":  # --against: that checkout's layer, its own defaults
         out = _BEFORE[0].packed_bidirectional(packed.data, packed.batch_sizes, rnn)
     else:
-        out = packed_bidirectional(packed.data, packed.batch_sizes, rnn, how == "side")
+        side, loop = _hand(how)
+        out = packed_bidirectional(packed.data, packed.batch_sizes, rnn, side, loop=loop)
     out.sum().backward()
     return time.perf_counter() - started
 
 
-def measure(cell: str, n: int, batch: int, repeats: int, seed: int) -> dict[str, float]:
+def measure(
+    cell: str, n: int, batch: int, repeats: int, seed: int, loops: list[str]
+) -> dict[str, float]:
     generator = torch.Generator().manual_seed(seed)
     rnn = CELLS[cell](20, n, batch_first=True, bidirectional=True)
     lengths = torch.randint(30, 100, (batch,), generator=generator)
@@ -66,12 +77,14 @@ def measure(cell: str, n: int, batch: int, repeats: int, seed: int) -> dict[str,
     with torch.no_grad():
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         want = rnn(packed)[0].data
-    hows = ["torch", "hand"] + (["side"] if torch.get_num_threads() >= 2 else [])
-    hows += ["before"] if _BEFORE else []
+    hows = ["torch"] + [f"hand-{loop}" for loop in loops]
+    hows += [f"side-{loop}" for loop in loops] if torch.get_num_threads() >= 2 else []
     for how in hows[1:]:
+        side, loop = _hand(how)
         with torch.enable_grad():
-            got = packed_bidirectional(packed.data, packed.batch_sizes, rnn, how == "side")
+            got = packed_bidirectional(packed.data, packed.batch_sizes, rnn, side, loop=loop)
         torch.testing.assert_close(got.detach(), want, rtol=1e-4, atol=1e-4)
+    hows += ["before"] if _BEFORE else []
     best = dict.fromkeys(hows, float("inf"))
     for _ in range(repeats):
         for how in hows:
@@ -88,6 +101,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--loops",
+        nargs="+",
+        choices=LOOPS,
+        default=list(LOOPS),
+        help="the hand-written layer's per-step loops to time (default: both)",
+    )
     parser.add_argument("--against", type=Path, default=None,
                         help="another checkout whose layer to time alongside (an A/B)")  # fmt: skip
     args = parser.parse_args()
@@ -96,24 +116,25 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     where = torch.device("cpu")
     print(f"{_common.machine(where)}; {args.threads} thread(s); best of {args.repeats}\n")
-    side = args.threads >= 2
     if _BEFORE:
         print(f"before: {args.against}")
-    more = (" side by side s | speed-up |" if side else "") + (
-        " before s | speed-up |" if _BEFORE else ""
-    )
-    print("| cell | n | batch | torch s | hand-written s | speed-up |" + more)
-    print("| --- | --- | --- | --- | --- | --- |" + " --- | --- |" * more.count(" s |"))
+    label = {"hand": "in turn", "side": "side by side"}
+    columns: list[str] = []
+    header = "| cell | n | batch | torch s |"
     for cell in args.cells:
         for n in args.hidden_sizes:
             for batch in args.batch_sizes:
-                best = measure(cell, n, batch, args.repeats, args.seed)
+                best = measure(cell, n, batch, args.repeats, args.seed, args.loops)
+                if not columns:
+                    columns = [how for how in best if how != "torch"]
+                    for how in columns:
+                        arrangement, _, loop = how.partition("-")
+                        name = how if how == "before" else f"{loop}, {label[arrangement]}"
+                        header += f" {name} s | speed-up |"
+                    print(header)
+                    print("| --- | --- | --- | --- |" + " --- | --- |" * len(columns))
                 base = best["torch"]
-                cells = [f"{best['hand']:.3f}", f"{base / best['hand']:.2f}x"]
-                if side:
-                    cells += [f"{best['side']:.3f}", f"{base / best['side']:.2f}x"]
-                if _BEFORE:
-                    cells += [f"{best['before']:.3f}", f"{base / best['before']:.2f}x"]
+                cells = [f"{best[how]:.3f} | {base / best[how]:.2f}x" for how in columns]
                 print(f"| {cell} | {n} | {batch} | {base:.3f} | " + " | ".join(cells) + " |",
                       flush=True)  # fmt: skip
 

@@ -13,6 +13,10 @@ independent until their outputs meet, so with 2 threads or more they run side by
 each on its own thread with half of torch's threads, forward and backward (no waiting
 on each other's small per-step products). Under CPU autocast (``precision="bf16"``) the
 matrix products run in bfloat16 (float32 accumulation) while the states stay float32.
+The per-step loops run in C++ (``_packed_rnn.cpp``, built on first use by
+``trainables._packed_rnn_cpp``; one product and one fused pass over the gates per step)
+where it builds, float32/float64 CPU tensors; the Python functions below are the same
+loops, the reference the tests hold the C++ ones to, and the fallback.
 Same parameters and the same equations as ``nn.GRU`` (gates ordered r, z, n)::
 
     r = sigmoid(W_ir x + b_ir + W_hr h + b_hr)
@@ -37,6 +41,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from trainables import _packed_rnn_cpp
 
 
 class _Steps:
@@ -194,10 +200,64 @@ def _lstm_backward(saved: Saved, grad_out: torch.Tensor, steps: _Steps, low: Low
     return d_gates, products.weight_grad(d_gates, h_prev), d_gates.sum(dim=0)
 
 
+def _gru_forward_cpp(
+    gi: torch.Tensor, w_hh: torch.Tensor, b_hh: torch.Tensor, steps: _Steps, low: Low
+) -> tuple[torch.Tensor, Saved]:
+    """``_gru_forward`` with the loop in C++."""
+    ext = _packed_rnn_cpp.extension()
+    w_mm = _Products(w_hh, low).w
+    out, *saved = ext.gru_forward(  # type: ignore[union-attr]
+        gi, w_hh, w_mm, b_hh, steps.batch_sizes, steps.offsets, steps.reverse
+    )
+    return out, (w_hh, *saved)
+
+
+def _gru_backward_cpp(saved: Saved, grad_out: torch.Tensor, steps: _Steps, low: Low) -> Saved:
+    """``_gru_backward`` with the loop in C++."""
+    w_hh, h_prev, gh, rz, new = saved
+    products = _Products(w_hh, low)
+    d_gi, d_gh = _packed_rnn_cpp.extension().gru_backward(  # type: ignore[union-attr]
+        products.w, h_prev, gh, rz, new, grad_out, steps.batch_sizes, steps.offsets,
+        steps.reverse,
+    )  # fmt: skip
+    return d_gi, products.weight_grad(d_gh, h_prev), d_gh.sum(dim=0)
+
+
+def _lstm_forward_cpp(
+    gi: torch.Tensor, w_hh: torch.Tensor, b_hh: torch.Tensor, steps: _Steps, low: Low
+) -> tuple[torch.Tensor, Saved]:
+    """``_lstm_forward`` with the loop in C++."""
+    ext = _packed_rnn_cpp.extension()
+    w_mm = _Products(w_hh, low).w
+    out, *saved = ext.lstm_forward(  # type: ignore[union-attr]
+        gi, w_hh, w_mm, b_hh, steps.batch_sizes, steps.offsets, steps.reverse
+    )
+    return out, (w_hh, *saved)
+
+
+def _lstm_backward_cpp(saved: Saved, grad_out: torch.Tensor, steps: _Steps, low: Low) -> Saved:
+    """``_lstm_backward`` with the loop in C++."""
+    w_hh, h_prev, c_prev, gates, tanh_c = saved
+    products = _Products(w_hh, low)
+    (d_gates,) = _packed_rnn_cpp.extension().lstm_backward(  # type: ignore[union-attr]
+        products.w, c_prev, gates, tanh_c, grad_out, steps.batch_sizes, steps.offsets,
+        steps.reverse,
+    )  # fmt: skip
+    return d_gates, products.weight_grad(d_gates, h_prev), d_gates.sum(dim=0)
+
+
 # packed_bidirectional's default for ``side_by_side``; None: when torch has 2 threads or
 # more (a benchmark sets it to compare the two)
 SIDE_BY_SIDE: bool | None = None
-_CELLS = {"gru": (_gru_forward, _gru_backward), "lstm": (_lstm_forward, _lstm_backward)}
+# and for ``loop``: "cpp" or "python"; None: "cpp" where it applies and builds
+LOOP: str | None = None
+LOOPS = ("cpp", "python")
+_CELLS = {
+    ("gru", "python"): (_gru_forward, _gru_backward),
+    ("lstm", "python"): (_lstm_forward, _lstm_backward),
+    ("gru", "cpp"): (_gru_forward_cpp, _gru_backward_cpp),
+    ("lstm", "cpp"): (_lstm_forward_cpp, _lstm_backward_cpp),
+}
 _pool: ThreadPoolExecutor | None = None
 
 
@@ -233,7 +293,7 @@ class _Bidirectional(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx: Any,
-        cell: str,
+        cell: tuple[str, str],
         batch_sizes: list[int],
         offsets: list[int],
         side_by_side: bool,
@@ -245,7 +305,7 @@ class _Bidirectional(torch.autograd.Function):
         w_r: torch.Tensor,
         b_r: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        forward, _ = _CELLS[cell]
+        forward, _ = _CELLS[cell]  # (cell, loop)
         steps = (_Steps(batch_sizes, offsets, False), _Steps(batch_sizes, offsets, True))
         inputs = ((gi_f, w_f, b_f), (gi_r, w_r, b_r))
         (out_f, saved_f), (out_r, saved_r) = _both(
@@ -268,20 +328,39 @@ class _Bidirectional(torch.autograd.Function):
         return None, None, None, None, None, *d_f, *d_r
 
 
+def _loop(loop: str | None, data: torch.Tensor) -> str:
+    """The per-step loop to run: ``loop``, else ``LOOP``, else C++ where it applies."""
+    loop = loop or LOOP
+    if loop is not None and loop not in LOOPS:
+        raise ValueError(f"loop: got {loop!r}, expected one of {LOOPS}")
+    applies = data.device.type == "cpu" and data.dtype in (torch.float32, torch.float64)
+    if loop == "cpp" and not applies:
+        raise ValueError(f"loop: the C++ loop runs float32/float64 CPU tensors, got {data.dtype} "
+                         f"on {data.device}")  # fmt: skip
+    if loop is None:
+        loop = "cpp" if applies and _packed_rnn_cpp.extension() is not None else "python"
+    if loop == "cpp" and _packed_rnn_cpp.extension() is None:
+        raise RuntimeError("loop: the C++ loop did not build here (see the warning above)")
+    return loop
+
+
 def packed_bidirectional(
     data: torch.Tensor,
     batch_sizes: torch.Tensor,
     rnn: nn.GRU | nn.LSTM,
     side_by_side: bool | None = None,
     low: torch.dtype | None = None,
+    loop: str | None = None,
 ) -> torch.Tensor:
     """The output rows ``(sum of lengths, 2n)`` of the one-layer bidirectional ``rnn``
     (a GRU or an LSTM, ``batch_first`` or not: packed data are time-major either way) on
     the packed ``data`` with ``batch_sizes`` (a ``PackedSequence``'s fields), from zero
     states. ``side_by_side``: run the two directions on two threads, each with half of
     torch's threads (default: when torch has 2 threads or more). ``low``: the dtype of
-    the recurrent matrix products (``torch.bfloat16``; default: the weights')."""
-    cell = "lstm" if isinstance(rnn, nn.LSTM) else "gru"
+    the recurrent matrix products (``torch.bfloat16``; default: the weights'). ``loop``:
+    "cpp" (default where it applies: float32/float64 CPU tensors, and the extension
+    builds) or "python"."""
+    cell = ("lstm" if isinstance(rnn, nn.LSTM) else "gru", _loop(loop, data))
     sizes = batch_sizes.tolist()
     offsets = [0]
     for size in sizes[:-1]:

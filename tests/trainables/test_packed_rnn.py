@@ -1,5 +1,5 @@
 """The CPU training path of the GRU and the LSTM (hand-written backwards) against
-``nn.GRU`` and ``nn.LSTM``."""
+``nn.GRU`` and ``nn.LSTM``, with the per-step loops in C++ and in Python."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from trainables._packed_rnn import packed_bidirectional
+from trainables._packed_rnn import LOOPS, _loop, packed_bidirectional
 from trainables.config import TrainConfig
 from trainables.model import CharEncoding, GroundedEncoder
 
 
+@pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("side_by_side", [False, True])  # the directions on one/two threads
 @pytest.mark.parametrize("cell", [torch.nn.GRU, torch.nn.LSTM])
 @pytest.mark.parametrize(
@@ -20,7 +21,7 @@ from trainables.model import CharEncoding, GroundedEncoder
     [(8, [5, 1, 3, 5, 2]), (16, [7]), (4, [3, 3, 3]), (32, [1, 9, 4, 12, 2, 2, 8])],
 )
 def test_outputs_and_gradients_match_torch(
-    cell: type, hidden: int, lengths: list[int], side_by_side: bool
+    cell: type, hidden: int, lengths: list[int], side_by_side: bool, loop: str
 ) -> None:
     torch.manual_seed(0)
     rnn = cell(6, hidden, batch_first=True, bidirectional=True).double()
@@ -32,7 +33,9 @@ def test_outputs_and_gradients_match_torch(
         if use_torch:
             out = rnn(packed)[0].data
         else:
-            out = packed_bidirectional(packed.data, packed.batch_sizes, rnn, side_by_side)
+            out = packed_bidirectional(
+                packed.data, packed.batch_sizes, rnn, side_by_side, loop=loop
+            )
         weights = torch.linspace(-1, 1, out.numel(), dtype=torch.float64).view_as(out)
         grads = torch.autograd.grad((out * weights).sum(), [x, *rnn.parameters()])
         results.append((out, grads))
@@ -57,8 +60,9 @@ def test_caption_encoder_trains_through_it_and_embeds_alike(rnn_type: str) -> No
     assert all(p.grad is not None for p in model.caption_encoder.rnn.parameters())
 
 
+@pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("cell", [torch.nn.GRU, torch.nn.LSTM])
-def test_bfloat16_products_stay_close_to_float32(cell: type) -> None:
+def test_bfloat16_products_stay_close_to_float32(cell: type, loop: str) -> None:
     torch.manual_seed(0)
     rnn = cell(20, 64, batch_first=True, bidirectional=True)
     lengths = torch.tensor([40, 7, 25, 33])
@@ -66,7 +70,7 @@ def test_bfloat16_products_stay_close_to_float32(cell: type) -> None:
     results = []
     for low in (None, torch.bfloat16):
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-        out = packed_bidirectional(packed.data, packed.batch_sizes, rnn, False, low)
+        out = packed_bidirectional(packed.data, packed.batch_sizes, rnn, False, low, loop)
         assert out.dtype == torch.float32  # the state stays float32
         grads = torch.autograd.grad(out.square().sum(), [x, *rnn.parameters()])
         results.append((out.detach(), grads))
@@ -96,3 +100,32 @@ def test_bf16_autocast_trains_through_the_hand_written_layer_with_bf16_products(
         low = model.caption_encoder(chars_t, lengths_t)
     assert "_BidirectionalBackward" in _graph_names(low.grad_fn)
     assert 0 < (low.float() - plain).abs().max() < 0.05
+
+
+@pytest.mark.parametrize("cell", [torch.nn.GRU, torch.nn.LSTM])
+def test_the_two_loops_agree_in_float32_on_a_caption_sized_batch(cell: type) -> None:
+    torch.manual_seed(0)
+    rnn = cell(20, 48, batch_first=True, bidirectional=True)
+    lengths = torch.tensor([61, 30, 45, 99, 30, 72])
+    x = torch.randn(6, 99, 20, requires_grad=True)
+    results = []
+    for loop in LOOPS:
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out = packed_bidirectional(packed.data, packed.batch_sizes, rnn, True, loop=loop)
+        grads = torch.autograd.grad(out.square().sum(), [x, *rnn.parameters()])
+        results.append((out.detach(), grads))
+    (want, want_grads), (got, got_grads) = results
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    for expected, have in zip(want_grads, got_grads, strict=True):
+        torch.testing.assert_close(have, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_default_loop_is_the_compiled_one_on_the_cpu() -> None:
+    rnn = torch.nn.GRU(3, 4, bidirectional=True)
+    packed = pack_padded_sequence(torch.randn(5, 2, 3), torch.tensor([5, 3]))
+    assert _loop(None, packed.data) == "cpp"
+    assert _loop(None, packed.data.half()) == "python"  # not a dtype the C++ loop has
+    with pytest.raises(ValueError, match="float32/float64 CPU"):
+        packed_bidirectional(packed.data.half(), packed.batch_sizes, rnn.half(), loop="cpp")
+    with pytest.raises(ValueError, match="expected one of"):
+        packed_bidirectional(packed.data, packed.batch_sizes, rnn, loop="fortran")
