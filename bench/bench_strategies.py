@@ -25,6 +25,7 @@ trial-epochs. Strategies:
 - ``ours-warm-table``: ours started from the ``ours`` search (same search seed) of
   another recorded table of the same space, ``--warm-table`` (a smaller world: the case
   ``--warm-start`` is for), its cost not counted;
+- ``ours-gp``: ours with Optuna's GP sampler after the space-filling starts, not TPE;
 - ``ours-k2``: ours with ``--seeds-per-config 2``: each trial the mean of two training
   seeds (the table's next one too), each of its epochs costing 2 trial-epochs;
 - ``random-asha``: Optuna's random sampler, the same ASHA;
@@ -46,10 +47,12 @@ search never saw, as a share of the best configuration's there.
 from __future__ import annotations
 
 import argparse
+import itertools
 import logging
 import math
 import os
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -79,14 +82,15 @@ from trainables import names
 # The replay trainable travels to Ray's workers by value: they need not find bench/ on
 # their path (a test imports it from elsewhere).
 cloudpickle.register_pickle_by_value(tabular)
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Parts.decode, for BOHB
 
 WITHIN = 0.99
 STRATEGIES = (
     "ours", "ours-asha", "ours-fifo", "ours-repeats", "ours-warm", "ours-warm-table",
-    "ours-k2", "random-asha", "tpe-fifo", "grid", "hyperband", "bohb",
+    "ours-k2", "ours-gp", "random-asha", "tpe-fifo", "grid", "hyperband", "bohb",
 )  # fmt: skip
 OURS = ("ours", "ours-asha", "ours-fifo", "ours-repeats", "ours-warm", "ours-warm-table",
-        "ours-k2")  # fmt: skip
+        "ours-k2", "ours-gp")  # fmt: skip
 SEEDS_PER_CONFIG = {"ours-k2": 2}
 STARTUP_OVERRIDE: list[int] = []  # --startup N: ours with N space-filling starts
 BOTH = ("ours-both", "ours-both-fifo", "motpe-fifo")  # --objective both
@@ -95,9 +99,10 @@ SHARES = (0.05, 0.10, 0.15, 0.20, 0.30, 0.40, 0.50)  # budgets, as shares of the
 
 
 class _Suggest:
-    """The define-by-run space of the recorded problem: variant and margin, both
-    categorical, decoded as ``bench_search_efficiency.VariantMargin`` does (Optuna puts
-    the variant's name beside the decoded keys, where the replay looks it up)."""
+    """The define-by-run space of the recorded problem in its ``variant`` form: variant
+    and margin, both categorical, decoded as ``bench_search_efficiency.VariantMargin``
+    does (Optuna puts the variant's name beside the decoded keys, where the replay looks
+    it up)."""
 
     def __init__(self, variants: dict[str, dict[str, Any]], margins: Sequence[float]) -> None:
         self.variants, self.margins = dict(variants), tuple(margins)
@@ -106,6 +111,112 @@ class _Suggest:
         variant = trial.suggest_categorical("variant", tuple(self.variants))
         margin = trial.suggest_categorical("margin", self.margins)
         return {**self.variants[variant], "margin": margin}
+
+
+MODEL_KEYS = ("hidden_size", "rnn_type", "pooling")  # a recorded variant's model: one choice
+LOG_KEYS = ("lr_max", "lr_min")  # searched on a log axis by the driver's spaces
+
+
+class Parts:
+    """The recorded problem in its ``parts`` form: each parameter searched the way the
+    driver's spaces search it, not the table's variants as one categorical.
+
+    - ``model``: the variant's model (the name before any "/": "gru-32-max"), a choice,
+      as ``paper_grid`` draws it;
+    - ``lr_max``/``lr_min`` with 3+ recorded values: log-uniform floats, as
+      ``gridsearch.spaces`` draws them, each value standing for the recorded one nearest
+      on the log axis (the range reaches half a step past the end values, so every
+      recorded value owns an equal share of it);
+    - ``margin`` with 3+ evenly spaced values: a float on their step (the margin sweep's
+      range, rounded as a space file's ``step`` rounds it);
+    - anything else (``batch_size``, a 2-valued ``lr_min``): a choice, as in ``full``.
+
+    So a sampler that models order (TPE on numbers) can use it; every draw decodes to a
+    recorded (variant, margin)."""
+
+    def __init__(self, table: tabular.RecordedTable) -> None:
+        self.variants = {v: dict(table.manifest["variants"][v]) for v in table.variants}
+        self.models = tuple(dict.fromkeys(v.split("/")[0] for v in self.variants))
+        extra = [k for k in dict.fromkeys(k for c in self.variants.values() for k in c)
+                 if k not in MODEL_KEYS]  # fmt: skip
+        self.values = {k: sorted({c[k] for c in self.variants.values()}) for k in extra}
+        self.margins = tuple(sorted(table.margins))
+        self.lookup = {
+            (name.split("/")[0], *(config[k] for k in extra)): name
+            for name, config in self.variants.items()
+        }
+        if len(self.lookup) != len(self.variants) or len(self.lookup) != len(self.models) * (
+            math.prod(len(v) for v in self.values.values())
+        ):
+            raise ValueError(f"{table.manifest.get('problem')}: the variants are not every "
+                             "model x parameter combination; use the variant form")  # fmt: skip
+
+    def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
+        out: dict[str, optuna.distributions.BaseDistribution] = {
+            "model": optuna.distributions.CategoricalDistribution(self.models)
+        }
+        for key, values in self.values.items():
+            if key in LOG_KEYS and len(values) >= 3:
+                low, high = _log_range(values)
+                out[key] = optuna.distributions.FloatDistribution(low, high, log=True)
+            else:
+                out[key] = optuna.distributions.CategoricalDistribution(values)
+        step = _step(self.margins)
+        out["margin"] = (
+            optuna.distributions.FloatDistribution(self.margins[0], self.margins[-1], step=step)
+            if step
+            else optuna.distributions.CategoricalDistribution(self.margins)
+        )
+        return out
+
+    def __call__(self, trial: Any) -> dict[str, Any]:
+        drawn = {}
+        for key, distribution in self.distributions().items():
+            if isinstance(distribution, optuna.distributions.CategoricalDistribution):
+                drawn[key] = trial.suggest_categorical(key, distribution.choices)
+            else:
+                drawn[key] = trial.suggest_float(
+                    key, distribution.low, distribution.high, log=distribution.log,
+                    step=distribution.step,
+                )  # fmt: skip
+        variant, margin = self.decode(drawn)
+        # Optuna puts the drawn values beside these (the replay decodes "model" and them)
+        return {**self.variants[variant], "margin": margin}
+
+    def decode(self, params: dict[str, Any]) -> tuple[str, float]:
+        """The recorded (variant, margin) a draw stands for."""
+        key = [params["model"]]
+        for name, values in self.values.items():
+            value = params[name]
+            if name in LOG_KEYS and len(values) >= 3:
+                value = min(values, key=lambda v: abs(math.log(v) - math.log(params[name])))
+            key.append(value)
+        margin = min(self.margins, key=lambda m: abs(m - float(params["margin"])))
+        return self.lookup[tuple(key)], margin
+
+    def params_of(self, variant: str, margin: float) -> dict[str, Any]:
+        """The draw that stands for a recorded (variant, margin): its own values."""
+        config = self.variants[variant]
+        return {"model": variant.split("/")[0], **{k: config[k] for k in self.values},
+                "margin": margin}  # fmt: skip
+
+    def grid(self) -> dict[str, Sequence[Any]]:
+        return {"model": self.models, **self.values, "margin": self.margins}
+
+
+def _log_range(values: Sequence[float]) -> tuple[float, float]:
+    """Half a (log) step past each end of geometrically spread values."""
+    logs = [math.log(v) for v in values]
+    below, above = (logs[1] - logs[0]) / 2, (logs[-1] - logs[-2]) / 2
+    return math.exp(logs[0] - below), math.exp(logs[-1] + above)
+
+
+def _step(values: Sequence[float]) -> float | None:
+    """The common step of 3+ evenly spaced values, else None."""
+    if len(values) < 3:
+        return None
+    gaps = [b - a for a, b in itertools.pairwise(values)]
+    return round(gaps[0], 9) if max(gaps) - min(gaps) < 1e-9 else None
 
 
 def scheduler_of(name: str, epochs: int) -> str:
@@ -181,19 +292,27 @@ def _finite(value: float) -> float:
 
 
 class _Recorder(tune.Callback):
-    def __init__(self) -> None:
+    def __init__(self, decode: Any = None) -> None:
         self.reports: list[tuple[str, int, float, float]] = []
         self.configs: dict[str, tuple[str, float]] = {}
+        self.decode = decode or tabular.variant_margin
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info):
-        self.configs[trial.trial_id] = (trial.config["variant"], float(trial.config["margin"]))
+        self.configs[trial.trial_id] = self.decode(trial.config)
         best = (result[names.BEST_RETRIEVAL], result.get(names.BEST_SEMANTIC, math.nan))
         self.reports.append((trial.trial_id, int(result["epoch"]), *best))
 
 
-def _space(table: tabular.RecordedTable, grid: bool = False) -> SearchSpace:
-    """The recorded problem's space; with ``grid``, its grid (which selects Optuna's grid
-    sampler), else none (the other samplers)."""
+FORMS = ("variant", "parts")
+
+
+def _space(table: tabular.RecordedTable, grid: bool = False, form: str = "variant") -> SearchSpace:
+    """The recorded problem's space in ``form`` (see :class:`Parts`); with ``grid``, its
+    grid (which selects Optuna's grid sampler), else none (the other samplers)."""
+    if form == "parts":
+        parts = Parts(table)
+        return SearchSpace("recorded", "a recorded problem, by parameter", parts,
+                           grid=parts.grid() if grid else None)  # fmt: skip
     return SearchSpace(
         "recorded",
         "a recorded problem",
@@ -228,7 +347,12 @@ def _searcher(
 
 
 def _bohb(
-    table: tabular.RecordedTable, fixed: dict[str, Any], seed: int, epochs: int, concurrent: int
+    table: tabular.RecordedTable,
+    fixed: dict[str, Any],
+    seed: int,
+    epochs: int,
+    concurrent: int,
+    form: str = "variant",
 ) -> tuple[Any, TrialScheduler, dict[str, Any]]:
     import ConfigSpace as CS
     from ray.tune.schedulers import HyperBandForBOHB
@@ -236,8 +360,19 @@ def _bohb(
     from ray.tune.search.bohb import TuneBOHB
 
     config_space = CS.ConfigurationSpace(seed=seed)
-    config_space.add(CS.CategoricalHyperparameter("variant", list(table.variants)))
-    config_space.add(CS.CategoricalHyperparameter("margin", list(table.margins)))
+    if form == "parts":  # the same parameters, decoded by the replay as the others are
+        for key, d in Parts(table).distributions().items():
+            if isinstance(d, optuna.distributions.CategoricalDistribution):
+                config_space.add(CS.CategoricalHyperparameter(key, list(d.choices)))
+            elif d.step:
+                steps = round((d.high - d.low) / d.step)
+                values = [round(d.low + k * d.step, 9) for k in range(steps + 1)]
+                config_space.add(CS.OrdinalHyperparameter(key, values))
+            else:
+                config_space.add(CS.UniformFloatHyperparameter(key, d.low, d.high, log=d.log))
+    else:
+        config_space.add(CS.CategoricalHyperparameter("variant", list(table.variants)))
+        config_space.add(CS.CategoricalHyperparameter("margin", list(table.margins)))
     search = TuneBOHB(config_space, metric=names.BEST_RETRIEVAL, mode="max", seed=seed)
     scheduler = HyperBandForBOHB(time_attr="epoch", max_t=epochs, reduction_factor=2)
     return ConcurrencyLimiter(search, max_concurrent=concurrent), scheduler, fixed
@@ -251,17 +386,20 @@ def build(
     study: str,
     db: str,
     concurrent: int = 2,
+    form: str = "variant",
 ) -> tuple[Any, TrialScheduler, dict[str, Any]]:
-    """The search algorithm, the scheduler and the config constants of one strategy."""
+    """The search algorithm, the scheduler and the config constants of one strategy, on
+    the problem in ``form``."""
     epochs, cycle = table.max_epoch, int(table.manifest.get("cycle_epochs", 1))
     train_seed = table.seeds[seed % len(table.seeds)]
     fixed = {"epochs": epochs, "seed": train_seed, "device": "cpu", "threads": 1}
-    free = _space(table)
+    free = _space(table, form=form)
     asha = make_scheduler("asha", epochs, cycle)
     if name in OURS:
         sampler, _ = _optuna.make_sampler(free, seed, False, trials)
-        if STARTUP_OVERRIDE:  # --startup: another number of space-filling starts
-            sampler = SpaceFillingSampler(min(trials, STARTUP_OVERRIDE[0]), seed)
+        if STARTUP_OVERRIDE or name == "ours-gp":  # --startup N; GP after the starts
+            startup = min(trials, (STARTUP_OVERRIDE or [_optuna.STARTUP_TRIALS])[0])
+            sampler = SpaceFillingSampler(startup, seed, "gp" if name == "ours-gp" else "tpe")
         skip = name != "ours-repeats"
         scheduler = make_scheduler(scheduler_of(name, epochs), epochs, cycle)
         return _searcher(free, fixed, sampler, study, db, concurrent, skip), scheduler, fixed
@@ -272,7 +410,7 @@ def build(
         sampler = optuna.samplers.TPESampler(seed=seed)
         return _searcher(free, fixed, sampler, study, db, concurrent), FIFOScheduler(), fixed
     if name == "grid":
-        grid = _space(table, grid=True)
+        grid = _space(table, grid=True, form=form)
         sampler, _ = _optuna.make_sampler(grid, seed, False, trials)
         return _searcher(grid, fixed, sampler, study, db, concurrent), FIFOScheduler(), fixed
     if name == "hyperband":
@@ -280,7 +418,7 @@ def build(
         hyperband = HyperBandScheduler(time_attr="epoch", max_t=epochs, reduction_factor=2)
         return _searcher(free, fixed, sampler, study, db, concurrent), hyperband, fixed
     if name == "bohb":
-        return _bohb(table, fixed, seed, epochs, concurrent)
+        return _bohb(table, fixed, seed, epochs, concurrent, form)
     if name in ("ours-both", "ours-both-fifo"):
         sampler, _ = _optuna.make_sampler(free, seed, True, trials)
         kind = scheduler_of(name, epochs)
@@ -305,6 +443,7 @@ def run_one(
     trials: int | None = None,
     concurrent: int = 2,
     warm_from: Events | None = None,
+    form: str = "variant",
 ) -> Events:
     """One whole search of strategy ``name`` with search seed ``seed``: ``trials`` of
     them (default: as many as the budget can pay for, whole ones or one epoch each),
@@ -317,14 +456,19 @@ def run_one(
     scratch.mkdir(parents=True, exist_ok=True)
     db = f"sqlite:///{scratch / label}.db"
     if warm_from is not None:
-        _warm_start(table, warm_from, label, db)
-    search, scheduler, fixed = build(name, table, seed, trials, label, db, concurrent)
-    recorder = _Recorder()
+        _warm_start(table, warm_from, label, db, form)
+    search, scheduler, fixed = build(name, table, seed, trials, label, db, concurrent, form)
+    decode = decoder(table, form)
+    recorder = _Recorder(decode)
     param_space = fixed if name == "bohb" else None
     stopper = _Budget(budget, recorder, cost)
     tuner = tune.Tuner(
         tune.with_parameters(
-            tabular.replay_trainable, table=table, time_scale=time_scale, seeds_per_config=cost
+            tabular.replay_trainable,
+            table=table,
+            time_scale=time_scale,
+            seeds_per_config=cost,
+            decode=decode,
         ),
         param_space=param_space,
         tune_config=tune.TuneConfig(
@@ -350,28 +494,37 @@ def run_one(
     return Events(recorder.reports, recorder.configs, cost)
 
 
-def _warm_start(table: tabular.RecordedTable, earlier: Events, study: str, db: str) -> None:
+def decoder(table: tabular.RecordedTable, form: str) -> Any:
+    """A trial's config -> its recorded (variant, margin), in ``form`` (None: the
+    config names them)."""
+    return Parts(table).decode if form == "parts" else None
+
+
+def _warm_start(
+    table: tabular.RecordedTable, earlier: Events, study: str, db: str, form: str = "variant"
+) -> None:
     """The study ``study`` started, through ``gridsearch._optuna.warm_start``, from the
     trials of an earlier search (each trial's last dev R@10 mean best)."""
-    choices = {
+    parts = Parts(table) if form == "parts" else None
+    choices = parts.distributions() if parts else {
         "variant": optuna.distributions.CategoricalDistribution(table.variants),
         "margin": optuna.distributions.CategoricalDistribution(table.margins),
-    }
+    }  # fmt: skip
     source = optuna.create_study(study_name=f"{study}-earlier", storage=db, direction="maximize")
     last: dict[str, float] = {}
     for trial, _, retrieval, _ in earlier.reports:
         last[trial] = retrieval
     for trial, value in last.items():
         variant, margin = earlier.configs[trial]
+        params = parts.params_of(variant, margin) if parts else {"variant": variant,
+                                                                 "margin": margin}  # fmt: skip
         source.add_trial(
-            optuna.trial.create_trial(
-                params={"variant": variant, "margin": margin}, distributions=choices, value=value
-            )
+            optuna.trial.create_trial(params=params, distributions=choices, value=value)
         )
     fixed = {"epochs": table.max_epoch, "seed": 0, "device": "cpu", "threads": 1}
     _optuna.warm_start(
-        f"{study}-earlier", db, study=study, storage_url=db, modes=["max"], space=_space(table),
-        fixed=fixed,
+        f"{study}-earlier", db, study=study, storage_url=db, modes=["max"],
+        space=_space(table, form=form), fixed=fixed,
     )  # fmt: skip
 
 
@@ -530,6 +683,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--warm-table", type=Path, default=None,
                    help="ours-warm-table: the table of a related problem (same space) whose "
                    "ours search starts each search")  # fmt: skip
+    p.add_argument("--form", choices=FORMS, default="variant",
+                   help="how the searches see the problem: variant (the table's variants as "
+                   "one choice, and the margins as another) or parts (each parameter as the "
+                   "driver's spaces search it, see Parts) (default: variant)")  # fmt: skip
     p.add_argument("--startup", type=int, default=None,
                    help="ours-*: this many space-filling starts, not the driver's")  # fmt: skip
     args = p.parse_args(argv)
@@ -538,6 +695,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             p.error(f"--startup: got {args.startup}, expected at least 1")
         STARTUP_OVERRIDE[:] = [args.startup]
     table = tabular.RecordedTable.read(args.table)
+    if args.form == "parts":
+        try:
+            Parts(table)
+        except ValueError as e:
+            p.error(f"--form parts: {e}")
     warm_table = tabular.RecordedTable.read(args.warm_table) if args.warm_table else None
     budget = max(1, int(args.budget * table.grid_cost()))
     both = args.objective == "both"
@@ -578,11 +740,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         warm = run_one(
                             "ours", warm_table, seed,
                             max(1, int(args.budget * warm_table.grid_cost())),
-                            args.time_scale, Path(scratch) / "warm-table",
+                            args.time_scale, Path(scratch) / "warm-table", form=args.form,
                         )  # fmt: skip
                     events = run_one(
                         name.removesuffix("-table"), table, seed, budget, args.time_scale,
-                        Path(scratch), warm_from=warm,
+                        Path(scratch), warm_from=warm, form=args.form,
                     )  # fmt: skip
                     results.setdefault(name, []).append((seed, events))
                     curve = events.curve()
@@ -594,7 +756,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\n{args.search_seeds} search seeds x {len(strategies)} strategies in "
           f"{time.perf_counter() - started:.0f} s; budget {budget} trial-epochs "
           f"({args.budget:.0%} of the grid's {table.grid_cost()}); table "
-          f"{args.table} ({table.manifest.get('command', '')})")  # fmt: skip
+          f"{args.table} ({table.manifest.get('command', '')}); form {args.form}")  # fmt: skip
     curves = {
         name: percent_curves(table, runs, both, SEEDS_PER_CONFIG.get(name, 1))
         for name, runs in results.items()

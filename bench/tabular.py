@@ -39,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -168,19 +168,31 @@ def _key(margin: float) -> float:
     return round(float(margin), 6)
 
 
+def variant_margin(config: Mapping[str, Any]) -> tuple[str, float]:
+    """The recorded (variant, margin) a trial's config names."""
+    return config["variant"], float(config["margin"])
+
+
 def replay_trainable(
-    config: dict[str, Any], table: RecordedTable, time_scale: float, seeds_per_config: int = 1
+    config: dict[str, Any],
+    table: RecordedTable,
+    time_scale: float,
+    seeds_per_config: int = 1,
+    decode: Callable[[Mapping[str, Any]], tuple[str, float]] | None = None,
 ) -> None:
     """Report the recorded epochs of the trial's (variant, margin, seed), each with a
     checkpoint that holds its epoch, resuming after the checkpoint Tune hands back. With
     ``seeds_per_config`` k > 1, the mean of k recorded seeds from the trial's on (in the
-    table's order, wrapping), combined as ``trainables.seeds`` combines live ones."""
+    table's order, wrapping), combined as ``trainables.seeds`` combines live ones.
+    ``decode``: the config's (variant, margin), for a searcher whose configs name them
+    otherwise (default: :func:`variant_margin`)."""
     from ray import tune
 
     from trainables.seeds import combine
 
+    variant, margin = (decode or variant_margin)(config)
     curves = [
-        table.curve(config["variant"], config["margin"], seed)
+        table.curve(variant, margin, seed)
         for seed in table.seed_run(int(config["seed"]), seeds_per_config)
     ]
     start = 0

@@ -8,7 +8,8 @@ Latin hypercube with centred points instead: each parameter's range is cut into
 the midpoint of stratum ``perm_p[k]``, ``perm_p`` a seeded permutation per parameter.
 So every parameter on its own takes ``startup`` values exactly ``range / startup`` apart
 (never two closer), and a categorical parameter takes each choice equally often (within
-one). After them TPE models the finished trials as usual.
+one). After them TPE models the finished trials as usual (or, with ``model="gp"``,
+Optuna's Gaussian-process sampler).
 """
 
 from __future__ import annotations
@@ -25,25 +26,34 @@ from optuna.distributions import (
     FloatDistribution,
     IntDistribution,
 )
-from optuna.samplers import BaseSampler, TPESampler
+from optuna.samplers import BaseSampler, GPSampler, TPESampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["STARTUP_TRIALS", "SpaceFillingSampler", "stratum_values"]
+__all__ = ["MODELS", "STARTUP_TRIALS", "SpaceFillingSampler", "stratum_values"]
 
 STARTUP_TRIALS = 10  # TPE's own default start-up: the space-filling phase is at most this
+MODELS = ("tpe", "gp")  # what models the trials after the start-up
 
 
 class SpaceFillingSampler(BaseSampler):
     """The first ``startup`` trials (by trial number) from a centred Latin hypercube,
-    then Optuna's TPE (multi-objective when the study is), seeded by ``seed``."""
+    then Optuna's TPE (multi-objective when the study is), or its GP sampler with
+    ``model="gp"``, seeded by ``seed``."""
 
-    def __init__(self, startup: int, seed: int) -> None:
+    def __init__(self, startup: int, seed: int, model: str = "tpe") -> None:
         if startup < 1:
             raise ValueError(f"startup: got {startup}, expected at least 1 trial")
+        if model not in MODELS:
+            raise ValueError(f"model: got {model!r}, expected one of {MODELS}")
         self.startup = startup
         self.seed = seed
-        self._tpe = TPESampler(seed=seed, n_startup_trials=startup)
+        self.model = model
+        self._tpe: BaseSampler = (
+            TPESampler(seed=seed, n_startup_trials=startup)
+            if model == "tpe"
+            else GPSampler(seed=seed, n_startup_trials=startup, warn_independent_sampling=False)
+        )
 
     def _starting(self, trial: FrozenTrial) -> bool:
         return trial.number < self.startup

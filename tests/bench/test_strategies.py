@@ -108,3 +108,70 @@ def test_a_k_seed_search_is_measured_against_the_grid_s_best_mean() -> None:
     assert curve[-1] == pytest.approx(100.0)
     [one] = bench_strategies.percent_curves(table, [(0, _events([("b", 55.0)]))], both=False)
     assert one[-1] == pytest.approx(100 * 55.0 / 60.0)  # one seed: against a's lucky 60
+
+
+RECORDED = Path(__file__).resolve().parents[2] / "bench" / "recorded"
+
+
+def test_the_parts_form_draws_each_parameter_as_the_driver_s_spaces_do() -> None:
+    optuna = pytest.importorskip("optuna")
+    table = tabular.RecordedTable.read(RECORDED / "lr_batch")
+    parts = bench_strategies.Parts(table)
+    d = parts.distributions()
+    assert d["model"].choices == ("lstm-64-attention", "gru-32-max")
+    assert d["lr_max"].log and d["lr_max"].low == pytest.approx(1e-3 / 2**0.5)
+    assert d["lr_max"].high == pytest.approx(8e-3 * 2**0.5)
+    assert isinstance(d["lr_min"], optuna.distributions.CategoricalDistribution)
+    assert d["batch_size"].choices == (32, 64, 128)
+    for variant, margin in table.configs():  # every recorded config is one draw's
+        assert parts.decode(parts.params_of(variant, margin)) == (variant, margin)
+    # each recorded lr_max owns an equal share of the log axis: 2e-3 from 2e-3/sqrt(2)
+    base = parts.params_of(table.variants[0], 0.25)
+    low, high = (parts.decode({**base, "lr_max": v})[0] for v in (1.42e-3, 2.8e-3))
+    assert low == high and "lr2e-03" in low
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    seen = set()
+    for _ in range(400):
+        trial = study.ask()
+        config = parts(trial)
+        seen.add(parts.decode({**trial.params, **config}))
+        assert config["lr_max"] in (1e-3, 2e-3, 4e-3, 8e-3)  # the recorded value drawn
+        study.tell(trial, 0.0)
+    assert seen == set(table.configs())
+
+
+def test_the_parts_form_searches_evenly_spaced_margins_on_their_step() -> None:
+    table = tabular.RecordedTable.read(RECORDED / "paper_margin")
+    d = bench_strategies.Parts(table).distributions()
+    assert (d["margin"].low, d["margin"].high, d["margin"].step) == (0.05, 0.5, 0.05)
+    assert len(d["model"].choices) == 8
+
+
+def test_the_parts_form_needs_every_model_x_parameter_combination() -> None:
+    table = _table()
+    table.manifest = {"variants": {
+        "a/x": {"lr_max": 1e-3, "batch_size": 32}, "a/y": {"lr_max": 2e-3, "batch_size": 32},
+        "b/x": {"lr_max": 1e-3, "batch_size": 32}, "c/z": {"lr_max": 1e-3, "batch_size": 64},
+    }}  # fmt: skip
+    table.variants = tuple(table.manifest["variants"])
+    with pytest.raises(ValueError, match="not every model x parameter combination"):
+        bench_strategies.Parts(table)
+
+
+@pytest.mark.slow
+def test_a_parts_form_search_replays_the_recorded_configs_it_decodes(tmp_path: Path) -> None:
+    import ray
+
+    table = tabular.RecordedTable.read(RECORDED / "lr_batch")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        events = bench_strategies.run_one(
+            "ours", table, 0, budget=12, time_scale=0.0, scratch=tmp_path, form="parts"
+        )
+    finally:
+        ray.shutdown()
+    assert sum(r[1] >= 1 for r in events.reports) >= 12
+    assert len(set(events.configs.values())) >= 3
+    for trial, epoch, value, _ in events.reports:
+        variant, margin = events.configs[trial]
+        assert value == table.curve(variant, margin, table.seeds[0]).epochs[epoch][R]
