@@ -27,14 +27,14 @@ std::vector<int64_t> order(size_t steps, bool last_first) {
   return out;
 }
 
-// out = bias + h @ w.T, the product in w's dtype (bfloat16: rounded to it, accumulated
-// in float32, as _Products.step)
-void step_product(const at::Tensor& bias, const at::Tensor& h, const at::Tensor& w,
-                  at::Tensor out) {
+// out = h @ w.T, the product in w's dtype (bfloat16: rounded to it, accumulated in
+// float32, as _Products.step); the gate pass adds the bias (addmm would first copy the
+// broadcast bias into `out`: a copy per step that took more time than the pass)
+void step_product(const at::Tensor& h, const at::Tensor& w, at::Tensor out) {
   if (w.scalar_type() == h.scalar_type()) {
-    at::addmm_out(out, bias, h, w.t());
+    at::mm_out(out, h, w.t());
   } else {
-    at::add_out(out, at::mm(h.to(w.scalar_type()), w.t()), bias);
+    out.copy_(at::mm(h.to(w.scalar_type()), w.t()));
   }
 }
 
@@ -57,11 +57,11 @@ void back_product(const at::Tensor& d, const at::Tensor& w, at::Tensor out, bool
 // ---- GRU ----------------------------------------------------------------------------
 
 template <typename T>
-void gru_step_forward(int64_t rows, int64_t n, const T* gi, const T* gh, T* rz, T* cand,
-                      T* h, T* out, T* h_prev) {
+void gru_step_forward(int64_t rows, int64_t n, const T* gi, const T* bias, T* gh, T* rz,
+                      T* cand, T* h, T* out, T* h_prev) {
   for (int64_t b = 0; b < rows; ++b) {
     const T* x = gi + b * 3 * n;
-    const T* y = gh + b * 3 * n;
+    T* y = gh + b * 3 * n;  // W_h h on entry; W_h h + b_h (what the backward reads) after
     T* g = rz + b * 2 * n;
     T* c = cand + b * n;
     T* s = h + b * n;
@@ -69,9 +69,14 @@ void gru_step_forward(int64_t rows, int64_t n, const T* gi, const T* gh, T* rz, 
     T* p = h_prev + b * n;
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) {
-      const T r = sigmoid(x[j] + y[j]);
-      const T z = sigmoid(x[n + j] + y[n + j]);
-      const T m = std::tanh(x[2 * n + j] + r * y[2 * n + j]);
+      const T yr = y[j] + bias[j], yz = y[n + j] + bias[n + j];
+      const T yn = y[2 * n + j] + bias[2 * n + j];
+      const T r = sigmoid(x[j] + yr);
+      const T z = sigmoid(x[n + j] + yz);
+      const T m = std::tanh(x[2 * n + j] + r * yn);
+      y[j] = yr;
+      y[n + j] = yz;
+      y[2 * n + j] = yn;
       const T prev = s[j];
       const T next = m + z * (prev - m);
       g[j] = r;
@@ -88,6 +93,7 @@ std::vector<at::Tensor> gru_forward(const at::Tensor& gi, const at::Tensor& w_hh
                                     const at::Tensor& w_mm, const at::Tensor& b_hh,
                                     const Steps& sizes, const Steps& offsets, bool reverse) {
   const int64_t n = w_hh.size(1), total = gi.size(0);
+  const auto bias = b_hh.contiguous();
   auto out = at::empty({total, n}, gi.options());
   auto h_prev = at::empty({total, n}, gi.options());
   auto gh = at::empty({total, 3 * n}, gi.options());
@@ -96,10 +102,11 @@ std::vector<at::Tensor> gru_forward(const at::Tensor& gi, const at::Tensor& w_hh
   auto h = at::zeros({sizes.empty() ? 0 : sizes[0], n}, gi.options());
   for (int64_t t : order(sizes.size(), reverse)) {
     const int64_t off = offsets[t], rows = sizes[t];
-    step_product(b_hh, h.narrow(0, 0, rows), w_mm, gh.narrow(0, off, rows));
+    step_product(h.narrow(0, 0, rows), w_mm, gh.narrow(0, off, rows));
     AT_DISPATCH_FLOATING_TYPES(gi.scalar_type(), "gru_forward", [&] {
       gru_step_forward<scalar_t>(
-          rows, n, gi.data_ptr<scalar_t>() + off * 3 * n, gh.data_ptr<scalar_t>() + off * 3 * n,
+          rows, n, gi.data_ptr<scalar_t>() + off * 3 * n, bias.data_ptr<scalar_t>(),
+          gh.data_ptr<scalar_t>() + off * 3 * n,
           rz.data_ptr<scalar_t>() + off * 2 * n, cand.data_ptr<scalar_t>() + off * n,
           h.data_ptr<scalar_t>(), out.data_ptr<scalar_t>() + off * n,
           h_prev.data_ptr<scalar_t>() + off * n);
@@ -163,11 +170,11 @@ std::vector<at::Tensor> gru_backward(const at::Tensor& w_mm, const at::Tensor& h
 // ---- LSTM ---------------------------------------------------------------------------
 
 template <typename T>
-void lstm_step_forward(int64_t rows, int64_t n, const T* gi, T* gates, T* tanh_c, T* h, T* c,
-                       T* out, T* h_prev, T* c_prev) {
+void lstm_step_forward(int64_t rows, int64_t n, const T* gi, const T* bias, T* gates,
+                       T* tanh_c, T* h, T* c, T* out, T* h_prev, T* c_prev) {
   for (int64_t b = 0; b < rows; ++b) {
     const T* x = gi + b * 4 * n;
-    T* g = gates + b * 4 * n;  // holds W_h h + b_h on entry
+    T* g = gates + b * 4 * n;  // holds W_h h on entry
     T* tc = tanh_c + b * n;
     T* s = h + b * n;
     T* cs = c + b * n;
@@ -176,10 +183,10 @@ void lstm_step_forward(int64_t rows, int64_t n, const T* gi, T* gates, T* tanh_c
     T* cp = c_prev + b * n;
 #pragma omp simd
     for (int64_t j = 0; j < n; ++j) {
-      const T i = sigmoid(g[j] + x[j]);
-      const T f = sigmoid(g[n + j] + x[n + j]);
-      const T m = std::tanh(g[2 * n + j] + x[2 * n + j]);
-      const T og = sigmoid(g[3 * n + j] + x[3 * n + j]);
+      const T i = sigmoid((g[j] + bias[j]) + x[j]);
+      const T f = sigmoid((g[n + j] + bias[n + j]) + x[n + j]);
+      const T m = std::tanh((g[2 * n + j] + bias[2 * n + j]) + x[2 * n + j]);
+      const T og = sigmoid((g[3 * n + j] + bias[3 * n + j]) + x[3 * n + j]);
       const T prev_c = cs[j];
       const T next_c = f * prev_c + i * m;
       const T t = std::tanh(next_c);
@@ -202,6 +209,7 @@ std::vector<at::Tensor> lstm_forward(const at::Tensor& gi, const at::Tensor& w_h
                                      const at::Tensor& w_mm, const at::Tensor& b_hh,
                                      const Steps& sizes, const Steps& offsets, bool reverse) {
   const int64_t n = w_hh.size(1), total = gi.size(0);
+  const auto bias = b_hh.contiguous();
   auto out = at::empty({total, n}, gi.options());
   auto h_prev = at::empty({total, n}, gi.options());
   auto c_prev = at::empty({total, n}, gi.options());
@@ -212,10 +220,10 @@ std::vector<at::Tensor> lstm_forward(const at::Tensor& gi, const at::Tensor& w_h
   auto c = at::zeros({first, n}, gi.options());
   for (int64_t t : order(sizes.size(), reverse)) {
     const int64_t off = offsets[t], rows = sizes[t];
-    step_product(b_hh, h.narrow(0, 0, rows), w_mm, gates.narrow(0, off, rows));
+    step_product(h.narrow(0, 0, rows), w_mm, gates.narrow(0, off, rows));
     AT_DISPATCH_FLOATING_TYPES(gi.scalar_type(), "lstm_forward", [&] {
       lstm_step_forward<scalar_t>(
-          rows, n, gi.data_ptr<scalar_t>() + off * 4 * n,
+          rows, n, gi.data_ptr<scalar_t>() + off * 4 * n, bias.data_ptr<scalar_t>(),
           gates.data_ptr<scalar_t>() + off * 4 * n, tanh_c.data_ptr<scalar_t>() + off * n,
           h.data_ptr<scalar_t>(), c.data_ptr<scalar_t>(), out.data_ptr<scalar_t>() + off * n,
           h_prev.data_ptr<scalar_t>() + off * n, c_prev.data_ptr<scalar_t>() + off * n);
