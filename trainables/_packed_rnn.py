@@ -200,16 +200,20 @@ def _lstm_backward(saved: Saved, grad_out: torch.Tensor, steps: _Steps, low: Low
     return d_gates, products.weight_grad(d_gates, h_prev), d_gates.sum(dim=0)
 
 
-def _gru_forward_cpp(
-    gi: torch.Tensor, w_hh: torch.Tensor, b_hh: torch.Tensor, steps: _Steps, low: Low
-) -> tuple[torch.Tensor, Saved]:
-    """``_gru_forward`` with the loop in C++."""
-    ext = _packed_rnn_cpp.extension()
-    w_mm = _Products(w_hh, low).w
-    out, *saved = ext.gru_forward(  # type: ignore[union-attr]
-        gi, w_hh, w_mm, b_hh, steps.batch_sizes, steps.offsets, steps.reverse
-    )
-    return out, (w_hh, *saved)
+class _CppForward:
+    """``_gru_forward`` / ``_lstm_forward`` (``cell``) with the loop in C++: the same
+    outputs and saved tensors."""
+
+    def __init__(self, cell: str) -> None:
+        self.cell = cell
+
+    def __call__(
+        self, gi: torch.Tensor, w_hh: torch.Tensor, b_hh: torch.Tensor, steps: _Steps, low: Low
+    ) -> tuple[torch.Tensor, Saved]:
+        run = getattr(_packed_rnn_cpp.extension(), f"{self.cell}_forward")
+        w_mm = _Products(w_hh, low).w
+        out, *saved = run(gi, w_hh, w_mm, b_hh, steps.batch_sizes, steps.offsets, steps.reverse)
+        return out, (w_hh, *saved)
 
 
 def _gru_backward_cpp(saved: Saved, grad_out: torch.Tensor, steps: _Steps, low: Low) -> Saved:
@@ -221,18 +225,6 @@ def _gru_backward_cpp(saved: Saved, grad_out: torch.Tensor, steps: _Steps, low: 
         steps.reverse,
     )  # fmt: skip
     return d_gi, products.weight_grad(d_gh, h_prev), d_gh.sum(dim=0)
-
-
-def _lstm_forward_cpp(
-    gi: torch.Tensor, w_hh: torch.Tensor, b_hh: torch.Tensor, steps: _Steps, low: Low
-) -> tuple[torch.Tensor, Saved]:
-    """``_lstm_forward`` with the loop in C++."""
-    ext = _packed_rnn_cpp.extension()
-    w_mm = _Products(w_hh, low).w
-    out, *saved = ext.lstm_forward(  # type: ignore[union-attr]
-        gi, w_hh, w_mm, b_hh, steps.batch_sizes, steps.offsets, steps.reverse
-    )
-    return out, (w_hh, *saved)
 
 
 def _lstm_backward_cpp(saved: Saved, grad_out: torch.Tensor, steps: _Steps, low: Low) -> Saved:
@@ -252,11 +244,15 @@ SIDE_BY_SIDE: bool | None = None
 # and for ``loop``: "cpp" or "python"; None: "cpp" where it applies and builds
 LOOP: str | None = None
 LOOPS = ("cpp", "python")
-_CELLS = {
+Forward = Callable[
+    [torch.Tensor, torch.Tensor, torch.Tensor, _Steps, Low], tuple[torch.Tensor, Saved]
+]
+Backward = Callable[[Saved, torch.Tensor, _Steps, Low], Saved]
+_CELLS: dict[tuple[str, str], tuple[Forward, Backward]] = {
     ("gru", "python"): (_gru_forward, _gru_backward),
     ("lstm", "python"): (_lstm_forward, _lstm_backward),
-    ("gru", "cpp"): (_gru_forward_cpp, _gru_backward_cpp),
-    ("lstm", "cpp"): (_lstm_forward_cpp, _lstm_backward_cpp),
+    ("gru", "cpp"): (_CppForward("gru"), _gru_backward_cpp),
+    ("lstm", "cpp"): (_CppForward("lstm"), _lstm_backward_cpp),
 }
 _pool: ThreadPoolExecutor | None = None
 
