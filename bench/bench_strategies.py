@@ -25,7 +25,8 @@ trial-epochs. Strategies:
 - ``ours-warm-table``: ours started from the ``ours`` search (same search seed) of
   another recorded table of the same space, ``--warm-table`` (a smaller world: the case
   ``--warm-start`` is for), its cost not counted;
-- ``ours-gp``: ours with Optuna's GP sampler after the space-filling starts, not TPE;
+- ``ours-gp``: ours with ``--sampler gp`` (Optuna's GP sampler after the space-filling
+  starts, not TPE);
 - ``ours-k2``: ours with ``--seeds-per-config 2``: each trial the mean of two training
   seeds (the table's next one too), each of its epochs costing 2 trial-epochs;
 - ``random-asha``: Optuna's random sampler, the same ASHA;
@@ -396,10 +397,10 @@ def build(
     free = _space(table, form=form)
     asha = make_scheduler("asha", epochs, cycle)
     if name in OURS:
-        sampler, _ = _optuna.make_sampler(free, seed, False, trials)
-        if STARTUP_OVERRIDE or name == "ours-gp":  # --startup N; GP after the starts
-            startup = min(trials, (STARTUP_OVERRIDE or [_optuna.STARTUP_TRIALS])[0])
-            sampler = SpaceFillingSampler(startup, seed, "gp" if name == "ours-gp" else "tpe")
+        model = "gp" if name == "ours-gp" else "tpe"  # the driver's --sampler
+        sampler, _ = _optuna.make_sampler(free, seed, False, trials, model)
+        if STARTUP_OVERRIDE:  # --startup: another number of space-filling starts
+            sampler = SpaceFillingSampler(min(trials, STARTUP_OVERRIDE[0]), seed, model)
         skip = name != "ours-repeats"
         scheduler = make_scheduler(scheduler_of(name, epochs), epochs, cycle)
         return _searcher(free, fixed, sampler, study, db, concurrent, skip), scheduler, fixed

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from gridsearch._sampler import MODELS
 from gridsearch._scheduler_choice import FIFO_BELOW_EPOCHS, SCHEDULERS
 from storage.cli import OneLineParser
 
@@ -88,6 +89,14 @@ def _what_to_search(p: argparse.ArgumentParser) -> None:
     )
     what.add_argument(
         "--seed", type=int, metavar="N", default=0, help="sampler and training seed (default: 0)"
+    )
+    what.add_argument(
+        "--sampler",
+        choices=MODELS,
+        default="tpe",
+        help="what draws the trials after the space-filling starts, for spaces without a "
+        "grid: Optuna's TPE, or its Gaussian-process sampler (gp; measured better on the "
+        "recorded lr_batch problem, slower to draw as trials accumulate) (default: tpe)",
     )
     what.add_argument(
         "--seeds-per-config",

@@ -44,16 +44,18 @@ def quiet() -> None:
 
 
 def make_sampler(
-    space: SearchSpace, seed: int, multi_objective: bool, num_samples: int
+    space: SearchSpace, seed: int, multi_objective: bool, num_samples: int, model: str = "tpe"
 ) -> tuple[Any, str]:
     """Optuna's grid sampler for a space with a grid; else space-filling starts (as many
-    as the budget, at most STARTUP_TRIALS) and then TPE. And the sampler's name."""
+    as the budget, at most STARTUP_TRIALS) and then TPE (``model`` "gp": Optuna's
+    Gaussian-process sampler). And the sampler's name."""
     if space.grid is not None:
         return optuna.samplers.GridSampler(dict(space.grid), seed=seed), "Optuna grid"
     startup = min(num_samples, STARTUP_TRIALS)
-    tpe = "Optuna TPE" + (" (multi-objective)" if multi_objective else "")
-    name = f"{startup} space-filling starts, then {tpe}"
-    return SpaceFillingSampler(startup, seed), name
+    then = {"tpe": "Optuna TPE", "gp": "Optuna GP"}[model]
+    then += " (multi-objective)" if multi_objective else ""
+    name = f"{startup} space-filling starts, then {then}"
+    return SpaceFillingSampler(startup, seed, model), name
 
 
 class DefineByRun:

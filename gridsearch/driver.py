@@ -192,8 +192,9 @@ class _Run:
         default = 2 if settings.smoke_test else (4 if resources.gpu == 0 else 8)
         self.num_samples = settings.num_samples or space.grid_size() or default
         sampler, self.sampler_name = _optuna.make_sampler(
-            space, settings.seed, settings.objective == "both", self.num_samples
-        )
+            space, settings.seed, settings.objective == "both", self.num_samples,
+            settings.sampler,
+        )  # fmt: skip
         if settings.warm_start and not settings.resume:
             self._warm_start(fixed)
         self.searcher = _optuna.searcher(

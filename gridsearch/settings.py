@@ -131,6 +131,7 @@ class SearchSettings:
     baselines: bool = True  # compare with the store's char n-gram baselines (cached)
     warm_start: str | None = None  # an earlier search whose trials start the study
     seeds_per_config: int = 1  # each trial trains at this many seeds, reports their mean
+    sampler: str = "tpe"  # after the space-filling starts: "tpe" or "gp" (_sampler.MODELS)
 
     @property
     def space_name(self) -> str:
@@ -180,6 +181,7 @@ class SearchSettings:
             objective=args.objective,
             scheduler=args.scheduler,
             seeds_per_config=args.seeds_per_config,
+            sampler=args.sampler,
             num_samples=args.num_samples,
             epochs=args.epochs,
             max_concurrent=args.max_concurrent,

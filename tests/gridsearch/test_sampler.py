@@ -141,3 +141,19 @@ def test_two_objectives_start_space_filling_then_use_multi_objective_tpe() -> No
     starts = sorted(t.params["margin"] for t in study.trials[:STARTUP_TRIALS])
     assert starts == stratum_values(FloatDistribution(0.05, 0.5), STARTUP_TRIALS)
     assert all(0.05 <= t.params["margin"] <= 0.5 for t in study.trials[STARTUP_TRIALS:])
+
+
+def test_the_gp_sampler_takes_over_after_the_same_starts_and_models_the_results() -> None:
+    sampler, name = make_sampler(get_space("margin_sweep"), 0, False, num_samples=16, model="gp")
+    assert name == f"{STARTUP_TRIALS} space-filling starts, then Optuna GP"
+    tpe, _ = make_sampler(get_space("margin_sweep"), 0, False, num_samples=16)
+    trials = _ask("margin_sweep", sampler, 14)
+    starts = [t.params["margin"] for t in trials[:STARTUP_TRIALS]]
+    assert starts == [t.params["margin"] for t in _ask("margin_sweep", tpe, STARTUP_TRIALS)]
+    later = [t.params["margin"] for t in trials[STARTUP_TRIALS:]]
+    assert not set(later) & set(starts)
+    assert sum(m > 0.3 for m in later) > len(later) / 2  # the stand-in score grows with it
+    again, _ = make_sampler(get_space("margin_sweep"), 0, False, num_samples=16, model="gp")
+    assert [t.params["margin"] for t in _ask("margin_sweep", again, 14)] == starts + later
+    with pytest.raises(ValueError, match="model: got 'smac'"):
+        SpaceFillingSampler(4, 0, "smac")
