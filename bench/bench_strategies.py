@@ -151,8 +151,13 @@ class Parts:
         ):
             raise ValueError(f"{table.manifest.get('problem')}: the variants are not every "
                              "model x parameter combination; use the variant form")  # fmt: skip
+        self._distributions = self._draws()
 
     def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
+        """Each parameter's distribution, in drawing order."""
+        return dict(self._distributions)
+
+    def _draws(self) -> dict[str, optuna.distributions.BaseDistribution]:
         out: dict[str, optuna.distributions.BaseDistribution] = {
             "model": optuna.distributions.CategoricalDistribution(self.models)
         }
@@ -172,7 +177,7 @@ class Parts:
 
     def __call__(self, trial: Any) -> dict[str, Any]:
         drawn = {}
-        for key, distribution in self.distributions().items():
+        for key, distribution in self._distributions.items():
             if isinstance(distribution, optuna.distributions.CategoricalDistribution):
                 drawn[key] = trial.suggest_categorical(key, distribution.choices)
             else:
@@ -189,7 +194,7 @@ class Parts:
         key = [params["model"]]
         for name, values in self.values.items():
             value = params[name]
-            if name in LOG_KEYS and len(values) >= 3:
+            if isinstance(self._distributions[name], optuna.distributions.FloatDistribution):
                 value = min(values, key=lambda v: abs(math.log(v) - math.log(params[name])))
             key.append(value)
         margin = min(self.margins, key=lambda m: abs(m - float(params["margin"])))

@@ -19,12 +19,15 @@ inline T sigmoid(T x) {
   return T(1) / (T(1) + std::exp(-x));
 }
 
-// The visiting order of the steps: the forward of the forward direction runs t = 0..T-1,
-// its backward T-1..0; the reverse direction the other way round.
-std::vector<int64_t> order(size_t steps, bool last_first) {
-  std::vector<int64_t> out(steps);
-  for (size_t k = 0; k < steps; ++k) out[k] = last_first ? steps - 1 - k : k;
-  return out;
+// Visit the steps as (first packed row, rows): the forward of the forward direction runs
+// t = 0..T-1, its backward T-1..0; the reverse direction the other way round.
+template <typename Step>
+void each_step(const Steps& sizes, const Steps& offsets, bool last_first, Step step) {
+  const int64_t count = static_cast<int64_t>(sizes.size());
+  for (int64_t k = 0; k < count; ++k) {
+    const int64_t t = last_first ? count - 1 - k : k;
+    step(offsets[t], sizes[t]);
+  }
 }
 
 // out = h @ w.T, the product in w's dtype (bfloat16: rounded to it, accumulated in
@@ -100,8 +103,7 @@ std::vector<at::Tensor> gru_forward(const at::Tensor& gi, const at::Tensor& w_hh
   auto rz = at::empty({total, 2 * n}, gi.options());
   auto cand = at::empty({total, n}, gi.options());
   auto h = at::zeros({sizes.empty() ? 0 : sizes[0], n}, gi.options());
-  for (int64_t t : order(sizes.size(), reverse)) {
-    const int64_t off = offsets[t], rows = sizes[t];
+  each_step(sizes, offsets, reverse, [&](int64_t off, int64_t rows) {
     step_product(h.narrow(0, 0, rows), w_mm, gh.narrow(0, off, rows));
     AT_DISPATCH_FLOATING_TYPES(gi.scalar_type(), "gru_forward", [&] {
       gru_step_forward<scalar_t>(
@@ -111,7 +113,7 @@ std::vector<at::Tensor> gru_forward(const at::Tensor& gi, const at::Tensor& w_hh
           h.data_ptr<scalar_t>(), out.data_ptr<scalar_t>() + off * n,
           h_prev.data_ptr<scalar_t>() + off * n);
     });
-  }
+  });
   return {out, h_prev, gh, rz, cand};
 }
 
@@ -153,8 +155,7 @@ std::vector<at::Tensor> gru_backward(const at::Tensor& w_mm, const at::Tensor& h
   auto d_gi = at::empty({total, 3 * n}, grad_out.options());
   auto d_gh = at::empty({total, 3 * n}, grad_out.options());
   auto d_h = at::zeros({sizes.empty() ? 0 : sizes[0], n}, grad_out.options());
-  for (int64_t t : order(sizes.size(), !reverse)) {
-    const int64_t off = offsets[t], rows = sizes[t];
+  each_step(sizes, offsets, !reverse, [&](int64_t off, int64_t rows) {
     AT_DISPATCH_FLOATING_TYPES(grad_out.scalar_type(), "gru_backward", [&] {
       gru_step_backward<scalar_t>(
           rows, n, grad_out.data_ptr<scalar_t>() + off * n, h_prev.data_ptr<scalar_t>() + off * n,
@@ -163,7 +164,7 @@ std::vector<at::Tensor> gru_backward(const at::Tensor& w_mm, const at::Tensor& h
           d_gi.data_ptr<scalar_t>() + off * 3 * n, d_gh.data_ptr<scalar_t>() + off * 3 * n);
     });
     back_product(d_gh.narrow(0, off, rows), w_mm, d_h.narrow(0, 0, rows), true);
-  }
+  });
   return {d_gi, d_gh};
 }
 
@@ -218,8 +219,7 @@ std::vector<at::Tensor> lstm_forward(const at::Tensor& gi, const at::Tensor& w_h
   const int64_t first = sizes.empty() ? 0 : sizes[0];
   auto h = at::zeros({first, n}, gi.options());
   auto c = at::zeros({first, n}, gi.options());
-  for (int64_t t : order(sizes.size(), reverse)) {
-    const int64_t off = offsets[t], rows = sizes[t];
+  each_step(sizes, offsets, reverse, [&](int64_t off, int64_t rows) {
     step_product(h.narrow(0, 0, rows), w_mm, gates.narrow(0, off, rows));
     AT_DISPATCH_FLOATING_TYPES(gi.scalar_type(), "lstm_forward", [&] {
       lstm_step_forward<scalar_t>(
@@ -228,7 +228,7 @@ std::vector<at::Tensor> lstm_forward(const at::Tensor& gi, const at::Tensor& w_h
           h.data_ptr<scalar_t>(), c.data_ptr<scalar_t>(), out.data_ptr<scalar_t>() + off * n,
           h_prev.data_ptr<scalar_t>() + off * n, c_prev.data_ptr<scalar_t>() + off * n);
     });
-  }
+  });
   return {out, h_prev, c_prev, gates, tanh_c};
 }
 
@@ -266,8 +266,7 @@ std::vector<at::Tensor> lstm_backward(const at::Tensor& w_mm, const at::Tensor& 
   const int64_t first = sizes.empty() ? 0 : sizes[0];
   auto d_h = at::zeros({first, n}, grad_out.options());
   auto d_c = at::zeros({first, n}, grad_out.options());
-  for (int64_t t : order(sizes.size(), !reverse)) {
-    const int64_t off = offsets[t], rows = sizes[t];
+  each_step(sizes, offsets, !reverse, [&](int64_t off, int64_t rows) {
     AT_DISPATCH_FLOATING_TYPES(grad_out.scalar_type(), "lstm_backward", [&] {
       lstm_step_backward<scalar_t>(
           rows, n, grad_out.data_ptr<scalar_t>() + off * n, c_prev.data_ptr<scalar_t>() + off * n,
@@ -276,7 +275,7 @@ std::vector<at::Tensor> lstm_backward(const at::Tensor& w_mm, const at::Tensor& 
           d_gates.data_ptr<scalar_t>() + off * 4 * n);
     });
     back_product(d_gates.narrow(0, off, rows), w_mm, d_h.narrow(0, 0, rows), false);
-  }
+  });
   return {d_gates};
 }
 
