@@ -74,3 +74,36 @@ def test_attention_has_one_weight_per_feature_and_step() -> None:
     assert model.caption_encoder.embedding.embedding_dim == 20
     rnn = model.caption_encoder.rnn
     assert rnn.bidirectional and rnn.num_layers == 1 and rnn.hidden_size == 8
+
+
+@pytest.mark.parametrize("enforce_sorted", [False, True])
+@pytest.mark.parametrize("extra", [0, 3])
+def test_padded_is_pad_packed_sequence_forward_and_backward(
+    enforce_sorted: bool, extra: int
+) -> None:
+    from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
+
+    from trainables.model import padded
+
+    generator = torch.Generator().manual_seed(3)
+    for _ in range(5):
+        lengths = torch.randint(1, 12, (9,), generator=generator)
+        if enforce_sorted:
+            lengths = lengths.sort(descending=True).values
+        width = int(lengths.max()) + extra
+        x = torch.randn(9, width, 5, dtype=torch.float64, generator=generator)
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=enforce_sorted)
+        ours_in, torch_in = (
+            packed.data.clone().requires_grad_(),
+            packed.data.clone().requires_grad_(),
+        )
+        fields = (packed.batch_sizes, packed.sorted_indices, packed.unsorted_indices)
+        ours = padded(PackedSequence(ours_in, *fields), width)
+        theirs, _ = pad_packed_sequence(
+            PackedSequence(torch_in, *fields), batch_first=True, total_length=width
+        )
+        assert torch.equal(ours, theirs)
+        grad = torch.randn(theirs.shape, dtype=torch.float64, generator=generator)
+        ours.backward(grad)
+        theirs.backward(grad)
+        assert ours_in.grad is not None and torch.equal(ours_in.grad, torch_in.grad)
