@@ -3,7 +3,8 @@ the machine's matrix-product peak (issue 19).
 
     python bench/bench_cpu_training.py --authors-repo PATH \\
         [--sizes 256:32,256:128,1024:32,1024:128] [--steps 6] [--repeats 3] [--threads 2] \\
-        [--profile N:B] [--compare-directions] [--compare-loops] [--bf16]
+        [--profile N:B] [--compare-directions] [--compare-loops] [--compare-products]
+        [--bf16]
     python bench/bench_cpu_training.py --ours-only --threads 1 ...   # ours alone
 
 ``PATH`` is a copy of the authors' released code (github.com/DannyMerkx/caption2image: a
@@ -181,6 +182,8 @@ def compare(
         runs["ours, one direction after the other"] = lambda: _ours(ours, timed, False)
     if args.compare_loops:
         runs["ours, the per-step loop in Python"] = lambda: _ours(ours, timed, None, "python")
+    if args.compare_products:
+        runs["ours, every product in ATen's mm"] = lambda: _ours(ours, timed, None, mm=True)
     if bf16 is not None:
         runs["ours, bf16"] = lambda: _ours(bf16, timed, None)
     for run in runs.values():  # warm-up: allocator, threads, the first step's set-up
@@ -206,16 +209,22 @@ def compare(
 
 
 def _ours(
-    trainer: Trainer, plan: np.ndarray, side_by_side: bool | None, loop: str | None = None
+    trainer: Trainer,
+    plan: np.ndarray,
+    side_by_side: bool | None,
+    loop: str | None = None,
+    mm: bool = False,
 ) -> None:
     """``trainer``'s steps over ``plan``, its two directions side by side or not, its
-    per-step loop ``loop`` (None: the defaults)."""
-    before = _packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP
+    per-step loop ``loop`` (None: the defaults), with ``mm``: no product in oneDNN."""
+    before = _packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP, _packed_rnn.ONEDNN_FROM
     _packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP = side_by_side, loop
+    if mm:
+        _packed_rnn.ONEDNN_FROM = None
     try:
         trainer.train_batches(plan).cpu()
     finally:
-        _packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP = before
+        _packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP, _packed_rnn.ONEDNN_FROM = before
 
 
 def _sizes(text: str) -> list[tuple[int, int]]:
@@ -244,6 +253,9 @@ def main() -> None:
                    help="also ours with the two directions one after the other")  # fmt: skip
     p.add_argument("--compare-loops", action="store_true",
                    help="also ours with the recurrence's per-step loop in Python")  # fmt: skip
+    p.add_argument("--compare-products", action="store_true",
+                   help="also ours with every recurrent product in ATen's mm, "
+                   "none in oneDNN")  # fmt: skip
     p.add_argument("--bf16", action="store_true", help="also ours with precision bf16")
     p.add_argument("--ours-only", action="store_true",
                    help="time ours alone (no --authors-repo needed): two of these side by "

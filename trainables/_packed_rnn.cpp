@@ -5,6 +5,7 @@
 // Python functions (_gru_forward, _gru_backward, _lstm_forward, _lstm_backward), which
 // remain the reference and the fallback; trainables/_packed_rnn_cpp.py builds this
 // file on first use. Rows of step t are `sizes[t]` packed rows from `offsets[t]`.
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/extension.h>
 
 #include <cmath>
@@ -30,11 +31,26 @@ void each_step(const Steps& sizes, const Steps& offsets, bool last_first, Step s
   }
 }
 
+// h @ packed.T by oneDNN, `packed` a weight laid out for it (_Products: torch's
+// mkldnn::_reorder_linear_weight of the (out, in) weight). Called boxed, through the
+// dispatcher: the operator has no C++ API of its own.
+at::Tensor onednn_linear(const at::Tensor& h, const at::Tensor& packed) {
+  static const auto op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("mkldnn::_linear_pointwise", "");
+  torch::jit::Stack stack{h, packed, c10::IValue(), c10::IValue(std::string("none")),
+                          c10::IValue(c10::List<std::optional<at::Scalar>>()), c10::IValue()};
+  op.callBoxed(&stack);
+  return stack[0].toTensor();
+}
+
 // out = h @ w.T, the product in w's dtype (bfloat16: rounded to it, accumulated in
-// float32, as _Products.step); the gate pass adds the bias (addmm would first copy the
-// broadcast bias into `out`: a copy per step that took more time than the pass)
+// float32, as _Products.step), or by oneDNN when w is laid out for it; the gate pass
+// adds the bias (addmm would first copy the broadcast bias into `out`: a copy per step
+// that took more time than the pass)
 void step_product(const at::Tensor& h, const at::Tensor& w, at::Tensor out) {
-  if (w.scalar_type() == h.scalar_type()) {
+  if (w.is_mkldnn()) {
+    out.copy_(onednn_linear(h, w));
+  } else if (w.scalar_type() == h.scalar_type()) {
     at::mm_out(out, h, w.t());
   } else {
     out.copy_(at::mm(h.to(w.scalar_type()), w.t()));
@@ -42,9 +58,12 @@ void step_product(const at::Tensor& h, const at::Tensor& w, at::Tensor out) {
 }
 
 // out (+)= d @ w: the backward's carry into the previous state, added to what `out`
-// holds with `add` (as _Products.back)
+// holds with `add` (as _Products.back); by oneDNN when w is w.T laid out for it
 void back_product(const at::Tensor& d, const at::Tensor& w, at::Tensor out, bool add) {
-  if (w.scalar_type() == d.scalar_type()) {
+  if (w.is_mkldnn()) {
+    const auto product = onednn_linear(d, w);
+    add ? out.add_(product) : out.copy_(product);
+  } else if (w.scalar_type() == d.scalar_type()) {
     if (add) {
       out.addmm_(d, w);
     } else {

@@ -68,22 +68,54 @@ Low = torch.dtype | None  # the dtype of the recurrent matrix products, None: th
 class _Products:
     """The recurrence's matrix products with ``w_hh``: in its own dtype, or in ``low``
     (bfloat16: the CPU's bf16 dot products, float32 accumulation; the results are
-    rounded to ``low`` and added to float32 state)."""
+    rounded to ``low`` and added to float32 state). float32 products of a large enough
+    state (``onednn(w_hh, low)``) run in oneDNN, on weights laid out for it once per
+    pass (``step_weight``, ``back_weight``), instead of ATen's ``mm``."""
 
     def __init__(self, w_hh: torch.Tensor, low: torch.dtype | None) -> None:
         self.low = low
         self.w = w_hh if low is None else w_hh.to(low)
+        self.dnn = onednn(w_hh, low)
+        self._packed: dict[str, torch.Tensor] = {}
+
+    @property
+    def step_weight(self) -> torch.Tensor:
+        """What a forward step multiplies by: ``w`` (as ``h @ w.T``), or ``w_hh`` laid
+        out for oneDNN."""
+        if not self.dnn:
+            return self.w
+        if "step" not in self._packed:
+            self._packed["step"] = _reorder(self.w.detach())
+        return self._packed["step"]
+
+    @property
+    def back_weight(self) -> torch.Tensor:
+        """What a backward step multiplies by: ``w`` (as ``d @ w``), or ``w_hh.T`` laid
+        out for oneDNN."""
+        if not self.dnn:
+            return self.w
+        if "back" not in self._packed:
+            self._packed["back"] = _reorder(self.w.detach().t().contiguous())
+        return self._packed["back"]
 
     def step(self, bias: torch.Tensor, h: torch.Tensor, out: torch.Tensor) -> None:
         """``out = bias + h @ w_hh.T`` (a forward step)."""
-        if self.low is None:
+        if self.dnn:
+            torch.add(_onednn_linear(h, self.step_weight), bias, out=out)
+        elif self.low is None:
             torch.addmm(bias, h, self.w.t(), out=out)
         else:
             torch.add(torch.mm(h.to(self.low), self.w.t()), bias, out=out)
 
     def back(self, d: torch.Tensor, out: torch.Tensor, add: torch.Tensor | None = None) -> None:
         """``out = add + d @ w_hh`` (a backward step; ``add`` None: 0)."""
-        if self.low is None:
+        if self.dnn:
+            product = _onednn_linear(d, self.back_weight)
+            if add is None:
+                out.copy_(product)
+            else:
+                torch.add(product, add, out=out)
+        elif self.low is None:
             if add is None:
                 torch.mm(d, self.w, out=out)
             else:
@@ -98,6 +130,35 @@ class _Products:
         if self.low is None:
             return d_all.t() @ h_all
         return (d_all.t().to(self.low) @ h_all.to(self.low)).to(d_all.dtype)
+
+
+# the state size from which float32 recurrent products run in oneDNN rather than ATen's
+# mm (MKL): per step, one thread, (B x n) @ (n x 3n), oneDNN is 1.5x mm at n=1024 and
+# B=32, 1.2-1.3x at n=512, even at n=256 and slower below (BENCHMARKS.md); None: never
+ONEDNN_FROM: int | None = 512
+
+
+def onednn(w_hh: torch.Tensor, low: torch.dtype | None) -> bool:
+    """Whether the products with ``w_hh`` run in oneDNN: float32 on the CPU, no ``low``,
+    n at least ``ONEDNN_FROM``, and torch built with oneDNN."""
+    return (
+        ONEDNN_FROM is not None
+        and low is None
+        and w_hh.dtype == torch.float32
+        and w_hh.device.type == "cpu"
+        and w_hh.shape[1] >= ONEDNN_FROM
+        and torch.backends.mkldnn.is_available()
+    )
+
+
+def _reorder(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` (out, in) laid out for oneDNN's linear."""
+    return torch.ops.mkldnn._reorder_linear_weight(weight)
+
+
+def _onednn_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    """``x @ weight.T`` by oneDNN, ``packed`` = ``_reorder(weight)``."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
 
 
 def _gru_forward(
@@ -211,7 +272,7 @@ class _CppForward:
         self, gi: torch.Tensor, w_hh: torch.Tensor, b_hh: torch.Tensor, steps: _Steps, low: Low
     ) -> tuple[torch.Tensor, Saved]:
         run = getattr(_packed_rnn_cpp.extension(), f"{self.cell}_forward")
-        w_mm = _Products(w_hh, low).w
+        w_mm = _Products(w_hh, low).step_weight
         out, *saved = run(gi, w_hh, w_mm, b_hh, steps.batch_sizes, steps.offsets, steps.reverse)
         return out, (w_hh, *saved)
 
@@ -221,7 +282,7 @@ def _gru_backward_cpp(saved: Saved, grad_out: torch.Tensor, steps: _Steps, low: 
     w_hh, h_prev, gh, rz, new = saved
     products = _Products(w_hh, low)
     d_gi, d_gh = _packed_rnn_cpp.extension().gru_backward(  # type: ignore[union-attr]
-        products.w, h_prev, gh, rz, new, grad_out, steps.batch_sizes, steps.offsets,
+        products.back_weight, h_prev, gh, rz, new, grad_out, steps.batch_sizes, steps.offsets,
         steps.reverse,
     )  # fmt: skip
     return d_gi, products.weight_grad(d_gh, h_prev), d_gh.sum(dim=0)
@@ -232,7 +293,7 @@ def _lstm_backward_cpp(saved: Saved, grad_out: torch.Tensor, steps: _Steps, low:
     w_hh, h_prev, c_prev, gates, tanh_c = saved
     products = _Products(w_hh, low)
     (d_gates,) = _packed_rnn_cpp.extension().lstm_backward(  # type: ignore[union-attr]
-        products.w, c_prev, gates, tanh_c, grad_out, steps.batch_sizes, steps.offsets,
+        products.back_weight, c_prev, gates, tanh_c, grad_out, steps.batch_sizes, steps.offsets,
         steps.reverse,
     )  # fmt: skip
     return d_gates, products.weight_grad(d_gates, h_prev), d_gates.sum(dim=0)

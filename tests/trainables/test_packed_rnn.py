@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from trainables._packed_rnn import LOOPS, _loop, packed_bidirectional
+from trainables import _packed_rnn
+from trainables._packed_rnn import LOOPS, _loop, onednn, packed_bidirectional
 from trainables.config import TrainConfig
 from trainables.model import CharEncoding, GroundedEncoder
 
@@ -129,3 +132,55 @@ def test_the_default_loop_is_the_compiled_one_on_the_cpu() -> None:
         packed_bidirectional(packed.data.half(), packed.batch_sizes, rnn.half(), loop="cpp")
     with pytest.raises(ValueError, match="expected one of"):
         packed_bidirectional(packed.data, packed.batch_sizes, rnn, loop="fortran")
+
+
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch without oneDNN")
+@pytest.mark.parametrize("loop", LOOPS)
+@pytest.mark.parametrize("cell", [torch.nn.GRU, torch.nn.LSTM])
+def test_onednn_products_give_the_layer_s_outputs_and_gradients(
+    cell: type, loop: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """float32 products in oneDNN (from ONEDNN_FROM, here every n) against torch's own
+    module in float64: as close as ATen's mm products are."""
+    torch.manual_seed(1)
+    rnn = cell(20, 48, batch_first=True, bidirectional=True)
+    lengths = torch.tensor([61, 30, 45, 99, 30, 72])
+    x = torch.randn(6, 99, 20, requires_grad=True)
+    results = {}
+    for onednn_from in (1, None):
+        monkeypatch.setattr(_packed_rnn, "ONEDNN_FROM", onednn_from)
+        packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+        out = packed_bidirectional(packed.data, packed.batch_sizes, rnn, True, loop=loop)
+        grads = torch.autograd.grad(out.square().sum(), [x, *rnn.parameters()])
+        results[onednn_from] = (out.detach(), grads)
+    reference = copy.deepcopy(rnn).double()
+    x64 = x.detach().double().requires_grad_()
+    packed = pack_padded_sequence(x64, lengths, batch_first=True, enforce_sorted=False)
+    out64 = reference(packed)[0].data
+    grads64 = torch.autograd.grad(out64.square().sum(), [x64, *reference.parameters()])
+    for out, grads in results.values():
+        torch.testing.assert_close(out.double(), out64, rtol=0, atol=1e-5)
+        for have, want in zip(grads, grads64, strict=True):
+            torch.testing.assert_close(have.double(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_onednn_runs_the_float32_cpu_products_from_its_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_packed_rnn, "ONEDNN_FROM", 64)
+    small, large = torch.randn(96, 32), torch.randn(192, 64)
+    assert not onednn(small, None) and onednn(large, None) == torch.backends.mkldnn.is_available()
+    assert not onednn(large.double(), None)  # float64: the equivalence tests' mm
+    assert not onednn(large, torch.bfloat16)  # bf16 products: ATen's
+    monkeypatch.setattr(_packed_rnn, "ONEDNN_FROM", None)
+    assert not onednn(large, None)
+    if torch.backends.mkldnn.is_available():
+        monkeypatch.setattr(_packed_rnn, "ONEDNN_FROM", 64)
+        products = _packed_rnn._Products(large, None)
+        assert products.step_weight.is_mkldnn and products.back_weight.is_mkldnn
+        h, d = torch.randn(5, 64), torch.randn(5, 192)
+        out, back = torch.empty(5, 192), torch.empty(5, 64)
+        products.step(torch.zeros(192), h, out)
+        products.back(d, back)
+        torch.testing.assert_close(out, h @ large.t(), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(back, d @ large, rtol=1e-5, atol=1e-5)
