@@ -34,6 +34,7 @@ and ``nn.LSTM`` (gates ordered i, f, g, o)::
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -132,6 +133,7 @@ class _Products:
         return (d_all.t().to(self.low) @ h_all.to(self.low)).to(d_all.dtype)
 
 
+_X86 = platform.machine().lower() in ("x86_64", "amd64")
 # the state size from which float32 recurrent products run in oneDNN rather than ATen's
 # mm (MKL): per step, one thread, (B x n) @ (n x 3n), oneDNN is 1.5x mm at n=1024 and
 # B=32, 1.2-1.3x at n=512, even at n=256 and slower below (BENCHMARKS.md); None: never
@@ -139,10 +141,11 @@ ONEDNN_FROM: int | None = 512
 
 
 def onednn(w_hh: torch.Tensor, low: torch.dtype | None) -> bool:
-    """Whether the products with ``w_hh`` run in oneDNN: float32 on the CPU, no ``low``,
-    n at least ``ONEDNN_FROM``, and torch built with oneDNN."""
+    """Whether the products with ``w_hh`` run in oneDNN: float32 on an x86 CPU (where it
+    was measured), no ``low``, n at least ``ONEDNN_FROM``, torch built with oneDNN."""
     return (
         ONEDNN_FROM is not None
+        and _X86
         and low is None
         and w_hh.dtype == torch.float32
         and w_hh.device.type == "cpu"
