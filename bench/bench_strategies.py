@@ -26,7 +26,7 @@ trial-epochs. Strategies:
   another recorded table of the same space, ``--warm-table`` (a smaller world: the case
   ``--warm-start`` is for), its cost not counted;
 - ``ours-gp``: ours with ``--sampler gp`` (Optuna's GP sampler after the space-filling
-  starts, not TPE);
+  starts, not TPE); ``ours-gp-asha``: the same with ASHA;
 - ``ours-k2``: ours with ``--seeds-per-config 2``: each trial the mean of two training
   seeds (the table's next one too), each of its epochs costing 2 trial-epochs;
 - ``random-asha``: Optuna's random sampler, the same ASHA;
@@ -88,10 +88,10 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Parts.decode, for
 WITHIN = 0.99
 STRATEGIES = (
     "ours", "ours-asha", "ours-fifo", "ours-repeats", "ours-warm", "ours-warm-table",
-    "ours-k2", "ours-gp", "random-asha", "tpe-fifo", "grid", "hyperband", "bohb",
+    "ours-k2", "ours-gp", "ours-gp-asha", "random-asha", "tpe-fifo", "grid", "hyperband", "bohb",
 )  # fmt: skip
 OURS = ("ours", "ours-asha", "ours-fifo", "ours-repeats", "ours-warm", "ours-warm-table",
-        "ours-k2", "ours-gp")  # fmt: skip
+        "ours-k2", "ours-gp", "ours-gp-asha")  # fmt: skip
 SEEDS_PER_CONFIG = {"ours-k2": 2}
 STARTUP_OVERRIDE: list[int] = []  # --startup N: ours with N space-filling starts
 BOTH = ("ours-both", "ours-both-fifo", "motpe-fifo")  # --objective both
@@ -228,7 +228,7 @@ def _step(values: Sequence[float]) -> float | None:
 def scheduler_of(name: str, epochs: int) -> str:
     """ "asha" or "fifo": the scheduler strategy ``name`` runs with at ``epochs``."""
     if name in OURS:
-        explicit = {"ours-asha": "asha", "ours-fifo": "fifo"}.get(name)
+        explicit = {"ours-asha": "asha", "ours-gp-asha": "asha", "ours-fifo": "fifo"}.get(name)
         return explicit or resolve_scheduler("auto", "retrieval", epochs)
     if name in ("ours-both", "ours-both-fifo"):
         return resolve_scheduler("auto" if name == "ours-both" else "fifo", "both", epochs)
@@ -402,7 +402,7 @@ def build(
     free = _space(table, form=form)
     asha = make_scheduler("asha", epochs, cycle)
     if name in OURS:
-        model = "gp" if name == "ours-gp" else "tpe"  # the driver's --sampler
+        model = "gp" if name.startswith("ours-gp") else "tpe"  # the driver's --sampler
         sampler, _ = _optuna.make_sampler(free, seed, False, trials, model)
         if STARTUP_OVERRIDE:  # --startup: another number of space-filling starts
             sampler = SpaceFillingSampler(min(trials, STARTUP_OVERRIDE[0]), seed, model)

@@ -77,6 +77,9 @@ def test_the_default_strategies_leave_out_what_ours_already_is() -> None:
     assert "ours-asha" not in long and "ours-fifo" in long and "ours-warm-table" in long
     assert bench_strategies.scheduler_of("ours-both", 4) == "asha"  # Pareto halving
     assert bench_strategies.scheduler_of("ours-k2", 4) == "fifo"
+    # the GP sampler: FIFO at 4 epochs as the driver's auto picks, or ASHA
+    assert bench_strategies.scheduler_of("ours-gp", 4) == "fifo"
+    assert bench_strategies.scheduler_of("ours-gp-asha", 4) == "asha"
 
 
 @pytest.mark.slow
