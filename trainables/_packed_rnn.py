@@ -83,21 +83,21 @@ class _Products:
     def step_weight(self) -> torch.Tensor:
         """What a forward step multiplies by: ``w`` (as ``h @ w.T``), or ``w_hh`` laid
         out for oneDNN."""
-        if not self.dnn:
-            return self.w
-        if "step" not in self._packed:
-            self._packed["step"] = _reorder(self.w.detach())
-        return self._packed["step"]
+        return self._laid_out("step")
 
     @property
     def back_weight(self) -> torch.Tensor:
         """What a backward step multiplies by: ``w`` (as ``d @ w``), or ``w_hh.T`` laid
         out for oneDNN."""
+        return self._laid_out("back")
+
+    def _laid_out(self, use: str) -> torch.Tensor:
         if not self.dnn:
             return self.w
-        if "back" not in self._packed:
-            self._packed["back"] = _reorder(self.w.detach().t().contiguous())
-        return self._packed["back"]
+        if use not in self._packed:  # once per pass: the weights change every step
+            w = self.w.detach()
+            self._packed[use] = _reorder(w if use == "step" else w.t().contiguous())
+        return self._packed[use]
 
     def step(self, bias: torch.Tensor, h: torch.Tensor, out: torch.Tensor) -> None:
         """``out = bias + h @ w_hh.T`` (a forward step)."""
