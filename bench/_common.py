@@ -9,6 +9,7 @@ import platform
 import resource
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +21,21 @@ import torch  # noqa: E402
 
 from storage.build import build_synthetic  # noqa: E402
 from trainables.data import EncodedSplit, TrainingData  # noqa: E402
+
+
+class BadInput(Exception):
+    """A flag or file the benchmark cannot use; its message is one ``error:`` line naming
+    it and what was expected. :func:`run` prints it and exits 2, without a traceback."""
+
+
+def run(main: Callable[[], int | None]) -> None:
+    """A benchmark's ``__main__``: ``main()``, with bad input as one line and status 2."""
+    try:
+        code = main()
+    except BadInput as e:
+        print(e, file=sys.stderr)
+        raise SystemExit(2) from None
+    raise SystemExit(code)
 
 
 def world(store: str | None, images: int, scratch: str = "/tmp") -> str:

@@ -72,7 +72,7 @@ def authors_functions(repo: Path, scratch: Path) -> Path:
     if inside.is_dir():
         return inside
     if not (repo / "HEAD").is_file():
-        raise SystemExit(f"error: --authors-repo {repo}: neither a work tree with "
+        raise _common.BadInput(f"error: --authors-repo {repo}: neither a work tree with "
                          "PyTorch/functions nor a git directory")  # fmt: skip
     archive = subprocess.run(
         ["git", f"--git-dir={repo}", "archive", "HEAD", "PyTorch/functions"],
@@ -167,7 +167,7 @@ def compare(
     )
     plan = epoch_batches(data.train.num_images, batch, config.seed, 0)
     if len(plan) < args.steps + 1:
-        raise SystemExit(f"error: --steps: {len(plan)} batches of {batch} in an epoch, "
+        raise _common.BadInput(f"error: --steps: {len(plan)} batches of {batch} in an epoch, "
                          f"fewer than --steps + 1 ({args.steps + 1})")  # fmt: skip
     timed = plan[1 : 1 + args.steps]
     ours = Trainer(config, data)
@@ -233,7 +233,7 @@ def _sizes(text: str) -> list[tuple[int, int]]:
     except ValueError:
         pairs = []
     if not pairs or any(len(p) != 2 or min(p) < 2 for p in pairs):
-        raise SystemExit(f"error: --sizes: got {text!r}, expected N:BATCH[,N:BATCH...] "
+        raise _common.BadInput(f"error: --sizes: got {text!r}, expected N:BATCH[,N:BATCH...] "
                          "with N and BATCH at least 2")  # fmt: skip
     return [(p[0], p[1]) for p in pairs]
 
@@ -289,4 +289,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _common.run(main)

@@ -36,7 +36,7 @@ _BEFORE: list[Any] = []  # --against: another checkout's trainables._packed_rnn
 def _load_before(tree: Path) -> None:
     path = tree / "trainables" / "_packed_rnn.py"
     if not path.is_file():
-        raise SystemExit(f"error: --against {tree}: no trainables/_packed_rnn.py in it")
+        raise _common.BadInput(f"error: --against {tree}: no trainables/_packed_rnn.py in it")
     spec = importlib.util.spec_from_file_location("before_packed_rnn", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -140,4 +140,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _common.run(main)

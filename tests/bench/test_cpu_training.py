@@ -42,5 +42,5 @@ def test_the_authors_batches_hold_their_character_indices_and_our_features() -> 
 
 @pytest.mark.parametrize("bad", ["", "256", "256:1", "a:32", "256:32,", "1024:32:1"])
 def test_bad_sizes_are_one_error_line(bad: str) -> None:
-    with pytest.raises(SystemExit, match="error: --sizes"):
+    with pytest.raises(bench._common.BadInput, match="error: --sizes"):
         bench._sizes(bad)
