@@ -25,6 +25,10 @@ that looks a trial's (variant, margin, seed) up in the table and reports the rec
 epochs, with a checkpoint per epoch (so HyperBand can pause and resume it), sleeping
 ``time_scale`` x the recorded training seconds before each so that trials running side
 by side interleave as they did. :mod:`bench_strategies` runs whole searches on it.
+
+``python bench/tabular.py mean --table bench/recorded/lr_batch --out DIR`` derives the
+same problem at the mean of its training seeds (:func:`seed_mean`): a search of it finds
+the configs that are best on average, not one seed's luck.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _common import REPO, world  # puts the repository on sys.path
+from _common import REPO, BadInput, run, world  # puts the repository on sys.path
 
 from trainables import names
 
@@ -294,7 +298,7 @@ def _floats(flag: str, text: str) -> list[float]:
     try:
         return sorted({float(x) for x in text.split(",")})
     except ValueError:
-        raise SystemExit(f"error: {flag}: got {text!r}, expected comma-separated numbers") from None
+        raise BadInput(f"error: {flag}: got {text!r}, expected comma-separated numbers") from None
 
 
 def record(args: argparse.Namespace) -> RecordedTable:
@@ -307,7 +311,7 @@ def record(args: argparse.Namespace) -> RecordedTable:
         wanted = args.variants.split(",")
         unknown = [v for v in wanted if v not in models]
         if unknown:
-            raise SystemExit(f"error: --variants: unknown {unknown}; expected some of "
+            raise BadInput(f"error: --variants: unknown {unknown}; expected some of "
                              f"{', '.join(models)}")  # fmt: skip
         models = {v: models[v] for v in models if v in wanted}
     variants = models
@@ -349,6 +353,44 @@ def record(args: argparse.Namespace) -> RecordedTable:
     table = RecordedTable(curves, manifest)
     table.write(args.out)
     return table
+
+
+def seed_mean(table: RecordedTable, seeds: Sequence[int] | None = None) -> RecordedTable:
+    """The problem with the training seeds' noise averaged out: one curve per config, at
+    seed 0, whose every epoch is the mean over ``seeds`` (default: all the table's) of
+    that config's recorded epochs (``trainables.seeds.combine``, the mean that
+    ``--seeds-per-config`` selects on; times are the seeds' mean, one trial's cost). A
+    search of it costs what a search of one seed does, but finds the configs that are
+    best on average rather than one seed's luck: the tabular benchmarks of the HPO
+    literature report searches on such seed means."""
+    from trainables.seeds import combine
+
+    seeds = list(table.seeds if seeds is None else seeds)
+    missing = [s for s in seeds if s not in table.seeds]
+    if len(set(seeds)) < 2 or len(set(seeds)) != len(seeds) or missing:
+        raise ValueError(
+            f"expected two or more different seeds of the table's {list(table.seeds)}, got {seeds}"
+        )
+    curves = []
+    for variant, margin in table.configs():
+        recorded = [table.curve(variant, margin, s) for s in seeds]
+        epochs = []
+        for epoch in range(len(recorded[0].epochs)):
+            mean = combine([c.epochs[epoch] for c in recorded])
+            epochs.append(
+                {k: v / len(seeds) if k.startswith("time/") else v for k, v in mean.items()}
+            )
+        config = {**recorded[0].config, "seed": 0}
+        curves.append(Curve(variant, recorded[0].margin, 0, config, epochs))
+    manifest = {
+        **table.manifest,
+        "seed_mean_of": seeds,
+        "seeds": [0],
+        "derived_from_table_sha256": table.manifest.get("table_sha256"),
+        "command": "python bench/tabular.py " + " ".join(sys.argv[1:]),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
+    return RecordedTable(curves, manifest)
 
 
 def seed_agreement(table: RecordedTable, metric: str = names.BEST_RETRIEVAL) -> list[str]:
@@ -403,6 +445,10 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     r.add_argument("--batch-sizes", default="32,64,128", help="lr_batch: comma-separated")
     a = sub.add_parser("seeds", help="how much of the ranking survives a change of seed")
     a.add_argument("--table", type=Path, required=True)
+    m = sub.add_parser("mean", help="the problem at the mean of its training seeds")
+    m.add_argument("--table", type=Path, required=True)
+    m.add_argument("--out", type=Path, required=True, help="folder for the derived table")
+    m.add_argument("--seeds", default="", help="comma-separated (default: all the table's)")
     return p.parse_args(argv)
 
 
@@ -416,8 +462,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         for metric in (names.BEST_RETRIEVAL, names.BEST_SEMANTIC):
             print(f"{metric} at the last epoch:")
             print("\n".join(seed_agreement(table, metric)))
+    elif args.command == "mean":
+        table = RecordedTable.read(args.table)
+        try:
+            seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
+        except ValueError:
+            raise BadInput(f"error: --seeds: got {args.seeds!r}, expected "
+                             "comma-separated integers") from None  # fmt: skip
+        try:
+            derived = seed_mean(table, seeds)
+        except ValueError as e:
+            raise BadInput(f"error: --seeds: {e}") from None
+        derived.write(args.out)
+        print(f"{len(derived.curves)} curves, the mean of seeds "
+              f"{derived.manifest['seed_mean_of']} -> {args.out}")  # fmt: skip
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run(main)

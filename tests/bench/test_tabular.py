@@ -178,3 +178,55 @@ def test_the_recorded_problems_in_the_repository_are_whole(
         assert curve.config["variant"] == curve.variant and curve.config["seed"] == curve.seed
         values = [e[names.BEST_RETRIEVAL] for e in curve.epochs]
         assert values == sorted(values)  # a running best never falls
+
+
+def test_the_seed_mean_problem_averages_every_epoch_over_the_seeds(tmp_path: Path) -> None:
+    curves = [
+        _curve("v0", 0.1, 0, [0.0, 10.0, 30.0]),
+        _curve("v0", 0.1, 1, [0.0, 20.0, 10.0]),
+        _curve("v0", 0.1, 2, [0.0, 60.0, 50.0]),
+        _curve("v1", 0.1, 0, [0.0, 40.0, 41.0]),
+        _curve("v1", 0.1, 1, [0.0, 2.0, 5.0]),
+        _curve("v1", 0.1, 2, [0.0, 3.0, 4.0]),
+    ]
+    table = tabular.RecordedTable(curves, {"variants": {"v0": {}, "v1": {}}, "table_sha256": "x"})
+    mean = tabular.seed_mean(table, [0, 1])
+    assert mean.seeds == (0,) and mean.configs() == table.configs()
+    epochs = mean.curve("v0", 0.1, 0).epochs
+    assert [e[names.PRIMARY_RETRIEVAL] for e in epochs] == [0.0, 15.0, 20.0]
+    assert [e[names.BEST_RETRIEVAL] for e in epochs] == [0.0, 15.0, 25.0]  # mean of bests
+    assert epochs[2][names.spread(names.PRIMARY_RETRIEVAL)] == pytest.approx(14.142, abs=1e-3)
+    assert epochs[1]["time/train_s"] == 1.5  # one trial's cost, not the seeds' sum
+    assert mean.best(0) == 25.0  # v0 on average, though v1 is seed 0's best
+    assert mean.manifest["seed_mean_of"] == [0, 1] and mean.manifest["seeds"] == [0]
+    mean.write(tmp_path)
+    again = tabular.RecordedTable.read(tmp_path)
+    assert again.curve("v1", 0.1, 0).epochs == mean.curve("v1", 0.1, 0).epochs
+    assert tabular.seed_mean(table).best(0) == pytest.approx((30 + 20 + 60) / 3)
+    for seeds in ([0], [0, 7], [1, 1]):
+        with pytest.raises(ValueError, match="two or more different seeds of the table's"):
+            tabular.seed_mean(table, seeds)
+
+
+@pytest.mark.parametrize("seeds", ["0,x", "0", "0,9", "1.5,2", ",", "0,0"])
+def test_mean_s_bad_seeds_are_one_error_line(seeds: str, tmp_path: Path) -> None:
+    folder = Path(__file__).resolve().parents[2] / "bench" / "recorded" / "lr_batch"
+    argv = ["mean", "--table", str(folder), "--out", str(tmp_path / "out"), "--seeds", seeds]
+    with pytest.raises(tabular.BadInput, match=r"^error: --seeds: ") as raised:
+        tabular.main(argv)
+    assert "\n" not in str(raised.value)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bench_s_bad_input_exits_2_with_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = Path(tabular.__file__)
+    argv = ["mean", "--table", str(script.parent / "recorded" / "lr_batch"), "--out",
+            str(tmp_path / "out"), "--seeds", "0,x"]  # fmt: skip
+    done = subprocess.run([sys.executable, str(script), *argv], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "error: --seeds: got '0,x', expected comma-separated integers"
+    ]
