@@ -34,7 +34,13 @@ trial-epochs. Strategies:
 - ``grid``: Optuna's grid sampler (its seeded random order), every trial to the end;
 - ``hyperband``: Ray Tune's HyperBandScheduler (max_t = epochs, eta 2) with random draws;
 - ``bohb``: Ray Tune's TuneBOHB with HyperBandForBOHB (needs hpbandster and ConfigSpace:
-  ``pip install -e ".[bench]"``).
+  ``pip install -e ".[bench]"``);
+- ``optuna-median`` / ``optuna-hyperband``: Optuna's own pruner-based alternative, a
+  study as Optuna makes it by default (TPE; ``MedianPruner``) and with its
+  ``HyperbandPruner`` (min 1 epoch, max the table's, Optuna's reduction factor 3). Ray's
+  OptunaSearch reports every epoch to its study but creates it with ``NopPruner`` and
+  never asks ``should_prune``, so a pruner does not run under Tune as it comes;
+  :class:`OptunaPruning` is the bridge.
 
 For each strategy the curve "best dev R@10 mean found against trial-epochs spent" (as a
 share of the training seed's grid best), median and interquartile range over the
@@ -89,6 +95,7 @@ WITHIN = 0.99
 STRATEGIES = (
     "ours", "ours-asha", "ours-fifo", "ours-repeats", "ours-warm", "ours-warm-table",
     "ours-k2", "ours-gp", "ours-gp-asha", "random-asha", "tpe-fifo", "grid", "hyperband", "bohb",
+    "optuna-median", "optuna-hyperband",
 )  # fmt: skip
 OURS = ("ours", "ours-asha", "ours-fifo", "ours-repeats", "ours-warm", "ours-warm-table",
         "ours-k2", "ours-gp", "ours-gp-asha")  # fmt: skip
@@ -226,12 +233,15 @@ def _step(values: Sequence[float]) -> float | None:
 
 
 def scheduler_of(name: str, epochs: int) -> str:
-    """ "asha" or "fifo": the scheduler strategy ``name`` runs with at ``epochs``."""
+    """ "asha", "fifo" or "pruner" (an Optuna pruner's): the scheduler strategy ``name``
+    runs with at ``epochs``."""
     if name in OURS:
         explicit = {"ours-asha": "asha", "ours-gp-asha": "asha", "ours-fifo": "fifo"}.get(name)
         return explicit or resolve_scheduler("auto", "retrieval", epochs)
     if name in ("ours-both", "ours-both-fifo"):
         return resolve_scheduler("auto" if name == "ours-both" else "fifo", "both", epochs)
+    if name.startswith("optuna-"):
+        return "pruner"
     return "fifo" if name in ("tpe-fifo", "grid", "motpe-fifo") else "asha"
 
 
@@ -307,6 +317,62 @@ class _Recorder(tune.Callback):
         self.configs[trial.trial_id] = self.decode(trial.config)
         best = (result[names.BEST_RETRIEVAL], result.get(names.BEST_SEMANTIC, math.nan))
         self.reports.append((trial.trial_id, int(result["epoch"]), *best))
+
+
+class OptunaPruning(FIFOScheduler):
+    """An Optuna pruner judging Tune's trials, as it judges them in ``study.optimize``: a
+    study of its own with ``pruner``, one Optuna trial per Tune trial (``ask``), each
+    trained epoch reported to it (``Trial.report(value, epoch)``; epoch 0, the untrained
+    model, is not), and the Tune trial stopped when ``should_prune()`` says so (told
+    PRUNED; a trial that ends is told its last value). The searcher learns of a pruned
+    trial as of one ASHA stopped: its last reported value."""
+
+    def __init__(self, pruner: optuna.pruners.BasePruner, metric: str = names.BEST_RETRIEVAL):
+        super().__init__()
+        self.objective = metric
+        self.study = optuna.create_study(direction="maximize", pruner=pruner)
+        self.trials: dict[str, optuna.Trial] = {}
+        self.pruned: dict[str, int] = {}  # Tune trial id -> the epoch it was pruned at
+
+    def set_search_properties(self, metric: str | None, mode: str | None, **spec: Any) -> bool:
+        return True  # its metric is its own
+
+    def on_trial_add(self, tune_controller: Any, trial: Any) -> None:
+        self.trials[trial.trial_id] = self.study.ask()
+
+    def on_trial_result(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> str:
+        epoch = int(result["epoch"])
+        ask = self.trials.get(trial.trial_id)
+        if epoch < 1 or ask is None:
+            return TrialScheduler.CONTINUE
+        ask.report(float(result[self.objective]), epoch)
+        if not ask.should_prune():
+            return TrialScheduler.CONTINUE
+        self.study.tell(ask, state=optuna.trial.TrialState.PRUNED)
+        del self.trials[trial.trial_id]
+        self.pruned[trial.trial_id] = epoch
+        return TrialScheduler.STOP
+
+    def on_trial_complete(self, tune_controller: Any, trial: Any, result: dict[str, Any]) -> None:
+        ask = self.trials.pop(trial.trial_id, None)
+        if ask is not None:
+            self.study.tell(ask, float(result[self.objective]))
+
+    def on_trial_error(self, tune_controller: Any, trial: Any) -> None:
+        self.on_trial_remove(tune_controller, trial)
+
+    def on_trial_remove(self, tune_controller: Any, trial: Any) -> None:
+        ask = self.trials.pop(trial.trial_id, None)
+        if ask is not None:
+            self.study.tell(ask, state=optuna.trial.TrialState.FAIL)
+
+
+def optuna_pruner(name: str, epochs: int) -> optuna.pruners.BasePruner:
+    """The pruner of strategy ``optuna-median`` (Optuna's default study's) or
+    ``optuna-hyperband`` (resources in epochs, Optuna's default reduction factor)."""
+    if name == "optuna-median":
+        return optuna.pruners.MedianPruner()
+    return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=epochs)
 
 
 FORMS = ("variant", "parts")
@@ -425,6 +491,10 @@ def build(
         return _searcher(free, fixed, sampler, study, db, concurrent), hyperband, fixed
     if name == "bohb":
         return _bohb(table, fixed, seed, epochs, concurrent, form)
+    if name in ("optuna-median", "optuna-hyperband"):
+        sampler = optuna.samplers.TPESampler(seed=seed)
+        pruning = OptunaPruning(optuna_pruner(name, epochs))
+        return _searcher(free, fixed, sampler, study, db, concurrent), pruning, fixed
     if name in ("ours-both", "ours-both-fifo"):
         sampler, _ = _optuna.make_sampler(free, seed, True, trials)
         kind = scheduler_of(name, epochs)

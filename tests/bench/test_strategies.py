@@ -80,6 +80,45 @@ def test_the_default_strategies_leave_out_what_ours_already_is() -> None:
     # the GP sampler: FIFO at 4 epochs as the driver's auto picks, or ASHA
     assert bench_strategies.scheduler_of("ours-gp", 4) == "fifo"
     assert bench_strategies.scheduler_of("ours-gp-asha", 4) == "asha"
+    assert bench_strategies.scheduler_of("optuna-median", 4) == "pruner"
+    assert {"optuna-median", "optuna-hyperband"} <= set(short)
+
+
+class _Trial:
+    def __init__(self, trial_id: str) -> None:
+        self.trial_id = trial_id
+
+
+def _epochs(pruning: bench_strategies.OptunaPruning, trial: str, values: list[float]) -> list[str]:
+    """What the scheduler says to each of ``values`` (epochs 0, 1, ...) of ``trial``,
+    until it stops it; a trial it never stops completes with its last value."""
+    said = []
+    for epoch, value in enumerate(values):
+        said.append(pruning.on_trial_result(None, _Trial(trial), {"epoch": epoch, R: value}))
+        if said[-1] == "STOP":
+            return said
+    pruning.on_trial_complete(None, _Trial(trial), {"epoch": len(values) - 1, R: values[-1]})
+    return said
+
+
+def test_an_optuna_pruner_judges_tune_s_trials_as_in_its_own_study() -> None:
+    optuna = pytest.importorskip("optuna")
+    pruning = bench_strategies.OptunaPruning(optuna.pruners.MedianPruner(n_startup_trials=2))
+    for trial in "abcdef":
+        pruning.on_trial_add(None, _Trial(trial))
+    # nothing is pruned before two trials have completed, nor ever at epoch 0
+    assert _epochs(pruning, "a", [0.0, 10.0, 20.0, 30.0]) == ["CONTINUE"] * 4
+    assert _epochs(pruning, "b", [99.0, 1.0, 2.0, 3.0]) == ["CONTINUE"] * 4
+    # the median of the completed trials at epoch 1 is 5.5, at epoch 2 11.0
+    assert _epochs(pruning, "c", [0.0, 5.0]) == ["CONTINUE", "STOP"]
+    assert _epochs(pruning, "d", [0.0, 6.0, 10.0]) == ["CONTINUE", "CONTINUE", "STOP"]
+    assert _epochs(pruning, "e", [0.0, 50.0, 60.0, 70.0]) == ["CONTINUE"] * 4
+    assert pruning.pruned == {"c": 1, "d": 2}
+    states = [t.state.name for t in pruning.study.trials]
+    assert states == ["COMPLETE", "COMPLETE", "PRUNED", "PRUNED", "COMPLETE", "RUNNING"]
+    pruning.on_trial_error(None, _Trial("f"))
+    assert pruning.study.trials[-1].state.name == "FAIL"
+    assert [t.value for t in pruning.study.trials[:2]] == [30.0, 3.0]
 
 
 @pytest.mark.slow
@@ -178,3 +217,46 @@ def test_a_parts_form_search_replays_the_recorded_configs_it_decodes(tmp_path: P
     for trial, epoch, value, _ in events.reports:
         variant, margin = events.configs[trial]
         assert value == table.curve(variant, margin, table.seeds[0]).epochs[epoch][R]
+
+
+@pytest.mark.slow
+def test_a_replayed_search_stops_what_optuna_s_median_pruner_prunes(tmp_path: Path) -> None:
+    """Real Tune on the replay, one trial at a time: a trial stops exactly where its value
+    falls below the median of the trials completed before it at that epoch (Optuna's
+    MedianPruner, 5 completed trials before it prunes anything)."""
+    import ray
+
+    table = tabular.RecordedTable.read(RECORDED / "lr_batch")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        events = bench_strategies.run_one(
+            "optuna-median", table, 0, budget=60, time_scale=0.0, scratch=tmp_path, concurrent=1
+        )
+    finally:
+        ray.shutdown()
+    by_trial: dict[str, list[float]] = {}
+    for trial, epoch, value, _ in events.reports:
+        assert epoch == len(by_trial.setdefault(trial, []))  # in order, one at a time
+        by_trial[trial].append(value)
+    completed: list[list[float]] = []
+    stopped = 0
+    for trial, values in by_trial.items():  # in the order the trials ran
+        if trial == events.reports[-1][0]:
+            break  # the last may have been cut by the budget
+        pruned_at = None
+        for epoch in range(1, len(values)):
+            if len(completed) >= 5:
+                ordered = sorted(c[epoch] for c in completed)
+                half = len(ordered) // 2
+                median = (
+                    ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) / 2
+                )
+                if values[epoch] < median:
+                    pruned_at = epoch
+                    break
+        assert len(values) - 1 == (table.max_epoch if pruned_at is None else pruned_at), trial
+        if pruned_at is None:
+            completed.append(values)
+        else:
+            stopped += 1
+    assert stopped >= 1 and len(completed) >= 5  # the rule was exercised both ways
