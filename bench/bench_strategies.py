@@ -797,7 +797,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("ray").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     _optuna.quiet()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             logging_level="ERROR")  # fmt: skip
     results: dict[str, list[tuple[int, Events]]] = {}
     started = time.perf_counter()
     try:

@@ -4,6 +4,7 @@ config it would pick, and how that pick does at the training seeds it never saw.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import bench_strategies
 import pytest
@@ -121,18 +122,23 @@ def test_an_optuna_pruner_judges_tune_s_trials_as_in_its_own_study() -> None:
     assert [t.value for t in pruning.study.trials[:2]] == [30.0, 3.0]
 
 
-@pytest.mark.slow
-def test_a_two_seed_replay_reports_the_seeds_mean_and_pays_for_both(tmp_path: Path) -> None:
+def _replayed(
+    name: str, table: tabular.RecordedTable, scratch: Path, **options: Any
+) -> bench_strategies.Events:
+    """One real search of strategy ``name`` (search seed 0) on a local Ray."""
     import ray
 
-    table = _table(seeds=2)
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        events = bench_strategies.run_one(
-            "ours-k2", table, 0, budget=8, time_scale=0.0, scratch=tmp_path, concurrent=1
-        )
+        return bench_strategies.run_one(name, table, 0, time_scale=0.0, scratch=scratch, **options)
     finally:
         ray.shutdown()
+
+
+@pytest.mark.slow
+def test_a_two_seed_replay_reports_the_seeds_mean_and_pays_for_both(tmp_path: Path) -> None:
+    table = _table(seeds=2)
+    events = _replayed("ours-k2", table, tmp_path, budget=8, concurrent=1)
     assert events.cost == 2
     trained = [r for r in events.reports if r[1] >= 1]
     assert len(trained) == 4  # budget 8 trial-epochs = 2 trials x 2 epochs x 2 seeds
@@ -202,16 +208,8 @@ def test_the_parts_form_needs_every_model_x_parameter_combination() -> None:
 
 @pytest.mark.slow
 def test_a_parts_form_search_replays_the_recorded_configs_it_decodes(tmp_path: Path) -> None:
-    import ray
-
     table = tabular.RecordedTable.read(RECORDED / "lr_batch")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        events = bench_strategies.run_one(
-            "ours", table, 0, budget=12, time_scale=0.0, scratch=tmp_path, form="parts"
-        )
-    finally:
-        ray.shutdown()
+    events = _replayed("ours", table, tmp_path, budget=12, form="parts")
     assert sum(r[1] >= 1 for r in events.reports) >= 12
     assert len(set(events.configs.values())) >= 3
     for trial, epoch, value, _ in events.reports:
@@ -224,16 +222,8 @@ def test_a_replayed_search_stops_what_optuna_s_median_pruner_prunes(tmp_path: Pa
     """Real Tune on the replay, one trial at a time: a trial stops exactly where its value
     falls below the median of the trials completed before it at that epoch (Optuna's
     MedianPruner, 5 completed trials before it prunes anything)."""
-    import ray
-
     table = tabular.RecordedTable.read(RECORDED / "lr_batch")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        events = bench_strategies.run_one(
-            "optuna-median", table, 0, budget=60, time_scale=0.0, scratch=tmp_path, concurrent=1
-        )
-    finally:
-        ray.shutdown()
+    events = _replayed("optuna-median", table, tmp_path, budget=60, concurrent=1)
     by_trial: dict[str, list[float]] = {}
     for trial, epoch, value, _ in events.reports:
         assert epoch == len(by_trial.setdefault(trial, []))  # in order, one at a time

@@ -122,7 +122,7 @@ def test_the_replay_gives_live_training_s_metrics_and_a_live_search_s_decisions(
     live_decisions = sorted((c.variant, c.margin, len(c.epochs) - 1) for c in live_trials)
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         replayed = bench_strategies.run_one(
             "ours-asha", table, 0, budget=100, time_scale=0.0, scratch=tmp_path / "replay",

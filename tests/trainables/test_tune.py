@@ -28,7 +28,10 @@ SMALL = dict(
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(
+        address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+        configure_logging=False,
+    )  # fmt: skip
     yield
     ray.shutdown()
 
