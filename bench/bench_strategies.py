@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import logging
 import math
 import os
@@ -75,6 +76,7 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 import optuna
 import ray
 import tabular  # puts the repository on sys.path (through _common)
+from _common import BadInput, run
 from bench_search_efficiency import hypervolume
 from ray import cloudpickle, tune
 from ray.tune.schedulers import FIFOScheduler, HyperBandScheduler, TrialScheduler
@@ -436,10 +438,10 @@ def _bohb(
         for key, d in Parts(table).distributions().items():
             if isinstance(d, optuna.distributions.CategoricalDistribution):
                 config_space.add(CS.CategoricalHyperparameter(key, list(d.choices)))
-            elif d.step:
-                steps = round((d.high - d.low) / d.step)
-                values = [round(d.low + k * d.step, 9) for k in range(steps + 1)]
-                config_space.add(CS.OrdinalHyperparameter(key, values))
+            elif d.step:  # hpbandster takes no ordinals: a float whose draws Parts.decode
+                # snaps to the nearest step, each step owning an equal share of the range
+                half = d.step / 2
+                config_space.add(CS.UniformFloatHyperparameter(key, d.low - half, d.high + half))
             else:
                 config_space.add(CS.UniformFloatHyperparameter(key, d.low, d.high, log=d.log))
     else:
@@ -617,6 +619,43 @@ class _Budget(tune.Stopper):
         return self.cost * sum(r[1] >= 1 for r in self.recorder.reports) >= self.budget
 
 
+class SavedSearches:
+    """Finished searches kept in a JSON-lines file (``--results``), so that a long
+    comparison survives a crash or a new strategy and its tables can be printed again.
+    A line holds the search's settings (``key``: what changes its events), the strategy,
+    the search seed and its :class:`Events`; only lines with this run's key are read.
+    ``path`` None: nothing is kept."""
+
+    def __init__(self, path: Path | None, key: dict[str, Any]) -> None:
+        self.path, self.key = path, json.loads(json.dumps(key))
+        self.found: dict[tuple[str, int], Events] = {}
+        if path is None or not path.exists():
+            return
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            try:
+                row = json.loads(line)
+                reports = [(str(t), int(e), float(r), float(m)) for t, e, r, m in row["reports"]]
+                configs = {t: (str(v), float(mg)) for t, (v, mg) in row["configs"].items()}
+                events = Events(reports, configs, int(row["cost"]))
+                found = (str(row["strategy"]), int(row["seed"]))
+            except (ValueError, KeyError, TypeError, AttributeError) as e:
+                raise BadInput(f"error: --results {path}: line {number} is not a saved "
+                               f"search ({e})") from None  # fmt: skip
+            if row.get("key") == self.key:
+                self.found[found] = events
+
+    def get(self, strategy: str, seed: int) -> Events | None:
+        return self.found.get((strategy, seed))
+
+    def add(self, strategy: str, seed: int, events: Events) -> None:
+        if self.path is None:
+            return
+        row = {"key": self.key, "strategy": strategy, "seed": seed, "cost": events.cost,
+               "reports": events.reports, "configs": events.configs}  # fmt: skip
+        with self.path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+
+
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
     if len(values) == 1:
         return values[0], values[0], values[0]
@@ -765,6 +804,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "driver's spaces search it, see Parts) (default: variant)")  # fmt: skip
     p.add_argument("--startup", type=int, default=None,
                    help="ours-*: this many space-filling starts, not the driver's")  # fmt: skip
+    p.add_argument("--results", type=Path, default=None,
+                   help="a JSON-lines file: every finished search is appended to it, and a "
+                   "search it already holds (same table, form, budget, objective, time "
+                   "scale, starts) is read from it instead of run again")  # fmt: skip
     args = p.parse_args(argv)
     if args.startup is not None:
         if args.startup < 1:
@@ -800,12 +843,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level="ERROR")  # fmt: skip
     results: dict[str, list[tuple[int, Events]]] = {}
+    kept = SavedSearches(args.results, {
+        "table_sha256": table.manifest.get("table_sha256"), "form": args.form,
+        "budget": budget, "objective": args.objective, "time_scale": args.time_scale,
+        "startup": args.startup, "warm_table": str(args.warm_table or ""),
+    })  # fmt: skip
+    failed: list[str] = []
+    if kept.found:
+        print(f"{len(kept.found)} searches of these settings in {args.results}: read, not run")
     started = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix="strategies-") as scratch:
             for name in strategies:
                 for seed in range(args.search_seeds):
                     t0 = time.perf_counter()
+                    if (events := kept.get(name, seed)) is not None:
+                        results.setdefault(name, []).append((seed, events))
+                        continue
                     warm = None
                     if name == "ours-warm":  # the ours search that replayed the other seed
                         earlier = dict(results.get("ours", []))
@@ -819,10 +873,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                             max(1, int(args.budget * warm_table.grid_cost())),
                             args.time_scale, Path(scratch) / "warm-table", form=args.form,
                         )  # fmt: skip
-                    events = run_one(
-                        name.removesuffix("-table"), table, seed, budget, args.time_scale,
-                        Path(scratch), warm_from=warm, form=args.form,
-                    )  # fmt: skip
+                    try:
+                        events = run_one(
+                            name.removesuffix("-table"), table, seed, budget, args.time_scale,
+                            Path(scratch), warm_from=warm, form=args.form,
+                        )  # fmt: skip
+                    except Exception as e:  # one strategy's failure: the others still run
+                        print(f"error: {name} seed {seed}: {type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''}",
+                              file=sys.stderr, flush=True)  # fmt: skip
+                        failed.append(name)
+                        results.pop(name, None)
+                        break
+                    kept.add(name, seed, events)
                     results.setdefault(name, []).append((seed, events))
                     curve = events.curve()
                     print(f"{name} seed {seed}: {len(curve)} trial-epochs, best "
@@ -851,8 +914,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.plot:
         title = f"{table.manifest.get('problem', 'recorded')}, objective {args.objective}"
         plot(curves, table.grid_cost(), budget, what, title, args.plot)
+    if failed:
+        print(f"\nfailed, left out above: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run(main)

@@ -250,3 +250,30 @@ def test_a_replayed_search_stops_what_optuna_s_median_pruner_prunes(tmp_path: Pa
         else:
             stopped += 1
     assert stopped >= 1 and len(completed) >= 5  # the rule was exercised both ways
+
+
+def test_saved_searches_come_back_only_for_the_same_settings(tmp_path: Path) -> None:
+    path = tmp_path / "results.jsonl"
+    key = {"table_sha256": "abc", "form": "parts", "budget": 96, "startup": None}
+    events = _events([("c", 30.0), ("a", 60.0)])
+    bench_strategies.SavedSearches(path, key).add("ours", 3, events)
+    bench_strategies.SavedSearches(path, {**key, "budget": 48}).add("ours", 3, _events([]))
+    again = bench_strategies.SavedSearches(path, key)
+    assert again.get("ours", 3) == events and again.get("ours", 4) is None
+    assert again.get("tpe-fifo", 3) is None
+    assert bench_strategies.SavedSearches(path, {**key, "budget": 48}).get("ours", 3) is not None
+    assert bench_strategies.SavedSearches(path, {**key, "form": "variant"}).found == {}
+    bench_strategies.SavedSearches(None, key).add("ours", 3, events)  # keeps nothing
+    path.write_text(path.read_text() + '{"key": {}, "strategy": "ours"}\n')
+    with pytest.raises(bench_strategies.BadInput, match=r"--results .*: line 3 is not a saved"):
+        bench_strategies.SavedSearches(path, key)
+
+
+def test_bohb_draws_every_recorded_config_of_a_stepped_margin() -> None:
+    pytest.importorskip("hpbandster")
+    table = tabular.RecordedTable.read(RECORDED / "paper_margin")
+    search, _, _ = bench_strategies._bohb(table, {}, 0, table.max_epoch, 2, form="parts")
+    space = search.searcher._space  # hpbandster takes no ordinals: a float, snapped
+    decode = bench_strategies.Parts(table).decode
+    seen = {decode(dict(c)) for c in space.sample_configuration(2000)}
+    assert seen == set(table.configs())
