@@ -909,8 +909,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name, runs in results.items()
             if (rows := heldout_curves(table, runs, SEEDS_PER_CONFIG.get(name, 1)))
         }
-        what = "held out: the pick's ensemble test R@10 mean at unseen training seeds"
-        report(heldout, table.grid_cost(), budget, what + " (% of the best config's there)")
+        held = "held out: the pick's ensemble test R@10 mean at unseen training seeds"
+        report(heldout, table.grid_cost(), budget, held + " (% of the best config's there)")
     if args.plot:
         title = f"{table.manifest.get('problem', 'recorded')}, objective {args.objective}"
         plot(curves, table.grid_cost(), budget, what, title, args.plot)
