@@ -910,7 +910,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if (rows := heldout_curves(table, runs, SEEDS_PER_CONFIG.get(name, 1)))
         }
         held = "held out: the pick's ensemble test R@10 mean at unseen training seeds"
-        report(heldout, table.grid_cost(), budget, held + " (% of the best config's there)")
+        if heldout:  # a one-seed table (`tabular.py mean`) has no unseen seed to value at
+            report(heldout, table.grid_cost(), budget, held + " (% of the best config's there)")
     if args.plot:
         title = f"{table.manifest.get('problem', 'recorded')}, objective {args.objective}"
         plot(curves, table.grid_cost(), budget, what, title, args.plot)
