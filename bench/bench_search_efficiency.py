@@ -49,6 +49,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,7 +160,7 @@ def search(
     print(f"\n=== {label}: python -m gridsearch.run {' '.join(argv)}", flush=True)
     settings = SearchSettings.from_args(parse_args(argv))
     started = time.perf_counter()
-    run_search(settings, started)
+    run_search(settings)
     wall = time.perf_counter() - started
     sampler = "grid" if spaces.SPACES[space].grid is not None else "TPE"
     return SearchResult(label, sampler, wall, read_trials(settings.tracking_uri, label))
@@ -346,7 +347,7 @@ def compare_fronts(grid: SearchResult, pareto: SearchResult) -> None:
     )
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--images", type=int, default=2000, help="embedded world size")
     parser.add_argument("--scale", type=int, default=16, help="divides the paper's n")
@@ -363,7 +364,7 @@ def main() -> None:
     parser.add_argument(
         "--smoke", action="store_true", help="tiny: 120 images, 2 epochs, 2 margins, 4 trials"
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.smoke:
         args.images, args.epochs, args.margins, args.asha_trials = 120, 2, "0.1,0.3", 4
         args.scale, args.pareto = 64, True

@@ -1,0 +1,31 @@
+"""bench_search_efficiency.py end to end at its smoke size: the three searches run through
+the package's own driver and the report reads them back from MLflow."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.slow
+def test_the_smoke_benchmark_runs_all_three_searches(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import bench_search_efficiency
+    from _common import world
+
+    store = world(None, 120, scratch=str(tmp_path))
+    bench_search_efficiency.main(["--smoke", "--store", store, "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    rows = {
+        line.split(" | ")[0].lstrip("| "): line.split(" | ")
+        for line in out.splitlines()
+        if line.startswith("| ") and "(" in line.split(" | ")[0]
+    }
+    # 8 models x 2 margins, every trial to both epochs; ASHA + TPE 4 trials, no more epochs
+    assert rows["grid (grid)"][1:3] == ["16", "32 (100%)"]
+    assert rows["asha-tpe (TPE)"][1] == "4"
+    assert int(rows["asha-tpe (TPE)"][2].split()[0]) <= 8
+    assert "pareto-tpe (TPE)" in rows
+    assert "verdict:" in out and "hypervolume ratio pareto-tpe / grid" in out
