@@ -33,14 +33,13 @@ import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from storage import FeatureStore
-from storage.senteval import load_senteval
 from trainables.config import TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches
 from trainables.loop import Trainer
 from trainables.loss import make_loss
 from trainables.model import PAD_INDEX, GroundedEncoder
 from trainables.schedule import cyclic_cosine_lr
-from trainables.semantic import SemanticEvaluator
+from trainables.semantic import make_semantic
 
 
 class ReferenceLoop:
@@ -182,11 +181,7 @@ def flickr8k(args: argparse.Namespace, data: TrainingData, store: str) -> None:
         hidden_size=args.hidden_size, batch_size=32, epochs=args.epochs, device=args.device
     )
     senteval = FeatureStore.open(store).manifest.extras.get("senteval")
-    semantic = (
-        SemanticEvaluator(load_senteval(f"{store}/{senteval}"), device=_common.device(args.device))
-        if senteval
-        else None
-    )
+    semantic = make_semantic(f"{store}/{senteval}", config) if senteval else None
     trainer = Trainer(config, data, semantic)
     device = trainer.device
     print(
