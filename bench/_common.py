@@ -19,6 +19,7 @@ if str(REPO) not in sys.path:
 
 import torch  # noqa: E402
 
+from storage import StoreError  # noqa: E402
 from storage.build import build_synthetic  # noqa: E402
 from trainables.data import EncodedSplit, TrainingData  # noqa: E402
 
@@ -52,10 +53,14 @@ def world(store: str | None, images: int, scratch: str = "/tmp") -> str:
     return str(out)
 
 
-def head(split: EncodedSplit, images: int) -> EncodedSplit:
-    """The first ``images`` images of ``split`` and their captions."""
+def head(split: EncodedSplit, images: int, where: str = "the split") -> EncodedSplit:
+    """The first ``images`` images of ``split`` and their captions; ``where`` names the
+    split in the error when it holds fewer."""
     if images > split.num_images:
-        raise ValueError(f"--images: got {images}, the split has only {split.num_images}")
+        raise BadInput(
+            f"error: {where} has {split.num_images:,} images, the benchmark needs {images:,} "
+            "(a larger --store, or fewer --images where the benchmark takes them)"
+        )
     rows = 5 * images
     return EncodedSplit(
         split.features[:images],
@@ -67,11 +72,16 @@ def head(split: EncodedSplit, images: int) -> EncodedSplit:
 
 
 def load(store: str, train_images: int | None, val_images: int | None = None) -> TrainingData:
-    data = TrainingData.from_store(store)
+    """The store's training data, its train and dev splits cut to their first
+    ``train_images`` / ``val_images`` images (None: whole)."""
+    try:
+        data = TrainingData.from_store(store)
+    except StoreError as e:
+        raise BadInput(f"error: --store {e}") from None
     if train_images is not None:
-        data = replace(data, train=head(data.train, train_images))
+        data = replace(data, train=head(data.train, train_images, f"{store}: the train split"))
     if val_images is not None:
-        data = replace(data, val=head(data.val, val_images))
+        data = replace(data, val=head(data.val, val_images, f"{store}: the dev split"))
     return data
 
 

@@ -263,7 +263,7 @@ def main() -> None:
     args = p.parse_args()
     sizes = _sizes(args.sizes)
     if args.authors_repo is None and not args.ours_only:
-        raise SystemExit("error: --authors-repo: missing; give a copy of the authors' "
+        raise _common.BadInput("error: --authors-repo: missing; give a copy of the authors' "
                          "caption2image, or --ours-only")  # fmt: skip
     torch.set_num_threads(args.threads)
     store = _common.world(args.store, 10_000)

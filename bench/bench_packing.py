@@ -106,11 +106,12 @@ def main() -> None:
         worker(args)
         return
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit(
-            "bench_packing: no CUDA GPU here. Run it on a GPU machine (item 2's goal is for "
-            "an H200), or try the mechanics on the CPU with --device cpu."
+        raise _common.BadInput(
+            f"error: --device {args.device}: no CUDA GPU here. Run it on a GPU machine (item "
+            "2's goal is for an H200), or try the mechanics on the CPU with --device cpu."
         )
     args.store = _common.world(args.store, 10_000)
+    _common.load(args.store, 6000)  # a store the workers cannot use: one error line, here
     print(
         f"item 2: k trials at once, n={args.hidden_size}, batch {args.batch_size}, "
         f"{args.steps} timed steps each; {_common.machine(_common.device(args.device))}"
@@ -127,4 +128,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _common.run(main)

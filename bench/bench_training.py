@@ -252,4 +252,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    _common.run(main)
