@@ -53,7 +53,7 @@ def world(store: str | None, images: int, scratch: str = "/tmp") -> str:
     return str(out)
 
 
-def head(split: EncodedSplit, images: int, where: str = "the split") -> EncodedSplit:
+def head(split: EncodedSplit, images: int, where: str) -> EncodedSplit:
     """The first ``images`` images of ``split`` and their captions; ``where`` names the
     split in the error when it holds fewer."""
     if images > split.num_images:

@@ -20,13 +20,6 @@ SCRIPTS = {  # each with the options that make it load the store first
 }
 
 
-@pytest.fixture(scope="module")
-def small_store(tmp_path_factory: pytest.TempPathFactory) -> str:
-    import _common
-
-    return _common.world(None, 120, scratch=str(tmp_path_factory.mktemp("world")))
-
-
 def _error_line(script: str, store: str) -> str:
     done = subprocess.run(
         [sys.executable, str(BENCH / script), *SCRIPTS[script], "--store", store],

@@ -10,18 +10,21 @@ import pytest
 
 @pytest.mark.slow
 def test_the_smoke_benchmark_runs_all_three_searches(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    small_store: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import bench_search_efficiency
-    from _common import world
 
     from gridsearch import spaces
 
     # the benchmark registers its two spaces in the driver's registry: not for later tests
     monkeypatch.setattr(spaces, "SPACES", dict(spaces.SPACES))
 
-    store = world(None, 120, scratch=str(tmp_path))
-    bench_search_efficiency.main(["--smoke", "--store", store, "--out", str(tmp_path / "out")])
+    bench_search_efficiency.main(
+        ["--smoke", "--store", small_store, "--out", str(tmp_path / "out")]
+    )
     out = capsys.readouterr().out
     rows = {
         line.split(" | ")[0].lstrip("| "): line.split(" | ")

@@ -4,21 +4,19 @@ Trainer gets the semantic evaluation it expects and the CPU estimate is printed.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import pytest
 
 
 @pytest.mark.slow
 def test_the_flickr8k_estimate_runs_with_the_semantic_evaluation(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    small_store: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import _common
     import bench_training
 
-    store = _common.world(None, 120, scratch=str(tmp_path))
     args = argparse.Namespace(hidden_size=16, epochs=1, device="cpu", estimate=False, steps=1)
-    bench_training.flickr8k(args, _common.load(store, None, None), store)
+    bench_training.flickr8k(args, _common.load(small_store, None, None), small_store)
     out = capsys.readouterr().out
     assert "semantic evaluation every epoch" in out
     assert "ESTIMATE (not a whole run): 1 timed steps of" in out
