@@ -22,6 +22,7 @@ import torch  # noqa: E402
 from storage import StoreError  # noqa: E402
 from storage.build import build_synthetic  # noqa: E402
 from trainables.data import EncodedSplit, TrainingData  # noqa: E402
+from trainables.device import resolve_device  # noqa: E402
 
 
 class BadInput(Exception):
@@ -86,9 +87,12 @@ def load(store: str, train_images: int | None, val_images: int | None = None) ->
 
 
 def device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    """``--device`` as the library resolves it (``auto``, ``cpu``, ``cuda``, ``cuda:N``;
+    a CUDA device always with its index); one the machine lacks is a ``BadInput``."""
+    try:
+        return resolve_device(name)
+    except ValueError as e:
+        raise BadInput(f"error: --{e}") from None
 
 
 def sync(where: torch.device) -> None:

@@ -105,16 +105,13 @@ def main() -> None:
     if args.worker_of:
         worker(args)
         return
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise _common.BadInput(
-            f"error: --device {args.device}: no CUDA GPU here. Run it on a GPU machine (item "
-            "2's goal is for an H200), or try the mechanics on the CPU with --device cpu."
-        )
+    # the workers get the resolved name ("cuda" -> "cuda:0"): the memory cap needs an index
+    args.device = str(_common.device(args.device))
     args.store = _common.world(args.store, 10_000)
     _common.load(args.store, 6000)  # a store the workers cannot use: one error line, here
     print(
         f"item 2: k trials at once, n={args.hidden_size}, batch {args.batch_size}, "
-        f"{args.steps} timed steps each; {_common.machine(_common.device(args.device))}"
+        f"{args.steps} timed steps each; {_common.machine(torch.device(args.device))}"
     )
     print("trials  aggregate captions/s  per trial (slowest)  ratio vs k=1  peak MiB per trial")
     alone = None

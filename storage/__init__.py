@@ -10,6 +10,7 @@ Example::
     ((1600, 2048), (1600, 5))
 """
 
+from storage._device import with_index
 from storage._errors import StoreError
 from storage._reader import FeatureStore, SplitData, open_store, read_split
 from storage._schema import CAPTIONS_PER_IMAGE, SPLITS, Manifest, ShardInfo, SplitInfo
@@ -27,4 +28,5 @@ __all__ = [
     "StoreWriter",
     "open_store",
     "read_split",
+    "with_index",
 ]

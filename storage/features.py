@@ -27,6 +27,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import functional as TF
 
+from storage._device import with_index
 from storage._errors import StoreError, one_line
 from storage._extractors import ImageItem
 from storage._files import NotRegularFileError, open_regular
@@ -194,7 +195,7 @@ def resolve_device(device: str | None) -> torch.device:
     """The ``--device`` to run on: ``None`` is CUDA when there is a GPU, else the CPU;
     anything this machine cannot run on is refused, naming the option."""
     if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return with_index(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     expected = "expected cpu, cuda or cuda:N"
     try:
         chosen = torch.device(device)
@@ -207,7 +208,7 @@ def resolve_device(device: str | None) -> torch.device:
         raise StoreError(f"--device {device}: this machine has CUDA devices 0 to {count - 1}")
     if chosen.type not in ("cpu", "cuda"):
         raise StoreError(f"--device {device}: {expected}")
-    return chosen
+    return with_index(chosen)
 
 
 @contextlib.contextmanager

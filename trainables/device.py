@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import torch
 
+from storage import with_index
+
 __all__ = ["resolve_device"]
 
 
 def resolve_device(name: str) -> torch.device:
     """``"auto"`` is CUDA when a GPU is visible, else the CPU; ``"cuda"`` or ``"cuda:N"``
     without a GPU, or ``"cuda:N"`` past the visible GPUs, is a ``ValueError`` naming the
-    request."""
+    request. A CUDA device always comes back with its index (``"cuda"`` -> ``cuda:0``
+    where that is the current device): some torch calls refuse one without."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return with_index(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     try:
         device = torch.device(name)
     except RuntimeError:  # torch: "Invalid device string"
@@ -28,4 +31,4 @@ def resolve_device(name: str) -> torch.device:
                 f"device: {name!r} requested but only {visible} CUDA GPU(s) are visible "
                 f"(cuda:0 to cuda:{visible - 1})"
             )
-    return device
+    return with_index(device)

@@ -48,3 +48,36 @@ def test_a_folder_that_is_not_a_store_is_one_error_line(script: str, tmp_path: P
     (tmp_path / "manifest.json").write_text("{not json")
     line = _error_line(script, str(tmp_path))
     assert line.startswith("error: --store ") and str(tmp_path) in line
+
+
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="checks a machine without a GPU"
+)
+@pytest.mark.parametrize("script", ["bench_packing.py", "bench_eval.py"])
+def test_a_gpu_this_machine_lacks_is_one_error_line(script: str) -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / script), "--device", "cuda"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert lines == ["error: --device: 'cuda' requested but no CUDA GPU is available"], lines
+
+
+def test_the_benchmarks_resolve_a_bare_cuda_to_its_index(monkeypatch) -> None:
+    # bench_packing's memory cap (set_per_process_memory_fraction) refuses "cuda" alone
+    import torch
+
+    sys.path.insert(0, str(BENCH))
+    try:
+        import _common
+    finally:
+        sys.path.remove(str(BENCH))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert _common.device("cuda") == torch.device("cuda:0")
+    assert _common.device("auto") == torch.device("cuda:0")
+    assert _common.device("cpu") == torch.device("cpu")

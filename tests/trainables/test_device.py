@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from storage import with_index
 from trainables.device import resolve_device
 
 
@@ -24,13 +25,23 @@ def test_a_gpu_index_past_the_visible_ones_is_named(monkeypatch, index):
     # the machine's GPU count is what is faked here: none is lent to this project
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     with pytest.raises(ValueError, match=r"only 2 CUDA GPU\(s\) are visible \(cuda:0 to cuda:1\)"):
         resolve_device(f"cuda:{index}")
     assert resolve_device("cuda:1") == torch.device("cuda:1")
-    assert resolve_device("cuda") == torch.device("cuda")
+    # a bare "cuda" names the current device by its index: torch calls such as
+    # set_per_process_memory_fraction refuse a CUDA device without one
+    assert resolve_device("cuda") == torch.device("cuda:1")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert resolve_device("auto") == torch.device("cuda:0")
 
 
 @pytest.mark.parametrize("name", ["cuda:abc", "gpu", "", "cpu:x"])
 def test_what_is_not_a_device_is_named(name):
     with pytest.raises(ValueError, match="is not a device; expected auto, cpu, cuda or cuda:N"):
         resolve_device(name)
+
+
+def test_with_index_leaves_indexed_and_cpu_devices_alone():
+    assert with_index(torch.device("cpu")) == torch.device("cpu")
+    assert with_index(torch.device("cuda:3")) == torch.device("cuda:3")
