@@ -22,6 +22,13 @@ from scipy import stats
 
 from trainables.stats import RECALL_KS, median_rank, recall_at
 
+# Two correlations this close are equal but for float64 round-off: Pearson's r of a score
+# and of the same score up to scale (2x + 1) can differ in the last bits, and r(A, B) of
+# such a pair reads 0.9999999999999998, not 1.0; Steiger's z then divided 0 by round-off
+# (NaN where no difference is meant). 1e-12 is far above that round-off (a few 1e-16 per
+# step) and far below any difference the tests could call significant.
+SAME_R = 1e-12
+
 
 class Difference(NamedTuple):
     metric: str
@@ -77,7 +84,8 @@ def _degenerate(r_a: float, r_b: float, r_ab: float, n: int) -> tuple[float, flo
     - NaN, NaN: a correlation is NaN (a constant score), n <= 3 (no degrees of freedom),
       or one of r_a, r_b is exactly +-1 and the other is not (the Fisher z is infinite);
     - 0, 1 (no difference): r_a == r_b, or r_ab == 1 (A's scores are B's up to scale,
-      e.g. a trial compared with itself; then r_a == r_b but for rounding).
+      e.g. a trial compared with itself; then r_a == r_b but for rounding). Both equalities
+      hold within ``SAME_R`` (float64 round-off of the correlations).
 
     A correlation outside [-1, 1] is a ``ValueError``."""
     values = {"r_a": r_a, "r_b": r_b, "r_ab": r_ab}
@@ -86,7 +94,7 @@ def _degenerate(r_a: float, r_b: float, r_ab: float, n: int) -> tuple[float, flo
             raise ValueError(f"{name} must be a correlation in [-1, 1], got {r}")
     if n <= 3 or any(math.isnan(r) for r in values.values()):
         return math.nan, math.nan
-    if r_a == r_b or r_ab == 1.0:
+    if abs(r_b - r_a) <= SAME_R or r_ab >= 1.0 - SAME_R:
         return 0.0, 1.0
     if max(abs(r_a), abs(r_b)) == 1.0:
         return math.nan, math.nan

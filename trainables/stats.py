@@ -19,9 +19,11 @@ import numpy as np
 from scipy.stats import rankdata
 
 __all__ = [
+    "CONSTANT_RTOL",
     "RECALL_KS",
     "Z95",
     "correlations",
+    "is_constant",
     "median_rank",
     "pearson",
     "pearson_ci",
@@ -34,6 +36,18 @@ _log = logging.getLogger(__name__)
 
 Z95 = 1.96  # two-sided 95% normal quantile, as the paper uses
 RECALL_KS = (1, 5, 10)
+
+# "Constant" within round-off: a model's outputs for identical inputs need not be equal.
+# A float32 matrix product's result depends on how the kernel blocks the rows, so on
+# torch 2.14.1's CPU kernels the relatedness classifier's predictions for 50 identical test
+# pairs spread over one float32 ulp (about 2e-7 around 2.8), and an exact ``ptp == 0``
+# read that spread as a correlation (Pearson -0.18 where 0 is meant). 1e-5 is about 84
+# float32 epsilons (2**-23 = 1.2e-7): room for a sum's accumulated round-off, and far below
+# any spread a real encoder's scores have. It is relative to the values' magnitude, so a
+# vector that really varies is never constant at any scale (values of order 1e-6 that
+# differ by 1e-7 vary; 3.0 +- 2e-7 does not). Float64 data is held to the same bound:
+# float32 predictions reach this module cast to float64, their dtype no longer visible.
+CONSTANT_RTOL = 1e-5
 
 
 def recall_at(ranks: np.ndarray, k: int) -> np.ndarray:
@@ -97,21 +111,54 @@ def _vector(values: Any, argument: str) -> np.ndarray:
     return array
 
 
-def pearson(x: Sequence[float] | np.ndarray | Any, y: Sequence[float] | np.ndarray | Any) -> float:
-    """Pearson's r in float64; NaN when either input is constant (r is undefined)."""
+def _checked_pair(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     a, b = _vector(x, "x"), _vector(y, "y")
     if a.shape != b.shape or a.size < 2:
         raise ValueError(f"x and y must have one equal length >= 2, got {a.shape} and {b.shape}")
+    return a, b
+
+
+def _constant(a: np.ndarray, rtol: float, atol: float) -> bool:
+    return a.size == 0 or bool(np.ptp(a) <= rtol * np.max(np.abs(a)) + atol)
+
+
+def _either_constant(a: np.ndarray, b: np.ndarray) -> bool:
+    return _constant(a, CONSTANT_RTOL, 0.0) or _constant(b, CONSTANT_RTOL, 0.0)
+
+
+def is_constant(
+    values: Sequence[float] | np.ndarray | Any, *, rtol: float = CONSTANT_RTOL, atol: float = 0.0
+) -> bool:
+    """Whether the 1-D ``values`` are constant within round-off: their spread
+    ``max - min <= rtol * max(|values|) + atol`` (see ``CONSTANT_RTOL`` for the bound).
+    Exactly equal values are constant at any tolerance; NaN makes them not constant.
+
+    >>> is_constant([3.0, 3.0 + 2e-7, 3.0]), is_constant([1e-6, 2e-6, 1.5e-6])
+    (True, False)
+    """
+    return _constant(_vector(values, "values"), rtol, atol)
+
+
+def pearson(x: Sequence[float] | np.ndarray | Any, y: Sequence[float] | np.ndarray | Any) -> float:
+    """Pearson's r in float64; NaN when either input is constant (r is undefined),
+    constant within round-off included (``is_constant``): centring a round-off spread
+    would give a correlation of noise."""
+    a, b = _checked_pair(x, y)
+    if _either_constant(a, b):
+        return math.nan
     a, b = a - a.mean(), b - b.mean()
     denominator = math.sqrt(float(a @ a) * float(b @ b))
-    if denominator == 0.0:
+    if denominator == 0.0:  # the squares of a tiny (below 1e-154) spread underflow
         return math.nan
     return max(-1.0, min(1.0, float(a @ b) / denominator))
 
 
 def spearman(x: Sequence[float] | np.ndarray | Any, y: Sequence[float] | np.ndarray | Any) -> float:
-    """Spearman's rho: Pearson's r of the ranks, ties given their average rank."""
-    a, b = _vector(x, "x"), _vector(y, "y")
+    """Spearman's rho: Pearson's r of the ranks, ties given their average rank; NaN when
+    either input is constant within round-off (its ranks would order the round-off)."""
+    a, b = _checked_pair(x, y)
+    if _either_constant(a, b):
+        return math.nan
     return pearson(rankdata(a), rankdata(b))
 
 
@@ -120,9 +167,11 @@ def correlations(
 ) -> tuple[float, float]:
     """(Pearson, Spearman) of ``predicted`` against ``gold``; (0.0, 0.0) and a logged
     warning naming ``what`` when either side is constant (an untrained or collapsed
-    encoder can embed every sentence alike), where both are undefined."""
+    encoder can embed every sentence alike), where both are undefined. Constant means
+    constant within round-off (``is_constant``): identical inputs can come out of a
+    float32 model a few ulps apart."""
     a, b = _vector(predicted, "predicted"), _vector(gold, "gold")
-    if a.size < 2 or np.ptp(a) == 0 or np.ptp(b) == 0:
+    if a.size < 2 or _either_constant(a, b):
         _log.warning("%s: constant predictions or gold scores; correlations set to 0.0", what)
         return 0.0, 0.0
     return pearson(a, b), spearman(a, b)

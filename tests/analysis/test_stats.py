@@ -9,6 +9,7 @@ import pytest
 
 from analysis import _stats
 from trainables.metrics import summarise_ranks
+from trainables.stats import pearson
 
 
 def test_steiger_z_against_a_hand_computed_value() -> None:
@@ -76,6 +77,24 @@ def test_degenerate_correlations_give_no_difference_or_nan(
 ) -> None:
     got = test(r_a, r_b, r_ab, n)
     assert got == expected or (all(map(math.isnan, got)) and expected == NAN), got
+
+
+@pytest.mark.parametrize("test", [_stats.steiger_z, _stats.williams_t])
+def test_a_model_and_its_rescaled_copy_are_no_difference_despite_round_off(test) -> None:
+    """B's scores are A's up to scale (2x + 1): r(A, B) is 1 and r(A, gold) = r(B, gold)
+    but for float64 round-off (0.9999999999999998, last-bit differences), which made
+    Steiger's z NaN; within ``SAME_R`` they are equal, no difference."""
+    rng = np.random.default_rng(0)
+    rounded_apart = 0
+    for _ in range(200):
+        a, gold = rng.normal(size=50), rng.normal(size=50)
+        b = 2 * a + 1
+        r_a, r_b, r_ab = pearson(a, gold), pearson(b, gold), pearson(a, b)
+        rounded_apart += r_ab != 1.0 or r_a != r_b
+        assert test(r_a, r_b, r_ab, 50) == (0.0, 1.0), (r_a, r_b, r_ab)
+    assert rounded_apart > 10  # the case is exercised, not only exact equalities
+    # a real difference, however small against 1, is still tested
+    assert test(0.5, 0.5 + 1e-9, 0.9, 50)[1] < 1.0
 
 
 @pytest.mark.parametrize("test", [_stats.steiger_z, _stats.williams_t])

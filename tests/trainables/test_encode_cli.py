@@ -1,5 +1,8 @@
 """python -m trainables.encode: text, Parquet and stdin in; .npy, Parquet and text out;
-every bad input one error line, and an output file written whole or not at all."""
+every bad input one error line, and an output file written whole or not at all.
+
+The command runs on its default device (``--device auto``: the GPU where one is visible)
+and is compared with CPU embeddings within ``tests.tolerances``' bound for the two."""
 
 from __future__ import annotations
 
@@ -12,7 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
+from tests.tolerances import Tolerance, assert_close, tolerance
 from trainables import checkpoint
 from trainables.checkpoint import EnsembleWeights
 from trainables.config import TrainConfig
@@ -22,6 +27,8 @@ from trainables.encoder import SentenceEncoder
 from trainables.loop import Trainer
 
 SENTENCES = ["A small red circle.", "two blue squares", "", "a green triangle ünd ✓"]
+DEFAULT_AGAINST_CPU = ("auto", "cpu")  # the command's default device; the reference's
+PRINTED = Tolerance(rtol=1e-6, atol=1e-7)  # text output: "%.7g", 5e-7 relative at most
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +59,7 @@ def test_text_in_npy_parquet_and_text_out(model: Path, tmp_path: Path) -> None:
     sentences.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
     done = encode("--model", model, "--input", sentences, "--output", tmp_path / "e.npy")
     assert done.returncode == 0, done.stderr
-    np.testing.assert_array_equal(np.load(tmp_path / "e.npy"), expected)
+    assert_close(np.load(tmp_path / "e.npy"), expected, devices=DEFAULT_AGAINST_CPU)
 
     table_in = tmp_path / "in.parquet"
     pq.write_table(pa.table({"id": range(4), "text": SENTENCES}), table_in)
@@ -61,12 +68,19 @@ def test_text_in_npy_parquet_and_text_out(model: Path, tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     table = pq.read_table(tmp_path / "e.parquet")
     assert table.column("sentence").to_pylist() == SENTENCES
-    np.testing.assert_array_equal(np.array(table.column("embedding").to_pylist()), expected)
+    embeddings = np.array(table.column("embedding").to_pylist(), dtype=np.float32)
+    assert_close(embeddings, expected, devices=DEFAULT_AGAINST_CPU)
 
     done = encode("--model", model, stdin="\n".join(SENTENCES).encode())
     assert done.returncode == 0, done.stderr
     rows = [list(map(float, line.split())) for line in done.stdout.decode().splitlines()]
-    np.testing.assert_allclose(np.array(rows), expected, rtol=1e-6, atol=1e-7)
+    device = tolerance(DEFAULT_AGAINST_CPU)
+    np.testing.assert_allclose(
+        np.array(rows),
+        expected,
+        rtol=max(PRINTED.rtol, device.rtol),
+        atol=max(PRINTED.atol, device.atol),
+    )
 
 
 def test_a_progress_line_when_asked(model: Path) -> None:
@@ -97,7 +111,7 @@ def test_bad_options_are_one_error_line_and_the_old_output_is_kept(
     kept.write_bytes(b"precious")
     table = tmp_path / "t.parquet"
     pq.write_table(pa.table({"n": [1, 2]}), table)
-    cases = [
+    cases: list[tuple[list[str | Path], str]] = [
         (["--model", tmp_path / "nope.pt", "--output", kept], "nope.pt"),
         (["--model", good, "--output", kept], "not a readable grounded-ensemble"),
         (["--model", model, "--input", tmp_path / "missing.txt"], "--input"),
@@ -110,7 +124,7 @@ def test_bad_options_are_one_error_line_and_the_old_output_is_kept(
         (["--model", model, "--input", good, "--output", tmp_path], "is a directory"),
         (["--model", model, "--input", good, "--batch-size", "-1"], "--batch-size"),
         (["--model", model, "--input", good, "--device", "cuda:abc"], "cuda:abc"),
-        (["--model", model, "--input", good, "--device", "cuda:0"], "no CUDA GPU"),
+        _a_gpu_that_is_not_there(model, good),
         (["--model", model, "--frobnicate"], "unrecognized arguments"),
         (["--input", good], "--model"),
     ]  # fmt: skip
@@ -121,6 +135,25 @@ def test_bad_options_are_one_error_line_and_the_old_output_is_kept(
         assert err.startswith("error:") and err.count("\n") == 1 and message in err, (args, err)
     assert kept.read_bytes() == b"precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.npy", "sentences.txt", "t.parquet"]
+
+
+def _a_gpu_that_is_not_there(model: Path, good: Path) -> tuple[list[str | Path], str]:
+    """``--device`` naming a GPU this machine lacks: cuda:0 without a GPU, else the index
+    one past the visible GPUs."""
+    visible = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    message = f"only {visible} CUDA GPU(s) are visible" if visible else "no CUDA GPU"
+    return ["--model", model, "--input", good, "--device", f"cuda:{visible}"], message
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_0_embeds_as_the_cpu_does_within_the_stated_bound(model: Path, tmp_path: Path) -> None:
+    expected = SentenceEncoder.load(model, device="cpu").encode(SENTENCES)
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    out = tmp_path / "e.npy"
+    done = encode("--model", model, "--input", sentences, "--output", out, "--device", "cuda:0")
+    assert done.returncode == 0, done.stderr
+    assert_close(np.load(out), expected, devices=("cuda:0", "cpu"))
 
 
 def test_a_cap2img_model_gives_sentence_or_joint_embeddings(
@@ -142,4 +175,5 @@ def test_a_cap2img_model_gives_sentence_or_joint_embeddings(
         assert done.returncode == 0, done.stderr
         vectors = np.load(out)
         assert vectors.shape == (2, dim)
-        np.testing.assert_array_equal(vectors, encoder.encode(SENTENCES[:2], space=space))
+        expected = encoder.encode(SENTENCES[:2], space=space)
+        assert_close(vectors, expected, devices=DEFAULT_AGAINST_CPU, err_msg=space)

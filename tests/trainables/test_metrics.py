@@ -26,6 +26,7 @@ from trainables.metrics import (
     retrieval_ranks,
     spearman,
 )
+from trainables.stats import CONSTANT_RTOL, correlations, is_constant
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -250,6 +251,8 @@ def test_requires_grad_and_half_inputs() -> None:
 @cuda
 @pytest.mark.parametrize("chunk_size", [7, 1024])
 def test_cuda_matches_cpu(chunk_size: int) -> None:
+    # exact across devices: the ranks of float64 scores of 8 terms (no TF32; no two within
+    # round-off of each other for these seeds) and of small integers (every product exact)
     for images, captions in (random_pair(0), tied_pair(1)):
         cpu = retrieval_ranks(torch.from_numpy(images), torch.from_numpy(captions))
         gpu = retrieval_ranks(
@@ -504,6 +507,56 @@ def test_correlations_of_constant_input_are_nan() -> None:
     assert math.isnan(spearman([1.0, 2.0, 3.0], [2.0, 2.0, 2.0]))
     with pytest.raises(ValueError, match="equal length >= 2"):
         pearson([1.0, 2.0], [1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="equal length >= 2"):
+        spearman([1.0], [2.0])
+
+
+def _round_off_spread(value: float, n: int, seed: int) -> np.ndarray:
+    """``n`` copies of ``value`` as a float32 model gives them for identical inputs: each
+    a float32 ulp or two off (2e-7 at 3.0, as torch 2.14.1's CPU kernels give the
+    relatedness predictions), read as float64."""
+    noise = np.random.default_rng(seed).uniform(-2.4e-7, 2.4e-7, n)  # two ulps: 2**-22
+    return (value * (1 + noise)).astype(np.float32).astype(np.float64)
+
+
+@pytest.mark.parametrize("value", [3.0, -2.8405664, 1e4, 0.25])
+def test_a_round_off_spread_is_constant(value: float, caplog: pytest.LogCaptureFixture) -> None:
+    predicted = _round_off_spread(value, 50, seed=1)
+    assert np.ptp(predicted) > 0  # not exactly equal: what the exact test missed
+    gold = np.random.default_rng(2).uniform(1, 5, 50)
+    assert is_constant(predicted) and is_constant(torch.from_numpy(predicted).float())
+    assert math.isnan(pearson(predicted, gold)) and math.isnan(pearson(gold, predicted))
+    assert math.isnan(spearman(predicted, gold)) and math.isnan(spearman(gold, predicted))
+    with caplog.at_level(logging.WARNING, logger="trainables.stats"):
+        assert correlations(predicted, gold, "SICK-R/test") == (0.0, 0.0)
+        assert correlations(gold, predicted, "gold") == (0.0, 0.0)
+    assert "SICK-R/test: constant predictions" in caplog.text
+
+
+@pytest.mark.parametrize("scale", [1e-6, 1e-12, 1e-30, 1.0, 1e6])
+def test_small_or_large_values_that_vary_are_not_constant(scale: float) -> None:
+    """Constant is relative to the values' magnitude: tiny values that really vary vary."""
+    rng = np.random.default_rng(3)
+    gold = rng.uniform(1, 5, 60)
+    predicted = scale * (gold + rng.normal(0, 0.5, 60))  # of order 1e-6 at scale 1e-6
+    assert not is_constant(predicted)
+    expected = scipy.stats.pearsonr(predicted, gold)[0]
+    assert pearson(predicted, gold) == pytest.approx(expected, abs=1e-12)
+    assert correlations(predicted, gold) == pytest.approx(
+        (expected, scipy.stats.spearmanr(predicted, gold)[0]), abs=1e-12
+    )
+    assert expected > 0.5
+
+
+def test_truly_constant_input_and_what_constant_means() -> None:
+    assert is_constant([0.0, 0.0]) and is_constant(np.full(5, -7.5)) and is_constant([4.0])
+    assert correlations(np.full(10, 2.0), np.arange(10.0)) == (0.0, 0.0)
+    assert correlations(np.zeros(10), np.arange(10.0)) == (0.0, 0.0)
+    # the bound: a spread of CONSTANT_RTOL * max|x|, inclusive; atol widens it
+    assert is_constant([1.0, 1.0 - CONSTANT_RTOL / 2])
+    assert not is_constant([1.0, 1.0 - 2 * CONSTANT_RTOL])
+    assert not is_constant([0.0, 1e-9]) and is_constant([0.0, 1e-9], atol=1e-8)
+    assert is_constant([1.0, 1.001], rtol=1e-2) and not is_constant([1.0, np.nan, 1.0])
 
 
 def test_docstring_examples_run() -> None:
