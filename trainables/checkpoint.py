@@ -142,8 +142,23 @@ def training_state_header() -> dict[str, Any]:
 def load_training_state(
     data: bytes | str | os.PathLike[str], device: str | torch.device = "cpu", what: str = ""
 ) -> dict[str, Any]:
-    """A training state written by ``Trainer.save_checkpoint``, tensors on ``device``."""
-    return from_bytes(data, TRAINING_STATE, map_location=device, what=what or "checkpoint")
+    """A training state written by ``Trainer.save_checkpoint``, tensors on ``device``
+    but for the random generators' states, which stay on the CPU: torch's
+    ``set_rng_state`` and ``cuda.set_rng_state_all`` take only CPU byte tensors (a
+    checkpoint resumed on a GPU failed on them)."""
+    state = from_bytes(data, TRAINING_STATE, map_location="cpu", what=what or "checkpoint")
+    return {key: value if key == "rng" else _to(value, device) for key, value in state.items()}
+
+
+def _to(value: Any, device: str | torch.device) -> Any:
+    """``value`` with every tensor in it (in dicts, lists and tuples) on ``device``."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, dict):
+        return {key: _to(item, device) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_to(item, device) for item in value)
+    return value
 
 
 @dataclass(frozen=True, eq=False)

@@ -138,3 +138,15 @@ def test_resuming_with_another_config_names_the_fields(trained, tiny_world: Path
     with pytest.raises(CheckpointError, match=r"margin \(checkpoint 0.2, now 0.3\)") as caught:
         other.load_checkpoint(trainer.save_checkpoint())
     assert "epochs" not in str(caught.value).split("only")[0]  # epochs may change
+
+
+def test_generator_states_load_on_the_cpu_whatever_the_device(trained) -> None:
+    # torch.set_rng_state and cuda.set_rng_state_all refuse anything but CPU byte tensors:
+    # a checkpoint mapped onto a GPU must leave them on the CPU. "meta" stands for a device
+    # that is not the CPU on a machine without a GPU.
+    trainer, _ = trained
+    state = load_training_state(trainer.save_checkpoint(), device="meta")
+    assert next(iter(state["model"].values())).device.type == "meta"
+    assert state["rng"]["torch"].device.type == "cpu"
+    assert all(s.device.type == "cpu" for s in state["rng"]["cuda"])
+    torch.set_rng_state(state["rng"]["torch"])
