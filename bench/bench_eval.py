@@ -22,13 +22,45 @@ evaluation <= 10% of an epoch.
     python bench/bench_eval.py --part epoch --hidden-size 1024   # the paper's n on a CPU
 
 On a CPU part (b) defaults to n=256: at n=1024 one evaluation (42k semantic sentences)
-takes about ten minutes on two cores.
+takes about ten minutes on two cores. Part (b) evaluates in place (the battery is not
+sent to the background), with the default regression engine (``--engine``).
+
+(c) The test battery off the critical path (issue 30), with today's path as the
+baseline in the same run. First the battery alone, on the untrained model's embeddings:
+embedding its sentences, then scoring them (STS12-16 cosines and the supervised SICK-R
+and STS-B regressions) with the reference regression engine (``engine="loop"``: one
+64-row step per Python iteration, a task at a time: today's path) and with the batched
+one (the two tasks stacked, on the device, CUDA graphs on a GPU); both on the same seed
+and shuffles, so their SICK-R / STS-B numbers agree to rounding. Then ``--epochs`` epochs
+(and the snapshot ensemble at the end) three ways, each from the same fresh model:
+training only (no evaluation at all), today's path (the battery in place, reference
+engine) and the new one (the battery in a background worker, batched engine). The
+evaluation's share of a run is (run - training only) / run, so whatever the background
+worker takes from training counts as evaluation. Today's run is measured (``--baseline
+run``, the CPU's default) or put together from its measured parts (``parts``, the GPU's
+default: at the paper's size each of its batteries takes half a minute): training only
++ every epoch's in-place evaluation (dev and test retrieval, dev semantic score) + each
+battery (embedding + reference scoring) + the ensemble's. Each run's epochs are also
+extrapolated to a whole run of ``--whole-epochs`` (the new path: its first epoch, its
+middle epochs' mean and its last, which waits for its battery).
+
+Sizes follow the device: on a GPU the paper's run (n=1024, attention, batch 32, 6,000
+training and 1,000 dev images of the 10,000-image world, the battery every epoch, 3
+epochs measured, extrapolated to 32); on a CPU the CPU-sized default search's trials
+(``gridsearch.settings.CPU_SIZED``: n=32, batch 64, 1-epoch cycles, a snapshot every
+epoch, the battery every 4th epoch, 4 epochs on the 2,000-image world, one torch thread
+as a search's trial has), measured whole.
+
+    python bench/bench_eval.py --part battery                        # the device's default
+    python bench/bench_eval.py --part battery --device cuda          # the paper's run on a GPU
+    python bench/bench_eval.py --part battery --device cuda --train-images 3000 --epochs 2
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import time
 
 import _common
@@ -38,10 +70,23 @@ import torch
 from storage import FeatureStore
 from trainables import names
 from trainables.config import TrainConfig
-from trainables.data import epoch_batches
+from trainables.data import TrainingData, epoch_batches
 from trainables.loop import Trainer
 from trainables.metrics import retrieval_metrics, retrieval_ranks, summarise_ranks
-from trainables.semantic import make_semantic
+from trainables.relatedness import ENGINES, RelatednessProtocol
+from trainables.semantic import EmbeddingTable, SemanticEvaluation, make_semantic
+
+# gridsearch.settings.CPU_SIZED (not imported: the benchmarks import neither Ray, MLflow
+# nor Optuna; tests/bench/test_eval.py checks that the two agree)
+CPU_SIZED = {
+    "hidden_size": 32,
+    "batch_size": 64,
+    "epochs": 4,
+    "lr_max": 0.016,
+    "semantic_every": 4,
+    "cycle_epochs": 1,
+    "snapshot_interval": 1,
+}
 
 
 def exact_embeddings(images: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -115,8 +160,9 @@ def epoch_share(args: argparse.Namespace, device: torch.device) -> None:
     config = TrainConfig(
         hidden_size=args.hidden_size, batch_size=32, device=str(device), semantic_every=every
     )
-    semantic = make_semantic(f"{store}/{senteval}", config)
+    semantic = make_semantic(f"{store}/{senteval}", config, background=False)
     assert semantic is not None
+    semantic.test.protocol = RelatednessProtocol(engine=args.engine)
     trainer = Trainer(config, data, semantic)
     plan = epoch_batches(data.train.num_images, config.batch_size, config.seed, 0)
     print(
@@ -154,9 +200,236 @@ def epoch_share(args: argparse.Namespace, device: torch.device) -> None:
     print(f"(dev R@10 mean {metrics[names.PRIMARY_RETRIEVAL]:.1f}, an untrained-ish model)")
 
 
+def _load_average() -> str:
+    try:
+        return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+    except OSError:
+        return "load average unknown"
+
+
+def _sizes(args: argparse.Namespace, device: torch.device) -> tuple[TrainConfig, TrainingData, str]:
+    """(c)'s config, data and semantic sets: the paper's run on a GPU, the CPU-sized
+    default search's trial on a CPU (see the module docstring), with the flags' sizes."""
+    gpu = device.type == "cuda"
+    world = args.world_images or (10_000 if gpu else 2_000)
+    store = _common.world(args.store, world)
+    train = args.train_images or (6_000 if gpu else None)
+    dev = args.dev_images or (1_000 if gpu else None)
+    data = _common.load(store, train, dev)
+    senteval = FeatureStore.open(store).manifest.extras.get("senteval")
+    if senteval is None:
+        raise _common.BadInput(f"error: --store {store}: has no semantic sets")
+    sized = {} if gpu else {**CPU_SIZED, "threads": 1}
+    overrides = {
+        "hidden_size": args.hidden_size,
+        "batch_size": args.batch_size,
+        "semantic_every": args.semantic_every,
+        "epochs": args.epochs,
+    }
+    values = {
+        "hidden_size": 1024,
+        "batch_size": 32,
+        "semantic_every": 1,
+        "epochs": 3,
+        **sized,
+        **{k: v for k, v in overrides.items() if v is not None},
+    }
+    config = TrainConfig(**values, device=str(device))
+    return config, data, f"{store}/{senteval}"
+
+
+def _semantic(
+    senteval: str, config: TrainConfig, *, background: bool, engine: str
+) -> SemanticEvaluation:
+    semantic = make_semantic(senteval, config, background=background)
+    assert semantic is not None
+    semantic.test.protocol = RelatednessProtocol(engine=engine)
+    return semantic
+
+
+def _timed_run(
+    config: TrainConfig, data: TrainingData, semantic: SemanticEvaluation | None, device
+) -> tuple[list[float], list[dict[str, float]]]:
+    """A fresh Trainer's epochs: the wall time of each (from the end of the one before;
+    epoch 0's is its evaluation alone), and its reports. ``semantic`` None: training
+    only, nothing evaluated."""
+    trainer = Trainer(config, data, semantic)
+    walls: list[float] = []
+    reports: list[dict[str, float]] = []
+    _common.sync(device)
+    started = time.perf_counter()
+    if semantic is None:
+        walls.append(0.0)  # epoch 0 is only evaluated
+        for _ in range(config.epochs):
+            trainer.train_one_epoch()
+            _common.sync(device)
+            walls.append(time.perf_counter() - started)
+            started = time.perf_counter()
+        return walls, reports
+    for report in trainer.run():
+        _common.sync(device)
+        walls.append(time.perf_counter() - started)
+        reports.append(report)
+        started = time.perf_counter()
+    return walls, reports
+
+
+def _warm_up(config: TrainConfig, data: TrainingData, senteval: str) -> None:
+    """Build the kernels, allocator pools and the like once, on a model thrown away."""
+    trainer = Trainer(config, data, _semantic(senteval, config, background=False, engine="batched"))
+    plan = epoch_batches(data.train.num_images, config.batch_size, config.seed, 0)
+    trainer.train_batches(plan[:2]).cpu()
+    trainer.embed_fn([trainer.model])(["a warm-up sentence."])
+
+
+def offpath(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
+    """(c): the battery alone, then the three runs (module docstring); returns the
+    figures it printed (for the tests)."""
+    config, data, senteval = _sizes(args, device)
+    baseline = args.baseline or ("parts" if device.type == "cuda" else "run")
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    probe = _semantic(senteval, config, background=False, engine="batched")
+    every = config.semantic_every
+    print(
+        f"(c) the test battery off the critical path: n={config.hidden_size}, "
+        f"{config.encoder}, batch {config.batch_size}, {data.train.num_images:,} training "
+        f"and {data.val.num_images:,} dev images, {len(probe.test.sentences):,} battery "
+        f"sentences every {every} epoch(s), {config.epochs} epochs + the ensemble; "
+        f"{_common.machine(device)}; {_load_average()}",
+        flush=True,
+    )
+    _warm_up(config, data, senteval)
+
+    # 1. the battery alone, on the untrained model's embeddings
+    trainer = Trainer(config, data, probe)
+    _common.sync(device)
+    started = time.perf_counter()
+    table = EmbeddingTable.build(trainer.embed_fn([trainer.model]), probe.test.sentences)
+    _common.sync(device)
+    embed_s = time.perf_counter() - started
+    scored, seconds = {}, {}
+    engines = {"loop": RelatednessProtocol(engine="loop"), "batched": RelatednessProtocol()}
+    if device.type == "cuda":  # what the CUDA graphs add
+        engines["eager"] = RelatednessProtocol(cuda_graph=False)
+    for engine, protocol in engines.items():
+        probe.test.protocol = protocol
+        _common.sync(device)
+        started = time.perf_counter()
+        scored[engine] = probe.test(table)
+        _common.sync(device)
+        seconds[engine] = time.perf_counter() - started
+    agree = " ".join(
+        f"{k} {scored['loop'][k]:.4f} / {scored['batched'][k]:.4f}"
+        for k in ("sickr_pearson", "stsb_pearson")
+        if k in scored["loop"]
+    )
+    print(
+        f"the battery alone: embedding {embed_s:.2f} s; scoring with the reference engine "
+        f"(today) {seconds['loop']:.2f} s, batched {seconds['batched']:.2f} s "
+        f"({seconds['loop'] / seconds['batched']:.1f}x)"
+        + (f", batched without CUDA graphs {seconds['eager']:.2f} s" if "eager" in seconds else "")
+        + f"; loop / batched: {agree}",
+        flush=True,
+    )
+    started = time.perf_counter()
+    with torch.inference_mode():
+        trainer._retrieval(trainer.val_split, [trainer.model], names.DEV)
+        trainer._retrieval(trainer.test_split, [trainer.model], names.TEST)
+        trainer._semantic([trainer.model], dev=True, battery=None)
+    _common.sync(device)
+    in_place_s = time.perf_counter() - started
+    del trainer, table
+
+    # 2. the runs
+    train_walls, _ = _timed_run(config, data, None, device)
+    train_s = sum(train_walls)
+    print(
+        f"training only, {config.epochs} epochs: {train_s:.1f} s "
+        f"({train_s / config.epochs:.2f} s per epoch); {_load_average()}",
+        flush=True,
+    )
+    new_walls, new_reports = _timed_run(
+        config, data, _semantic(senteval, config, background=True, engine="batched"), device
+    )
+    batteries = sum(1 for e in range(config.epochs + 1) if e % every == 0)
+    if baseline == "run":
+        old_walls, old_reports = _timed_run(
+            config, data, _semantic(senteval, config, background=False, engine="loop"), device
+        )
+        old_s = sum(old_walls)
+        how = "measured"
+    else:
+        models = min(config.ensemble_size, config.epochs // config.snapshot_interval) or 1
+        old_s = (
+            train_s
+            + (config.epochs + 1) * in_place_s
+            + batteries * (embed_s + seconds["loop"])
+            + models * embed_s
+            + seconds["loop"]
+        )
+        old_walls = []
+        how = "from its parts"
+    new_s = sum(new_walls)
+    share_old = (old_s - train_s) / old_s
+    share_new = (new_s - train_s) / new_s
+    figures = {"train_s": train_s, "old_s": old_s, "new_s": new_s}
+    figures.update(share_old=share_old, share_new=share_new, embed_s=embed_s)
+    figures.update(loop_s=seconds["loop"], batched_s=seconds["batched"])
+    waited = new_reports[-1][names.EVAL_SECONDS]
+    print(
+        f"today's path (battery in place, reference engine), {how}: {old_s:.1f} s, "
+        f"evaluation {100 * share_old:.1f}% of the run\n"
+        f"new path (battery in the background, batched engine): {new_s:.1f} s, evaluation "
+        f"{100 * share_new:.1f}% of the run; per epoch "
+        + " ".join(f"{w:.2f}" for w in new_walls)
+        + " s (training only: "
+        + " ".join(f"{w:.2f}" for w in train_walls)
+        + f" s); the last epoch's evaluation {waited:.2f} s (waits for its battery); "
+        f"{_load_average()}",
+        flush=True,
+    )
+    whole = args.whole_epochs or (32 if device.type == "cuda" else config.epochs)
+    if whole != config.epochs and config.epochs >= 2:
+        per_train = train_s / config.epochs
+        first, last = new_walls[0], new_walls[-1] - per_train
+        middle = [w - per_train for w in new_walls[1:-1]] or [last]
+        overhead = first + (whole - 1) * (sum(middle) / len(middle)) + last
+        new_whole = whole * per_train + overhead
+        old_epoch = in_place_s + (embed_s + seconds["loop"]) / every
+        old_overhead = (whole + 1) * old_epoch + 2 * embed_s + seconds["loop"]
+        old_whole = whole * per_train + old_overhead
+        figures.update(share_old_whole=old_overhead / old_whole)
+        figures.update(share_new_whole=overhead / new_whole)
+        print(
+            f"extrapolated to {whole} epochs: today {100 * old_overhead / old_whole:.1f}%, "
+            f"new {100 * overhead / new_whole:.1f}% of the run "
+            f"(goal <= {5 if device.type == 'cuda' else 10}%)",
+            flush=True,
+        )
+    same = (
+        all(
+            math.isclose(a[k], b[k], rel_tol=0, abs_tol=1e-6)
+            for a, b in zip(old_reports, new_reports, strict=True)
+            for k in a
+            if k.startswith(names.DEV)
+        )
+        if old_walls
+        else None
+    )
+    if same is not None:
+        print(f"the two runs' dev metrics (what selects) identical: {same}")
+    final = new_reports[-1]
+    print(
+        f"(the new path's ensemble: test R@10 mean {final[names.FINISHED]:.1f}, semantic "
+        f"{final.get(names.key(names.ENSEMBLE, 'semantic'), math.nan):.3f})"
+    )
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", choices=("retrieval", "epoch", "both"), default="both")
+    parser.add_argument("--part", choices=("retrieval", "epoch", "both", "battery"), default="both")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--images", type=int, default=5000, help="(a) images (5 captions each)")
     parser.add_argument("--dim", type=int, default=2048, help="(a) embedding size")
@@ -168,12 +441,42 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=None, help="(b) default: 100 GPU, 4 CPU")
     parser.add_argument(
-        "--semantic-every", type=int, default=4, help="(b) epochs between test batteries"
+        "--semantic-every",
+        type=int,
+        default=None,
+        help="epochs between test batteries; (b) default 4, (c) default 1 GPU, 4 CPU",
+    )
+    parser.add_argument(
+        "--engine", choices=ENGINES, default="batched", help="(b) the regressions' engine"
+    )
+    parser.add_argument("--epochs", type=int, default=None, help="(c) default 3 GPU, 4 CPU")
+    parser.add_argument("--batch-size", type=int, default=None, help="(c) default 32 GPU, 64 CPU")
+    parser.add_argument(
+        "--world-images", type=int, default=None, help="(c) default 10,000 GPU, 2,000 CPU"
+    )
+    parser.add_argument(
+        "--train-images", type=int, default=None, help="(c) default 6,000 GPU, all CPU"
+    )
+    parser.add_argument(
+        "--dev-images", type=int, default=None, help="(c) default 1,000 GPU, all CPU"
+    )
+    parser.add_argument(
+        "--baseline",
+        choices=("run", "parts"),
+        default=None,
+        help="(c) today's path measured as a run, or from its parts (default: parts on a GPU)",
+    )
+    parser.add_argument(
+        "--whole-epochs", type=int, default=None, help="(c) extrapolate to (default 32 GPU)"
     )
     args = parser.parse_args()
     device = _common.device(args.device)
+    if args.part == "battery":
+        offpath(args, device)
+        return
     args.steps = args.steps or (100 if device.type == "cuda" else 4)
     args.hidden_size = args.hidden_size or (1024 if device.type == "cuda" else 256)
+    args.semantic_every = args.semantic_every or 4
     if args.part in ("retrieval", "both"):
         retrieval(args, device)
     if args.part in ("epoch", "both"):

@@ -21,7 +21,7 @@ LOGGED_PREFIXES = ("dev/", "test/", "train/", "time/", f"{names.ENSEMBLE}/")
 
 @dataclass
 class ReconcileReport:
-    epochs: int = 0  # epochs MLflow lacked
+    epochs: int = 0  # epochs MLflow lacked (or their test battery, delivered late)
     closed: int = 0  # runs closed after the fact
     abandoned: int = 0  # runs of trials Tune no longer knows
 
@@ -75,5 +75,8 @@ def _missing_epochs(runs: TrialRuns, trial_id: str, config: dict[str, Any], fram
         if epoch is None or epoch != epoch:
             continue
         if runs.log_epoch(trial_id, config, int(epoch), epoch_metrics(row, from_table=True)):
+            logged += 1
+        late = names.late_metrics(row, from_table=True)  # an earlier epoch's test battery
+        if late is not None and runs.log_late(trial_id, config, *late):
             logged += 1
     return logged

@@ -33,6 +33,7 @@ from gridsearch._tags import (
     TRIAL_TAG,
 )
 from gridsearch._write_queue import is_disk_full
+from trainables import names
 from trainables.config import TrainConfig
 
 __all__ = ["TrialRuns", "split_trial_config"]
@@ -68,6 +69,9 @@ class TrialRuns:
         self.tags = dict(tags)  # set on every trial's run (space, objective)
         self._runs: dict[str, str] = {}  # trial id -> run id
         self._logged: dict[str, set[int]] = {}  # run id -> epochs already logged
+        # run id -> epochs whose late metrics (an earlier epoch's test battery that came
+        # with a later report, trainables.loop) are logged: found from MLflow once a run
+        self._late: dict[str, set[int]] = {}
         self._closed: set[str] = set()  # run ids
 
     def run_of(self, trial_id: str, config: Mapping[str, Any]) -> str:
@@ -136,6 +140,30 @@ class TrialRuns:
         for start in range(0, len(metrics), BATCH_LIMIT):
             self.client.log_batch(run_id, metrics=metrics[start : start + BATCH_LIMIT])
         self._logged[run_id].add(epoch)
+        return True
+
+    def log_late(
+        self, trial_id: str, config: Mapping[str, Any], epoch: int, values: Mapping[str, float]
+    ) -> bool:
+        """Log metrics of an earlier ``epoch`` that came with a later report (its test
+        battery, computed in the background: ``names.late_metrics``) at ``step=epoch``,
+        where they would have been had the epoch's own report held them; False when that
+        epoch's were already logged (a restored trial delivering them again)."""
+        run_id = self.run_of(trial_id, config)
+        if not values:
+            return False
+        if run_id not in self._late:  # epochs MLflow already holds a battery metric at
+            marker = names.key(names.TEST, "semantic")
+            self._late[run_id] = {
+                int(m.step) for m in self.client.get_metric_history(run_id, marker)
+            }
+        if epoch in self._late[run_id]:
+            return False
+        stamp = int(time.time() * 1000)
+        metrics = [Metric(k, v, stamp, epoch) for k, v in values.items()]
+        for start in range(0, len(metrics), BATCH_LIMIT):
+            self.client.log_batch(run_id, metrics=metrics[start : start + BATCH_LIMIT])
+        self._late[run_id].add(epoch)
         return True
 
     def close(

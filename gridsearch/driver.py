@@ -31,7 +31,7 @@ from gridsearch._lock import ExperimentLock, LockHeld, setup_lock
 from gridsearch._outcome import classify
 from gridsearch._parent import close_parent, parent_params
 from gridsearch._reconcile import ReconcileReport
-from gridsearch._scheduler import cycle_epochs, describe_rungs, make_scheduler
+from gridsearch._scheduler import asha_rungs, cycle_epochs, describe_rungs, make_scheduler
 from gridsearch._scheduler_choice import FIFO_BELOW_EPOCHS, resolve_scheduler
 from gridsearch._store import ensure_experiment, start_parent_run
 from gridsearch.cluster import (
@@ -138,7 +138,10 @@ def _with_ray(
         fixed, note = fixed_settings(settings, resources)
         if note:
             write(note)
-        trainable = _trainable(settings, inputs.space, resources, inputs.data, inputs.benchmark)
+        rungs = stopping_epochs(settings, inputs.space, fixed)
+        trainable = _trainable(
+            settings, inputs.space, resources, inputs.data, inputs.benchmark, rungs
+        )
         run = _Run(settings, inputs, resources, fixed, write)
         with Interruption() as interruption:
             results = _fit(run.tuner(trainable, interruption), settings)
@@ -400,15 +403,29 @@ def _local_paths(settings: SearchSettings) -> list[Path]:
     return paths
 
 
+def stopping_epochs(
+    settings: SearchSettings, space: SearchSpace, fixed: dict[str, Any]
+) -> list[int]:
+    """The epochs at which the search's scheduler may stop a trial (ASHA's rungs; none
+    under FIFO): there a trial's report holds its own test battery (trainables.loop),
+    which a trial stopped right after it could not deliver with a later report."""
+    epochs = int(fixed["epochs"])
+    if resolve_scheduler(settings.scheduler, settings.objective, epochs) != "asha":
+        return []
+    return asha_rungs(epochs, cycle_epochs(space.fixed, fixed))
+
+
 def _trainable(
     settings: SearchSettings,
     space: SearchSpace,
     resources: Resources,
     data: TrainingData | str,
     benchmark: SemanticBenchmark | None,
+    complete_at: Sequence[int] = (),
 ) -> Any:
     """The one trainable, its data shipped through Ray's object store (copied once to
-    each node that runs trials) and its resources attached."""
+    each node that runs trials) and its resources attached. ``complete_at``: where ASHA
+    may stop a trial, its report holds its own test battery (trainables.loop)."""
     return tune.with_resources(
         tune.with_parameters(
             grounded_trainable,
@@ -418,6 +435,7 @@ def _trainable(
             verify=settings.verify,
             helpers=tuple(space.helpers()),
             seeds_per_config=settings.seeds_per_config,
+            complete_at=tuple(complete_at),
         ),
         {"cpu": resources.cpu, "gpu": resources.gpu},
     )

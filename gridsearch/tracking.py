@@ -22,6 +22,7 @@ from gridsearch._outcome import Outcome, classify
 from gridsearch._reconcile import ReconcileReport, epoch_metrics, reconcile
 from gridsearch._runs import TrialRuns
 from gridsearch._write_queue import WriteQueue
+from trainables import names
 
 __all__ = ["TrialTracker"]
 
@@ -92,6 +93,13 @@ class TrialTracker(Callback):
             f"epoch {epoch} of {trial_id}",
             lambda: self.runs.log_epoch(trial_id, config, epoch, metrics),
         )
+        late = names.late_metrics(result)  # an earlier epoch's battery: at that epoch's step
+        if late is not None:
+            earlier, values = late
+            self.queue.submit(
+                f"the test battery of epoch {earlier} of {trial_id}",
+                lambda: self.runs.log_late(trial_id, config, earlier, values),
+            )
 
     def on_trial_complete(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any

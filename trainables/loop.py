@@ -8,15 +8,40 @@ evaluates, keeps snapshots, ensembles them, and checkpoints its whole state.
 On a GPU the data live on the device and a step never waits for the host: the batch
 plan of an epoch is uploaded once, losses stay on the device until the epoch ends,
 and the lengths that packing needs are read from a host copy.
+
+The test battery off the critical path (``SemanticEvaluation.background``, on by
+default): nothing selects on the battery, so after an epoch the Trainer evaluates what
+selects (dev retrieval, the dev semantic score) and test retrieval in place, and hands
+the battery to a background worker (``_BatteryWorker``: a thread, on a GPU with its own
+CUDA stream) that embeds and scores with a copy of the epoch's weights while the next
+epoch trains. Its metrics are filed under their own epoch: the battery started after
+epoch e is collected at the end of epoch e + 1 (waiting there only if it is not done),
+merged into ``history[e]`` (so the checkpoint history is as before), and delivered with
+the report of epoch e + 1 as ``names.late(key)`` beside ``names.LATE_EPOCH`` = e, which
+the search's tracking callback logs at MLflow step e (``gridsearch.tracking``). The same
+rule for every epoch makes the delivery deterministic (a trial's seeds deliver alike).
+Where a report must hold its own battery it waits for it: the last epoch (whose
+report also holds the ensemble's, computed while the battery runs) and the epochs in
+``complete_at`` (where a scheduler may stop the trial: ASHA's rungs). A run that stops
+in between (an interrupt, a closed generator) files the batteries that finished into
+``history``; a battery still running is lost with the run, but a run resumed from a
+checkpoint whose last epoch lacks its battery computes it again from the checkpoint's
+weights (those very weights) and delivers it with the next report. With
+``background=False`` the battery is computed in place, in the epoch's own report (the
+synchronous path: for debugging, and the benchmarks' baseline); both paths give the same
+metrics at the same epochs (tests/trainables/test_loop.py).
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import logging
 import math
 import os
+import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +56,7 @@ from trainables.embedding import embed_captions, embed_images, embed_sentences
 from trainables.loss import make_loss
 from trainables.metrics import retrieval_metrics
 from trainables.model import GroundedEncoder
+from trainables.relatedness import cpu_threads
 from trainables.schedule import cyclic_cosine_lr
 from trainables.semantic import (
     DevSemanticEvaluator,
@@ -106,10 +132,99 @@ class _DeviceSplit:
         return self.tokens
 
 
+class _BatteryWorker:
+    """The test battery of one epoch at a time, computed in a background thread from a
+    copy of the epoch's weights (``start``), collected by the training thread
+    (``collect``). On a GPU the thread works on its own CUDA stream, after the copy (made
+    on the training stream, so the next step cannot overwrite what it reads); on the
+    CPU it runs with one torch thread. The copy is one model kept for the purpose and
+    refilled at each start (one battery at a time, so nothing else reads it then)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.shadow: GroundedEncoder | None = None
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self.epoch: int | None = None  # the epoch of the battery started, until collected
+        self._thread: threading.Thread | None = None
+        self._result: dict[str, float] | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def busy(self) -> bool:
+        """A battery was started and not collected yet (running or finished)."""
+        return self._thread is not None
+
+    @property
+    def finished(self) -> bool:
+        return self._thread is not None and not self._thread.is_alive()
+
+    def start(
+        self,
+        epoch: int,
+        model: GroundedEncoder,
+        battery: Callable[[Sequence[GroundedEncoder]], dict[str, float]],
+    ) -> None:
+        if self._thread is not None:
+            raise RuntimeError(f"the battery of epoch {self.epoch} was not collected")
+        with torch.no_grad():
+            if self.shadow is not None:
+                try:
+                    self.shadow.load_state_dict(model.state_dict())
+                except RuntimeError:  # a model rebuilt since (a resumed word model)
+                    self.shadow = None
+            if self.shadow is None:
+                self.shadow = copy.deepcopy(model)  # no RNG drawn: training's stays as it was
+        ready = None
+        if self.stream is not None:
+            ready = torch.cuda.Event()
+            ready.record()  # on the training stream, after the copy
+        shadow, stream = self.shadow, self.stream
+
+        def work() -> None:
+            try:
+                if stream is not None:
+                    with torch.cuda.device(self.device), torch.cuda.stream(stream):
+                        assert ready is not None
+                        stream.wait_event(ready)
+                        result = battery([shadow])
+                        stream.synchronize()  # its memory may be reused once it returns
+                else:
+                    with cpu_threads(1, "cpu"):
+                        result = battery([shadow])
+                self._result = result
+            except BaseException as err:  # raised again in collect()
+                self._error = err
+
+        self.epoch, self._result, self._error = epoch, None, None
+        self._thread = threading.Thread(target=work, name=f"test battery {epoch}", daemon=True)
+        self._thread.start()
+
+    def collect(self) -> tuple[int, dict[str, float]]:
+        """Wait for the battery started last; its epoch and metrics (or raise its error)."""
+        if self._thread is None or self.epoch is None:
+            raise RuntimeError("no battery was started")
+        self._thread.join()
+        epoch, result, error = self.epoch, self._result, self._error
+        self._thread, self.epoch, self._result, self._error = None, None, None, None
+        if error is not None:  # as it was raised (an out-of-memory error stays one)
+            error.add_note(f"in the test battery of epoch {epoch}, computed in the background")
+            raise error
+        assert result is not None
+        return epoch, result
+
+
 class Trainer:
     def __init__(
-        self, config: TrainConfig, data: TrainingData, semantic: SemanticEvaluation | None = None
+        self,
+        config: TrainConfig,
+        data: TrainingData,
+        semantic: SemanticEvaluation | None = None,
+        *,
+        complete_at: Collection[int] = (),
     ) -> None:
+        """``complete_at``: epochs whose report must hold their own test battery even when
+        it runs in the background (where a scheduler may stop the trial; see the module
+        docstring); the last epoch's always does."""
         self.config = config
         self.device = resolve_device(config.device)
         if config.threads:
@@ -136,6 +251,9 @@ class Trainer:
         self.history: list[dict[str, float]] = []  # the metrics reported after each epoch
         self.snapshots: list[Snapshot] = []  # the best `ensemble_size` snapshots so far
         self._penalties: torch.Tensor | None = None  # the last epoch's attention penalties
+        self.complete_at = frozenset(int(e) for e in complete_at)
+        self._battery = _BatteryWorker(self.device)  # the background battery (module doc)
+        self._late: dict[str, float] = {}  # an earlier epoch's battery, for the next report
 
     def _new_model(
         self, feature_dim: int, pretrained: PretrainedVectors | None = None
@@ -163,16 +281,37 @@ class Trainer:
         last epoch's dict also holds the snapshot ensemble's test metrics
         (``ensemble/...``). A run resumed to end at the epoch it had stopped at (a shorter
         ``epochs`` than it was started with) yields that epoch again, with its ensemble."""
+        try:
+            yield from self._run()
+        finally:  # also when the run stops in between: keep the batteries that finished
+            self._settle()
+
+    def _run(self) -> Iterator[dict[str, float]]:
+        if self._battery.busy:  # left running by a run of this Trainer that stopped
+            epoch, battery = self._battery.collect()
+            if any(int(m["epoch"]) == epoch for m in self.history):
+                self._late = self._file_battery(epoch, battery)
         last = self.history[-1] if self.history else None
+        missing = last is not None and self._battery_missing(last)
         if last is not None and self.epoch == self.config.epochs and not names.is_finished(last):
-            self.history[-1] = {**last, **self.ensemble_metrics()}
+            battery = self._test_battery([self.model]) if missing else {}
+            self.history[-1] = {**last, **battery, **self.ensemble_metrics()}
             yield self.history[-1]
+            return
+        if missing and len(self.history) <= self.config.epochs:
+            self._start_battery()  # lost with the run that wrote the checkpoint: again
         while len(self.history) <= self.config.epochs:  # history holds epochs 0..self.epoch
             metrics = self.evaluate_epoch(self.train_one_epoch() if self.history else {})
-            if self.epoch == self.config.epochs:
-                metrics.update(self.ensemble_metrics())
+            late, self._late = self._late, {}
+            final = self.epoch == self.config.epochs
+            if final:
+                metrics.update(self.ensemble_metrics())  # while this epoch's battery runs
+            if self._battery.busy and (final or self.epoch in self.complete_at):
+                waited = time.perf_counter()
+                metrics.update(self._battery.collect()[1])
+                metrics[names.EVAL_SECONDS] += time.perf_counter() - waited
             self.history.append(metrics)
-            yield metrics
+            yield {**metrics, **late}
 
     def train_one_epoch(self) -> dict[str, float]:
         cfg = self.config
@@ -284,26 +423,81 @@ class Trainer:
     def evaluate_epoch(self, train_metrics: dict[str, float]) -> dict[str, float]:
         """The current model after an epoch: dev retrieval and the dev semantic score
         (selection), test retrieval and, every ``semantic_every`` epochs, the test
-        battery (reporting); the best dev values so far; and a snapshot at the end of
-        every ``snapshot_interval`` epochs, chosen on dev R@10 mean."""
+        battery (reporting: computed here with ``background`` off; else only started
+        here, in the background worker, its metrics coming later, see the module
+        docstring); the best dev values so far; and a snapshot at the end of every
+        ``snapshot_interval`` epochs, chosen on dev R@10 mean. A battery still running
+        from an earlier epoch is collected here first (``time/eval_s`` counts any wait)."""
         started = time.perf_counter()
         metrics: dict[str, float] = {"epoch": float(self.epoch), **train_metrics}
         models = [self.model]
-        every = self.config.semantic_every
-        battery_due = bool(every) and self.epoch % every == 0
         metrics.update(self._retrieval(self.val_split, models, names.DEV))
         metrics.update(self._retrieval(self.test_split, models, names.TEST))
-        metrics.update(
-            self._semantic(models, dev=True, battery=names.TEST if battery_due else None)
-        )
+        metrics.update(self._semantic(models, dev=True, battery=None))
         for name in (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC):
             seen = [h[name] for h in self.history if name in h] + [metrics.get(name, math.nan)]
             if not all(math.isnan(v) for v in seen):
                 metrics[names.best(name)] = float(np.nanmax(seen))
+        if self._battery.busy:  # the previous epoch's battery: its metrics go with this report
+            self._late = self._file_battery(*self._battery.collect())
+        if self.battery_due(self.epoch):
+            if self.background:
+                self._start_battery()
+            else:
+                metrics.update(self._test_battery(models))
         metrics[names.EVAL_SECONDS] = time.perf_counter() - started
         if self.epoch and self.epoch % self.config.snapshot_interval == 0:
             self._keep_snapshot(metrics[names.PRIMARY_RETRIEVAL])
         return metrics
+
+    # -- the test battery (see the module docstring) ----------------------------------
+
+    @property
+    def background(self) -> bool:
+        """Whether the test battery runs in the background (``SemanticEvaluation``)."""
+        return self.semantic is not None and self.semantic.background
+
+    def battery_due(self, epoch: int) -> bool:
+        every = self.config.semantic_every
+        return self.semantic is not None and bool(every) and epoch % every == 0
+
+    def _battery_missing(self, metrics: Mapping[str, float]) -> bool:
+        """``metrics`` (an epoch of ``history``) should hold the test battery and do not:
+        it was running when the run that reported them stopped."""
+        epoch = int(metrics["epoch"])
+        return self.battery_due(epoch) and names.key(names.TEST, "semantic") not in metrics
+
+    def _test_battery(self, models: Sequence[GroundedEncoder]) -> dict[str, float]:
+        """The test battery of ``models`` under ``test/``, its sentences embedded once."""
+        return self._semantic(models, dev=False, battery=names.TEST)
+
+    def _start_battery(self) -> None:
+        """The current model's battery: in the background, or (``background`` off) in
+        place, delivered with the next report like a background one."""
+        if self.background:
+            self._battery.start(self.epoch, self.model, self._test_battery)
+        else:
+            self._late = self._file_battery(self.epoch, self._test_battery([self.model]))
+
+    def _file_battery(self, epoch: int, battery: Mapping[str, float]) -> dict[str, float]:
+        """File an earlier epoch's battery into ``history`` (where it belongs); the
+        ``late/`` form the next report carries it in."""
+        for metrics in reversed(self.history):
+            if int(metrics["epoch"]) == epoch:
+                metrics.update(battery)
+                break
+        else:
+            raise RuntimeError(f"the battery of epoch {epoch} has no epoch in the history")
+        return {names.LATE_EPOCH: float(epoch), **{names.late(k): v for k, v in battery.items()}}
+
+    def _settle(self) -> None:
+        """A run that stops: a battery that finished goes into ``history`` (and so into
+        the next checkpoint); one still running is left to finish unread."""
+        if self._battery.finished:
+            with contextlib.suppress(Exception):  # a failed battery: nothing to keep
+                epoch, battery = self._battery.collect()
+                if any(int(m["epoch"]) == epoch for m in self.history):
+                    self._file_battery(epoch, battery)
 
     def _keep_snapshot(self, score: float) -> None:
         state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}

@@ -13,6 +13,13 @@ A reported metric is ``"<split>/<name>"``, and the split says what may be done w
 - ``ensemble``: once, after the last epoch, the snapshot ensemble on the test data: the
   numbers the paper's tables report (plus ``ensemble/size`` and ``ensemble/epoch_<k>``).
 
+The test battery may be computed in the background while training goes on
+(``trainables.loop``): its metrics of epoch e then travel with the report of epoch e + 1,
+as ``late/<key>`` beside ``late/epoch`` = e (``late``, ``late_metrics``), and whoever records
+them (the tracking callback, ``Trainer.history``) files them under epoch e, so they end
+up at the same epoch (MLflow step) as when computed in place. ``late/...`` is a carrier,
+never a metric of its own.
+
 Retrieval ranks count ties against the query and the median rank is the lower middle
 integer (see ``trainables.metrics``), so a collapsed model scores R@K = 0, never 100%.
 
@@ -46,6 +53,8 @@ __all__ = [
     "ENSEMBLE_SIZE",
     "EVAL_SECONDS",
     "FINISHED",
+    "LATE",
+    "LATE_EPOCH",
     "LEARNING_RATE",
     "LOSS",
     "PRIMARY_RETRIEVAL",
@@ -61,6 +70,8 @@ __all__ = [
     "ensemble_epoch",
     "is_finished",
     "key",
+    "late",
+    "late_metrics",
     "selectable",
     "spread",
     "subtask_key",
@@ -148,6 +159,43 @@ def spread(metric: str) -> str:
 def key(split: str, name: str) -> str:
     """``key("dev", "r10_mean") == "dev/r10_mean"``."""
     return f"{split}/{name}"
+
+
+LATE = "late"  # an earlier epoch's metrics carried by a later report (module docstring)
+LATE_EPOCH = f"{LATE}/epoch"  # ... and the epoch they belong to
+
+
+def late(metric: str) -> str:
+    """``metric`` of an earlier epoch, carried by a later report: ``late("test/semantic")
+    == "late/test/semantic"``."""
+    return f"{LATE}/{metric}"
+
+
+def late_metrics(
+    report: Mapping[str, object], *, from_table: bool = False
+) -> tuple[int, dict[str, float]] | None:
+    """The earlier epoch a report carries metrics of, and those metrics under their own
+    names; None when it carries none (no ``late/epoch``, or a NaN one: a row of a table
+    where another report had them). ``from_table``: a row of such a table, where a value
+    the report did not carry reads as NaN (left out)::
+
+        >>> late_metrics({"epoch": 3.0, "late/epoch": 2.0, "late/test/semantic": 0.5})
+        (2, {'test/semantic': 0.5})
+    """
+    epoch = report.get(LATE_EPOCH)
+    if not isinstance(epoch, int | float) or isinstance(epoch, bool) or epoch != epoch:
+        return None
+    prefix = f"{LATE}/"
+    values = {
+        k.removeprefix(prefix): float(v)
+        for k, v in report.items()
+        if k.startswith(prefix)
+        and k != LATE_EPOCH
+        and isinstance(v, int | float)
+        and not isinstance(v, bool)
+        and not (from_table and v != v)
+    }
+    return int(epoch), values
 
 
 def ensemble_epoch(k: int) -> str:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 from storage.senteval import SemanticBenchmark, load_senteval
@@ -69,14 +69,17 @@ def combine(reports: Sequence[dict[str, float]]) -> dict[str, float]:
         if not all(key in r for r in reports):
             continue
         values = [float(r[key]) for r in reports]
-        if key == "epoch" or _first_seeds(key):
+        # an earlier epoch's metrics carried late (trainables.loop) combine as their own
+        own = key.removeprefix(f"{names.LATE}/")
+        if key in ("epoch", names.LATE_EPOCH) or _first_seeds(own):
             out[key] = reports[0][key]
-        elif key.startswith("time/"):
+        elif own.startswith("time/"):
             out[key] = math.fsum(values)
         else:
             out[key] = math.fsum(values) / len(values)
-            if key in SPREAD_KEYS and not any(math.isnan(v) for v in values):
-                out[names.spread(key)] = statistics.stdev(values)
+            if own in SPREAD_KEYS and not any(math.isnan(v) for v in values):
+                spread = names.spread(own)
+                out[names.late(spread) if own != key else spread] = statistics.stdev(values)
     return out
 
 
@@ -95,7 +98,11 @@ class SeedGroup:
         data: TrainingData,
         senteval: str | SemanticBenchmark | None,
         k: int = 1,
+        *,
+        complete_at: Collection[int] = (),
     ) -> None:
+        """``complete_at``: see ``Trainer`` (epochs whose reports hold their own test
+        battery: where a scheduler may stop the trial)."""
         if k < 1:
             raise ValueError(f"seeds per config: got {k}, expected at least 1")
         if isinstance(senteval, str) and k > 1 and config.semantic_every:
@@ -103,7 +110,8 @@ class SeedGroup:
         self.trainers = []
         for i in range(k):
             seeded = dataclasses.replace(config, seed=config.seed + i)
-            self.trainers.append(Trainer(seeded, data, make_semantic(senteval, seeded)))
+            semantic = make_semantic(senteval, seeded)
+            self.trainers.append(Trainer(seeded, data, semantic, complete_at=complete_at))
 
     def run(self) -> Iterator[dict[str, float]]:
         """Every epoch's combined report (see :func:`combine`), as ``Trainer.run``'s."""

@@ -54,14 +54,17 @@ from trainables import names
 from trainables.config import STSB_ENCODINGS, TrainConfig
 from trainables.device import resolve_device
 from trainables.metrics import correlations
-from trainables.relatedness import SENTEVAL, RelatednessProtocol, supervised_relatedness
+from trainables.relatedness import SENTEVAL, RelatednessProtocol, supervised_relatedness_tasks
 
 __all__ = [
+    "BATTERY_ENV",
+    "BATTERY_MODES",
     "DevSemanticEvaluator",
     "Embed",
     "EmbeddingTable",
     "SemanticEvaluation",
     "SemanticEvaluator",
+    "battery_in_background",
     "cosine_correlations",
     "cosine_similarity",
     "dev_semantic_score",
@@ -264,16 +267,15 @@ class SemanticEvaluator:
         combined metrics (names without a split prefix)."""
         table = EmbeddingTable.build(embed, self.sentences)
         metrics = sts_metrics(table, self.benchmark)
-        for task in self.tasks:
-            encoding = self.stsb_encoding if task.name == "STS-B" else "senteval"
+        if self.tasks:  # trained together (the same numbers as each alone, to rounding)
             metrics.update(
-                supervised_relatedness(
+                supervised_relatedness_tasks(
                     table,
-                    task,
+                    self.tasks,
                     device=self.device,
                     seed=self.seed,
                     protocol=self.protocol,
-                    encoding=encoding,
+                    encodings={"STS-B": self.stsb_encoding},
                     threads=self.cpu_threads,
                 )
             )
@@ -286,13 +288,24 @@ class SemanticEvaluator:
         return metrics
 
 
+# How the Trainer runs the test battery unless make_semantic is told: "background" (the
+# default) or "sync" (in place, as the benchmarks' baseline and for debugging), read when
+# the evaluation is made (so it reaches a search's trials through their environment).
+BATTERY_ENV = "GROUNDED_TEST_BATTERY"
+BATTERY_MODES = ("background", "sync")
+
+
 @dataclass(frozen=True)
 class SemanticEvaluation:
     """What the ``Trainer`` evaluates: ``dev`` after every epoch (selection), ``test``
-    every ``semantic_every`` epochs and for the final ensemble (reporting)."""
+    every ``semantic_every`` epochs and for the final ensemble (reporting).
+    ``background``: the Trainer computes the epochs' test battery in a background worker
+    while training goes on, its metrics filed under their own epoch
+    (``trainables.loop``); False computes it in place. The metrics are the same."""
 
     dev: DevSemanticEvaluator
     test: SemanticEvaluator
+    background: bool = True
 
     @property
     def sentences(self) -> list[str]:
@@ -300,14 +313,30 @@ class SemanticEvaluation:
         return list(dict.fromkeys([*self.dev.sentences, *self.test.sentences]))
 
 
+def battery_in_background(mode: str | None = None) -> bool:
+    """Whether the Trainer runs the test battery in the background: ``mode``
+    ("background" or "sync"), or the environment's ``GROUNDED_TEST_BATTERY`` (default
+    "background")."""
+    mode = mode or os.environ.get(BATTERY_ENV) or "background"
+    if mode not in BATTERY_MODES:
+        raise ValueError(f"{BATTERY_ENV}: got {mode!r}, expected one of {', '.join(BATTERY_MODES)}")
+    return mode == "background"
+
+
 def make_semantic(
-    senteval: str | os.PathLike[str] | SemanticBenchmark | None, config: TrainConfig
+    senteval: str | os.PathLike[str] | SemanticBenchmark | None,
+    config: TrainConfig,
+    *,
+    background: bool | None = None,
 ) -> SemanticEvaluation | None:
     """The semantic evaluation for ``senteval`` (a SentEval ``data/downstream`` directory,
     or the benchmark already loaded from one) on the training device; ``None`` when there
-    is nothing to evaluate (no sets, or ``semantic_every == 0``)."""
+    is nothing to evaluate (no sets, or ``semantic_every == 0``). ``background``: see
+    ``SemanticEvaluation`` (None: ``battery_in_background()``)."""
     if senteval is None or config.semantic_every == 0:
         return None
+    if background is None:
+        background = battery_in_background()
     benchmark = senteval if isinstance(senteval, SemanticBenchmark) else load_senteval(senteval)
     dev = DevSemanticEvaluator(benchmark)
     if not dev:
@@ -320,4 +349,4 @@ def make_semantic(
     test = SemanticEvaluator(
         benchmark, device=device, seed=config.seed, stsb_encoding=config.stsb_encoding
     )
-    return SemanticEvaluation(dev, test)
+    return SemanticEvaluation(dev, test, background)

@@ -43,6 +43,7 @@ def grounded_trainable(
     verify: bool = True,
     helpers: Collection[str] = (),
     seeds_per_config: int = 1,
+    complete_at: Collection[int] = (),
 ) -> None:
     """``gpu_share``: this trial's fraction of a GPU packed with others; its memory is
     capped to that share so one trial cannot starve the rest. ``verify``: check a store
@@ -50,13 +51,16 @@ def grounded_trainable(
     ``config`` that are the search space's own parameters, not TrainConfig's (Optuna puts
     them beside the TrainConfig keys they were decoded into); every other key must be a
     TrainConfig field. ``seeds_per_config``: train the configuration at that many seeds
-    (``seed``, ``seed + 1``, ...) and report their mean (``trainables.seeds``)."""
+    (``seed``, ``seed + 1``, ...) and report their mean (``trainables.seeds``).
+    ``complete_at``: the epochs where the scheduler may stop the trial (ASHA's rungs),
+    whose reports must hold their own test battery (``trainables.loop``: elsewhere an
+    epoch's battery may come with the next report)."""
     train_config = TrainConfig.from_dict({k: v for k, v in config.items() if k not in helpers})
     if gpu_share is not None and torch.cuda.is_available():
         torch.cuda.set_per_process_memory_fraction(gpu_share)
     if isinstance(data, str):
         data = _read_store(data, verify)
-    group = SeedGroup(train_config, data, senteval, seeds_per_config)
+    group = SeedGroup(train_config, data, senteval, seeds_per_config, complete_at=complete_at)
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ import torch
 from storage import StoreError
 from tests.corrupt import corrupt_copy
 from trainables import names
+from trainables.checkpoint import load_training_state
 from trainables.config import TrainConfig
 from trainables.data import TrainingData, default_senteval
 from trainables.loop import NonFiniteLossError, Trainer
@@ -100,18 +102,186 @@ def test_selection_reads_dev_data_only(tiny_world: Path, data: TrainingData) -> 
     assert names.key(names.ENSEMBLE, "sts12_16_pearson") in moved
 
 
+@pytest.mark.parametrize("background", [False, True])
 def test_the_test_battery_runs_every_semantic_every_epochs(
-    tiny_world: Path, data: TrainingData
+    tiny_world: Path, data: TrainingData, background: bool
 ) -> None:
     config = TrainConfig(**{**SMALL, "semantic_every": 2, "epochs": 3})
-    semantic = make_semantic(default_senteval(str(tiny_world)), config)
+    semantic = make_semantic(default_senteval(str(tiny_world)), config, background=background)
     semantic.test.protocol = RelatednessProtocol(max_epoch=0)
-    reports = list(Trainer(config, data, semantic).run())
+    trainer = Trainer(config, data, semantic)
+    reports = list(trainer.run())
     battery = names.key(names.TEST, "sts12_16_pearson")
-    assert [battery in r for r in reports] == [True, False, True, False]
+    if background:  # epoch e's battery comes with the report of epoch e + 1
+        assert [battery in r for r in reports] == [False, False, False, False]
+        assert [r.get(names.LATE_EPOCH) for r in reports] == [None, 0.0, None, 2.0]
+        assert [names.late(battery) in r for r in reports] == [False, True, False, True]
+    else:
+        assert [battery in r for r in reports] == [True, False, True, False]
+        assert not any(k.startswith("late/") for r in reports for k in r)
+    assert [battery in h for h in trainer.history] == [True, False, True, False]
     assert all(names.PRIMARY_SEMANTIC in r for r in reports)  # the dev score: every epoch
     assert names.key(names.ENSEMBLE, "semantic") in reports[-1]
     assert set(names.key(names.DEV, k) for k in names.DEV_SEMANTIC) <= set(reports[1])
+
+
+# -- the test battery in the background (trainables.loop's module docstring) -----------
+
+
+def _semantic(tiny_world: Path, config: TrainConfig, background: bool):
+    semantic = make_semantic(default_senteval(str(tiny_world)), config, background=background)
+    assert semantic is not None
+    semantic.test.protocol = RelatednessProtocol(max_epoch=50, epochs_per_round=5)
+    return semantic
+
+
+def _recorded(reports: list[dict[str, float]]) -> dict[int, dict[str, float]]:
+    """What a tracker records per epoch (MLflow step) from ``reports``: each report's own
+    metrics at its epoch, and the earlier epoch's it carries (``names.late_metrics``)
+    at that epoch; speeds left out (they differ from run to run)."""
+    steps: dict[int, dict[str, float]] = {}
+    for report in reports:
+        own = {k: v for k, v in report.items() if not k.startswith(f"{names.LATE}/")}
+        steps.setdefault(int(report["epoch"]), {}).update(own)
+        late = names.late_metrics(report)
+        if late is not None:
+            epoch, values = late
+            assert not set(values) & set(steps[epoch]), "a metric recorded twice"
+            steps[epoch].update(values)
+    return {e: _steady(m) for e, m in steps.items()}
+
+
+def _steady(metrics: dict[str, float]) -> dict[str, float]:
+    """``metrics`` but those that measure speed (``time/``, captions per second)."""
+    return {
+        k: v for k, v in metrics.items() if not k.startswith("time/") and k != names.CAPTIONS_PER_S
+    }
+
+
+def _without_time(history: list[dict[str, float]]) -> list[dict[str, float]]:
+    return [_steady(h) for h in history]
+
+
+def test_the_background_battery_records_what_the_synchronous_one_does(
+    tiny_world: Path, data: TrainingData
+) -> None:
+    """Every epoch (MLflow step) ends up with the same metrics, the same values, in the
+    reports as a tracker files them and in the history, whether the battery runs in place
+    or in the background; the last report holds its own battery and the ensemble's."""
+    config = TrainConfig(**{**SMALL, "semantic_every": 1, "epochs": 3})
+    runs = {}
+    for background in (False, True):
+        trainer = Trainer(config, data, _semantic(tiny_world, config, background))
+        reports = list(trainer.run())
+        runs[background] = (reports, trainer.history)
+    (sync_reports, sync_history), (bg_reports, bg_history) = runs[False], runs[True]
+    assert _recorded(bg_reports) == _recorded(sync_reports)
+    assert _without_time(bg_history) == _without_time(sync_history)
+    assert _recorded(sync_reports) == dict(enumerate(_without_time(sync_history)))
+    battery = names.key(names.TEST, "semantic")
+    final = bg_reports[-1]
+    assert battery in final and names.key(names.ENSEMBLE, "semantic") in final  # waited for
+    assert final[names.LATE_EPOCH] == 2.0 and names.late(battery) in final
+    assert [battery in r for r in bg_reports] == [False, False, False, True]
+
+
+def test_epochs_where_a_scheduler_may_stop_the_trial_wait_for_their_battery(
+    tiny_world: Path, data: TrainingData
+) -> None:
+    config = TrainConfig(**{**SMALL, "semantic_every": 1, "epochs": 4})
+    trainer = Trainer(config, data, _semantic(tiny_world, config, True), complete_at={1, 2})
+    reports = list(trainer.run())
+    battery = names.key(names.TEST, "semantic")
+    assert [battery in r for r in reports] == [False, True, True, False, True]
+    assert [r.get(names.LATE_EPOCH) for r in reports] == [None, 0.0, None, None, 3.0]
+    assert all(battery in h for h in trainer.history)
+
+
+def _stop_in_epoch(trainer: Trainer, epoch: int, wait_for_battery: bool) -> None:
+    """Make ``trainer`` raise KeyboardInterrupt (a Ctrl+C) while it trains ``epoch``,
+    once the battery running beside it has finished (or at once)."""
+    train = trainer.train_batches
+
+    def train_batches(plan):
+        if trainer.epoch == epoch - 1:
+            if wait_for_battery:
+                while not trainer._battery.finished:
+                    time.sleep(0.01)
+            raise KeyboardInterrupt
+        return train(plan)
+
+    trainer.train_batches = train_batches
+
+
+def test_a_stopped_run_keeps_the_batteries_that_finished(
+    tiny_world: Path, data: TrainingData
+) -> None:
+    """Ctrl+C while epoch 2 trains, after epoch 1's battery finished: that battery is
+    in the history (and the checkpoint written then), as in a run that went on."""
+    config = TrainConfig(**{**SMALL, "semantic_every": 1, "epochs": 3})
+    straight = Trainer(config, data, _semantic(tiny_world, config, True))
+    for _ in straight.run():
+        pass
+    expected = _without_time(straight.history)
+    trainer = Trainer(config, data, _semantic(tiny_world, config, True))
+    _stop_in_epoch(trainer, 2, wait_for_battery=True)
+    reports = []
+    with pytest.raises(KeyboardInterrupt):
+        for report in trainer.run():
+            reports.append(report)
+    assert [r["epoch"] for r in reports] == [0.0, 1.0]
+    assert _without_time(trainer.history) == expected[:2]  # epoch 1's battery kept
+    saved = load_training_state(trainer.save_checkpoint())
+    assert _without_time(saved["history"]) == expected[:2]
+
+
+def test_a_run_stopped_while_its_battery_runs_goes_on_with_it(
+    tiny_world: Path, data: TrainingData
+) -> None:
+    """Ctrl+C at the start of epoch 2, epoch 1's battery perhaps still running: the same
+    Trainer run again collects that battery first and ends as a run that never stopped."""
+    config = TrainConfig(**{**SMALL, "semantic_every": 1, "epochs": 3})
+    straight = Trainer(config, data, _semantic(tiny_world, config, True))
+    straight_reports = list(straight.run())
+    trainer = Trainer(config, data, _semantic(tiny_world, config, True))
+    train = trainer.train_batches
+    _stop_in_epoch(trainer, 2, wait_for_battery=False)
+    reports = []
+    with pytest.raises(KeyboardInterrupt):
+        for report in trainer.run():
+            reports.append(report)
+    trainer.train_batches = train  # (nothing of epoch 2 was trained)
+    reports += list(trainer.run())
+    assert [r["epoch"] for r in reports] == [0.0, 1.0, 2.0, 3.0]
+    assert _recorded(reports) == _recorded(straight_reports)
+    assert _without_time(trainer.history) == _without_time(straight.history)
+
+
+def test_a_battery_lost_with_its_run_is_computed_again_on_resume(
+    tiny_world: Path, data: TrainingData
+) -> None:
+    """A checkpoint written while epoch 1's battery ran (as after every report) lacks
+    it; the run resumed from it computes it from the checkpoint's weights and delivers
+    it with the next report: the same record as a run that never stopped."""
+    config = TrainConfig(**{**SMALL, "semantic_every": 1, "epochs": 3})
+    straight = Trainer(config, data, _semantic(tiny_world, config, True))
+    straight_reports = list(straight.run())
+    first = Trainer(config, data, _semantic(tiny_world, config, True))
+    checkpoint = None
+    for report in first.run():
+        if report["epoch"] == 1.0:
+            checkpoint = first.save_checkpoint()  # epoch 1's battery is still running
+            break
+    assert checkpoint is not None
+    state = load_training_state(checkpoint)
+    assert names.key(names.TEST, "semantic") not in state["history"][1]
+    for background in (True, False):  # either way the lost battery comes back
+        resumed = Trainer(config, data, _semantic(tiny_world, config, background))
+        resumed.load_checkpoint(checkpoint)
+        later = list(resumed.run())
+        assert later[0]["epoch"] == 2.0 and later[0][names.LATE_EPOCH] == 1.0
+        assert _recorded(straight_reports[:2] + later) == _recorded(straight_reports)
+        assert _without_time(resumed.history) == _without_time(straight.history)
 
 
 def test_resume_from_a_checkpoint_gives_the_same_metrics(data: TrainingData) -> None:
@@ -250,3 +420,73 @@ def test_bf16_autocast_stays_close_to_fp32(data: TrainingData) -> None:
     assert names.is_finished(bf16)
     assert bf16[names.LOSS] == pytest.approx(fp32[names.LOSS], rel=0.05)
     assert abs(bf16[names.PRIMARY_RETRIEVAL] - fp32[names.PRIMARY_RETRIEVAL]) < 10
+
+
+def test_a_background_battery_that_fails_stops_the_run_with_its_own_error(
+    tiny_world: Path, data: TrainingData
+) -> None:
+    """The error a battery raises in the background is raised in the training thread
+    when its battery is collected (the next epoch's end), as it was, with a note."""
+    config = TrainConfig(**{**SMALL, "semantic_every": 1, "epochs": 2})
+    semantic = _semantic(tiny_world, config, True)
+
+    class Broken(type(semantic.test)):
+        def __call__(self, embed):
+            raise MemoryError("no room for the battery")
+
+    semantic.test.__class__ = Broken
+    trainer = Trainer(config, data, semantic)
+    run = trainer.run()
+    assert next(run)["epoch"] == 0.0  # its battery is started, not yet read
+    with pytest.raises(MemoryError, match="no room for the battery") as caught:
+        next(run)
+    assert "in the test battery of epoch 0, computed in the background" in caught.value.__notes__
+
+
+def test_seeds_combine_a_late_battery_as_their_own() -> None:
+    """A trial at several seeds (trainables.seeds): the battery each seed delivers late
+    is averaged, and its spread reported, as when it came in its own epoch's report."""
+    from trainables.seeds import combine
+
+    test_semantic = names.key(names.TEST, "semantic")
+    reports = [
+        {"epoch": 3.0, names.LATE_EPOCH: 2.0, names.late(test_semantic): value}
+        for value in (0.5, 0.7)
+    ]
+    combined = combine(reports)
+    assert combined[names.LATE_EPOCH] == 2.0
+    assert combined[names.late(test_semantic)] == pytest.approx(0.6)
+    spread = names.late(names.spread(test_semantic))
+    assert combined[spread] == pytest.approx(
+        combine([{"epoch": 2.0, test_semantic: 0.5}, {"epoch": 2.0, test_semantic: 0.7}])[
+            names.spread(test_semantic)
+        ]
+    )
+    assert names.late_metrics(combined) == (
+        2,
+        {test_semantic: pytest.approx(0.6), names.spread(test_semantic): combined[spread]},
+    )
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_background_battery_on_a_gpu_records_what_the_synchronous_one_does(
+    tiny_world: Path, data: TrainingData
+) -> None:
+    """On a GPU the worker embeds and scores on its own CUDA stream (its regressions
+    as CUDA graphs captured there) while the next epoch trains: every epoch records the
+    same metrics as in place; the battery's correlations agree up to the GPU's own
+    run-to-run rounding of training (the two runs train separately)."""
+    config = TrainConfig(**{**SMALL, "device": "cuda", "semantic_every": 1, "epochs": 3})
+    recorded = {}
+    for background in (False, True):
+        trainer = Trainer(config, data, _semantic(tiny_world, config, background))
+        recorded[background] = _recorded(list(trainer.run()))
+        assert all(names.key(names.TEST, "semantic") in h for h in trainer.history)
+    assert {e: set(m) for e, m in recorded[True].items()} == {
+        e: set(m) for e, m in recorded[False].items()
+    }
+    for epoch, metrics in recorded[True].items():  # the battery's correlations
+        for key, value in metrics.items():
+            if key.startswith(f"{names.TEST}/") and key.endswith(("pearson", "spearman")):
+                expected = recorded[False][epoch][key]
+                assert value == pytest.approx(expected, abs=0.05), (epoch, key)

@@ -1,0 +1,88 @@
+"""bench_eval.py's part (c), the test battery off the critical path, at tiny sizes: it
+prints the battery's time under both regression engines, the three runs and the
+evaluation's shares, and imports neither Ray, MLflow nor Optuna (it runs on GPU machines
+that have none of them)."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tests.bench.conftest import BENCH
+
+
+def test_the_battery_part_runs_at_tiny_sizes(
+    small_store: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import bench_eval
+
+    args = argparse.Namespace(
+        store=small_store,
+        world_images=None,
+        train_images=None,
+        dev_images=None,
+        hidden_size=8,
+        batch_size=8,
+        semantic_every=1,
+        epochs=3,
+        baseline="run",
+        whole_epochs=8,
+    )
+    before = torch.get_num_threads()
+    try:
+        figures = bench_eval.offpath(args, torch.device("cpu"))
+    finally:
+        torch.set_num_threads(before)
+    out = capsys.readouterr().out
+    assert "(c) the test battery off the critical path: n=8" in out
+    assert "scoring with the reference engine (today)" in out and "batched" in out
+    assert "today's path (battery in place, reference engine), measured" in out
+    assert "new path (battery in the background, batched engine)" in out
+    assert "extrapolated to 8 epochs" in out
+    assert "the two runs' dev metrics (what selects) identical: True" in out
+    for key in ("share_old", "share_new", "share_old_whole", "share_new_whole"):
+        assert 0 <= figures[key] < 1, (key, figures[key])
+    # the two engines score alike on the same seed and shuffles (the printed pairs)
+    pairs = out.split("loop / batched: ")[1].splitlines()[0].split()
+    assert pairs[1] == pairs[3] and pairs[5] == pairs[7], pairs
+
+
+def test_the_parts_baseline_and_the_cpu_sizes(small_store: str, capsys) -> None:
+    import bench_eval
+
+    from gridsearch.settings import CPU_SIZED
+
+    assert bench_eval.CPU_SIZED == CPU_SIZED  # the bench's copy of the search's sizes
+    args = argparse.Namespace(
+        store=small_store,
+        world_images=None,
+        train_images=None,
+        dev_images=None,
+        hidden_size=8,
+        batch_size=16,  # the CPU-sized trial's 64 is too many for the tiny world's 96 images
+        semantic_every=None,
+        epochs=2,
+        baseline="parts",
+        whole_epochs=None,
+    )
+    before = torch.get_num_threads()
+    try:
+        bench_eval.offpath(args, torch.device("cpu"))
+    finally:
+        torch.set_num_threads(before)
+    out = capsys.readouterr().out
+    assert "every 4 epoch(s), 2 epochs" in out  # the CPU-sized battery schedule
+    assert "today's path (battery in place, reference engine), from its parts" in out
+
+
+def test_the_bench_imports_neither_ray_mlflow_nor_optuna() -> None:
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import bench_eval; "
+        "bad = [m for m in ('ray', 'mlflow', 'optuna') if m in sys.modules]; "
+        "assert not bad, bad"
+    )
+    subprocess.run([sys.executable, "-c", code, str(BENCH)], check=True, timeout=300)
