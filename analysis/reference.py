@@ -6,7 +6,7 @@ Sources (both in ``/work/shared``):
   grounded language without lexical knowledge": Table 2 (Flickr8k test retrieval),
   Table 3 (MSCOCO test retrieval, 5k and 1k) and Table 5 (STS Pearson r x 100 with 95%
   intervals), char-GRU rows/columns (embedding 2048, n = 1024);
-- SPEC.md section 6 (the same numbers, distilled, plus SICK-R: Flickr8k 81.5, MSCOCO 82.7,
+- docs/protocols.md section 6 (the same numbers, distilled, plus SICK-R: Flickr8k 81.5, MSCOCO 82.7,
   which the paper reports in its Fig. 3 but not in Table 5) and section 4 (the pair
   counts of every STS subtask after dropping empty gold lines).
 
@@ -128,7 +128,8 @@ _TABLE5 = {
     ),
 }
 
-# SPEC section 4: pairs per subtask after dropping empty gold lines; STS-B and SICK-R test.
+# docs/protocols.md section 4: pairs per subtask after dropping empty gold lines; STS-B
+# and SICK-R test.
 _PAIRS = {
     "STS12": (750, 750, 459, 750, 399),
     "STS13": (189, 750, 561),
@@ -138,7 +139,7 @@ _PAIRS = {
 }
 STSB_TEST_PAIRS = 1379
 SICKR_TEST_PAIRS = 4927
-STSB_DEV_PAIRS = 1500  # SPEC section 4: sts-dev.csv
+STSB_DEV_PAIRS = 1500  # docs/protocols.md section 4: sts-dev.csv
 SICKR_DEV_PAIRS = 500  # SICK_trial.txt
 
 
@@ -148,7 +149,7 @@ def _semantic(cell: str) -> SemanticReference:
 
 
 def _sickr(r: float) -> SemanticReference:
-    """SPEC section 6 gives SICK-R without its interval: the Fisher-z one (which
+    """docs/protocols.md section 6 gives SICK-R without its interval: the Fisher-z one (which
     reproduces every interval the paper prints)."""
     low, high = pearson_ci(r / 100, SICKR_TEST_PAIRS)
     return SemanticReference(r, round(100 * high - r, 1), round(r - 100 * low, 1))
@@ -170,7 +171,7 @@ SEMANTIC: dict[str, tuple[str, dict[str, SemanticReference]]] = {
     "flickr8k": ("char-GRU Flickr8k (paper)", _semantic_references(0)),
     "coco": ("char-GRU MSCOCO (paper)", _semantic_references(1)),
 }
-SEMANTIC_SOURCE = "Merkx & Frank 2019, Table 5; SICK-R from SPEC section 6"
+SEMANTIC_SOURCE = "Merkx & Frank 2019, Table 5; SICK-R from docs/protocols.md section 6"
 
 # Pair counts of the official SentEval sets, keyed like the metrics (used for intervals
 # when the search's SentEval directory cannot be read here).

@@ -1,5 +1,5 @@
 """Training on the CPU: our Trainer against the authors' own training loop, and against
-the machine's matrix-product peak (issue 19).
+the machine's matrix-product peak (BENCHMARKS.md, "Training at the CPU's limit").
 
     python bench/bench_cpu_training.py --authors-repo PATH \\
         [--sizes 256:32,256:128,1024:32,1024:128] [--steps 6] [--repeats 3] [--threads 2] \\
@@ -60,7 +60,7 @@ from trainables.config import TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches
 from trainables.loop import Trainer
 
-EMBED = 20  # the character embedding (SPEC section 1), both loops
+EMBED = 20  # the character embedding (docs/protocols.md section 1), both loops
 ATTENTION_HIDDEN = 128
 FEATURES = 2048
 

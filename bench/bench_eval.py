@@ -1,4 +1,4 @@
-"""Evaluation speed (issue 7, item 4).
+"""Evaluation speed (BENCHMARKS.md, "Training and evaluation speed").
 
 (a) ``trainables.metrics.retrieval_metrics`` at MSCOCO-5k size (5,000 images x 25,000
 captions, dim 2,048 = the paper model's 2n) against a per-query Python loop: for each
@@ -25,24 +25,24 @@ On a CPU part (b) defaults to n=256: at n=1024 one evaluation (42k semantic sent
 takes about ten minutes on two cores. Part (b) evaluates in place (the battery is not
 sent to the background), with the default regression engine (``--engine``).
 
-(c) The test battery off the critical path (issue 30), with today's path as the
-baseline in the same run. First the battery alone, on the untrained model's embeddings:
-embedding its sentences, then scoring them (STS12-16 cosines and the supervised SICK-R
-and STS-B regressions) with the reference regression engine (``engine="loop"``: one
-64-row step per Python iteration, a task at a time: today's path) and with the batched
-one (the two tasks stacked, on the device, CUDA graphs on a GPU); both on the same seed
-and shuffles, so their SICK-R / STS-B numbers agree to rounding. Then ``--epochs`` epochs
-(and the snapshot ensemble at the end) three ways, each from the same fresh model:
-training only (no evaluation at all), today's path (the battery in place, reference
-engine) and the new one (the battery in a background worker, batched engine). The
-evaluation's share of a run is (run - training only) / run, so whatever the background
-worker takes from training counts as evaluation. Today's run is measured (``--baseline
-run``, the CPU's default) or put together from its measured parts (``parts``, the GPU's
-default: at the paper's size each of its batteries takes half a minute): training only
-+ every epoch's in-place evaluation (dev and test retrieval, dev semantic score) + each
-battery (embedding + reference scoring) + the ensemble's. Each run's epochs are also
-extrapolated to a whole run of ``--whole-epochs`` (the new path: its first epoch, its
-middle epochs' mean and its last, which waits for its battery).
+(c) The test battery off the critical path (BENCHMARKS.md, "The test battery off the
+critical path"), with today's path as the baseline in the same run. First the battery
+alone, on the untrained model's embeddings: embedding its sentences, then scoring them
+(STS12-16 cosines and the supervised SICK-R and STS-B regressions) with the reference
+regression engine (``engine="loop"``: one 64-row step per Python iteration, a task at a
+time: today's path) and with the batched one (the two tasks stacked, on the device, CUDA
+graphs on a GPU); both on the same seed and shuffles, so their SICK-R / STS-B numbers
+agree to rounding. Then ``--epochs`` epochs (and the snapshot ensemble at the end) three
+ways, each from the same fresh model: training only (no evaluation at all), today's path
+(the battery in place, reference engine) and the new one (the battery in a background
+worker, batched engine). The evaluation's share of a run is (run - training only) / run,
+so whatever the background worker takes from training counts as evaluation. Today's run is
+measured (``--baseline run``, the CPU's default) or put together from its measured parts
+(``parts``, the GPU's default: at the paper's size each of its batteries takes half a
+minute): training only + every epoch's in-place evaluation (dev and test retrieval, dev
+semantic score) + each battery (embedding + reference scoring) + the ensemble's. Each
+run's epochs are also extrapolated to a whole run of ``--whole-epochs`` (the new path: its
+first epoch, its middle epochs' mean and its last, which waits for its battery).
 
 Sizes follow the device: on a GPU the paper's run (n=1024, attention, batch 32, 6,000
 training and 1,000 dev images of the 10,000-image world, the battery every epoch, 3

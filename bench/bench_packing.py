@@ -1,4 +1,4 @@
-"""Trials per GPU (issue 7, item 2): aggregate training captions/s of k trials sharing one
+"""Trials per GPU (BENCHMARKS.md): aggregate training captions/s of k trials sharing one
 GPU, k = 1, 2, 4, 8, against one trial alone. Goal: >= 4x at batch 32 on an H200.
 
 Ray Tune packs trials onto a GPU with fractional resources; here (no Ray needed) k plain
@@ -110,7 +110,7 @@ def main() -> None:
     args.store = _common.world(args.store, 10_000)
     _common.load(args.store, 6000)  # a store the workers cannot use: one error line, here
     print(
-        f"item 2: k trials at once, n={args.hidden_size}, batch {args.batch_size}, "
+        f"trials per GPU: k at once, n={args.hidden_size}, batch {args.batch_size}, "
         f"{args.steps} timed steps each; {_common.machine(torch.device(args.device))}"
     )
     print("trials  aggregate captions/s  per trial (slowest)  ratio vs k=1  peak MiB per trial")

@@ -1,5 +1,5 @@
-"""The embedded world at MSCOCO size (issue 7, item 7): one training epoch's time and the
-peak memory, on the CPU or a GPU.
+"""The embedded world at MSCOCO size (BENCHMARKS.md, "Embedded world at COCO size"): one
+training epoch's time and the peak memory, on the CPU or a GPU.
 
 The world (123,287 images, 616,435 captions, split 80/10/10 like every embedded world)
 is built once with ``python -m storage.build synthetic

@@ -1,10 +1,10 @@
 """Search efficiency on the embedded world: ASHA + TPE against the full paper grid crossed
 with a margin sweep, in trial-epochs.
 
-Goal (issue 7, item 5): ASHA + TPE comes within 1% of the grid's best dev R@10 mean
-(``dev/r10_mean_best``) with <= 30% of the grid's compute. With ``--pareto``, also
-``--objective both`` (TPE, FIFO) within the trial-epochs the ASHA search used: its Pareto
-front (dev R@10 mean best, dev semantic best) against the grid's.
+Goal (BENCHMARKS.md, "Search efficiency"): ASHA + TPE comes within 1% of the grid's best
+dev R@10 mean (``dev/r10_mean_best``) with <= 30% of the grid's compute. With
+``--pareto``, also ``--objective both`` (TPE, FIFO) within the trial-epochs the ASHA
+search used: its Pareto front (dev R@10 mean best, dev semantic best) against the grid's.
 
     python bench/bench_search_efficiency.py [--images 2000] [--scale 16] [--epochs 4]
         [--cycle-epochs 1] [--margins 0.1,0.2,0.3,0.4] [--asha-trials 16] [--pareto]

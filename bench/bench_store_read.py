@@ -1,11 +1,11 @@
 """Feature-store read speed against ``np.load`` of the same matrix from the same disk.
 
-Goal (issue 2): reading COCO-sized features (123,287 x 2,048 float32) from the store
-runs at >= 50% of ``np.load``'s speed. Both are timed in this run, side by side:
-warm (files in the page cache, best of ``--repeats``) and, when this process may drop
-the page cache (root on Linux), cold. Each store is read twice: as fast as it goes, and
-verified (every shard's sha256 checked against the manifest while it is read, what
-training and evaluation do unless ``--no-verify``), so the cost of verifying is the
+Goal (BENCHMARKS.md, "Feature-store reads"): reading COCO-sized features (123,287 x 2,048
+float32) from the store runs at >= 50% of ``np.load``'s speed. Both are timed in this run,
+side by side: warm (files in the page cache, best of ``--repeats``) and, when this process
+may drop the page cache (root on Linux), cold. Each store is read twice: as fast as it
+goes, and verified (every shard's sha256 checked against the manifest while it is read,
+what training and evaluation do unless ``--no-verify``), so the cost of verifying is the
 ratio of the two.
 
     python bench/bench_store_read.py [--images 123287] [--dir /tmp/bench-store]

@@ -1,7 +1,7 @@
 """Tune's overhead: a search of N trials against the same N trials run one after another
 by the plain training loop, in this run, on the same data and threads.
 
-Goal (issue 7, item 6): <= 5% of trial time for trials of >= 30 s.
+Goal (BENCHMARKS.md, "Training and evaluation speed"): <= 5% of trial time for trials of >= 30 s.
 
     python bench/bench_tune_overhead.py [--trials 3] [--epochs 5] [--hidden-size 32]
 

@@ -1,8 +1,9 @@
 """Time to build the embedded world at COCO size (123,287 images, 616,435 captions).
 
-Goal (issue 2): under 2 minutes on this 2-core machine for the whole
-``python -m storage.build synthetic`` (scenes, images, captions, semantic sets,
-features, Parquet shards and manifest). Also prints the share of each stage.
+Goal (BENCHMARKS.md, "Embedded world at COCO size"): under 2 minutes on this 2-core
+machine for the whole ``python -m storage.build synthetic`` (scenes, images, captions,
+semantic sets, features, Parquet shards and manifest). Also prints the share of each
+stage.
 
     python bench/bench_world_generation.py [--images 123287] [--dir /tmp/bench-world]
 """

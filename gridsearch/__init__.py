@@ -1,2 +1,2 @@
 """The distributed hyperparameter search: Ray Tune trials, Optuna samplers, MLflow
-tracking (issue 4)."""
+tracking."""

@@ -1,4 +1,4 @@
-"""The named hyperparameter search spaces (SPEC section 7), one registry.
+"""The named hyperparameter search spaces (docs/protocols.md section 7), one registry.
 
 ``get_space(name)`` looks a space up in :data:`SPACES` (an unknown name lists the valid
 ones); ``load_space_file(path)`` reads a user's YAML or TOML space (``_space_file``);
@@ -29,7 +29,7 @@ __all__ = [
 ]
 
 
-# -- the named spaces (SPEC section 7) --
+# -- the named spaces (docs/protocols.md section 7) --
 
 HIDDEN_SIZES = (512, 1024, 2048)  # n; the embedding size is 2n
 BATCH_SIZES = (32, 64, 128)

@@ -2,7 +2,7 @@
 
 The JSON holds ``{"dataset": name, "images": [{"filename", "filepath" (COCO only),
 "split": "train"|"val"|"test"|"restval", "sentences": [{"raw", "tokens", ...}, ...]}]}``.
-Rules (SPEC section 4): ``restval`` joins ``train``; Flickr captions are ``raw`` as is;
+Rules (docs/protocols.md section 4): ``restval`` joins ``train``; Flickr captions are ``raw`` as is;
 COCO captions are the ``tokens`` joined with single spaces plus ``" ."``; exactly five
 captions per image (COCO images with more keep their first five, and are counted).
 ``filename`` and ``filepath`` must be '/'-separated paths inside the ``--images``

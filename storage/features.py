@@ -1,4 +1,4 @@
-"""ResNet-152 ten-crop image features (SPEC section 4).
+"""ResNet-152 ten-crop image features (docs/protocols.md section 4).
 
 Each image is converted to RGB, its shorter side resized to 256 pixels (aspect kept),
 cut into ten 224x224 crops (four corners and the centre, and the mirror image of each),

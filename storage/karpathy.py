@@ -2,7 +2,7 @@
 
 The JSON holds ``{"dataset": name, "images": [{"filename", "filepath" (COCO only),
 "split": "train"|"val"|"test"|"restval", "sentences": [{"raw", "tokens", ...}, ...]}]}``;
-``storage._karpathy_json`` reads it as SPEC section 4 says. :func:`ingest` extracts the
+``storage._karpathy_json`` reads it as docs/protocols.md section 4 says. :func:`ingest` extracts the
 features of every image, shard by shard, into a store.
 
 A store needs images in every split, so a data set with an empty split is refused before

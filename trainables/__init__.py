@@ -1,3 +1,3 @@
 """The caption and image encoders, the losses, the training loop and the evaluation
-suite (issue 3). Library code: no Ray or MLflow imports here, except in the Tune
+suite. Library code: no Ray or MLflow imports here, except in the Tune
 trainable wrapper."""

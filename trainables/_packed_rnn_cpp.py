@@ -3,8 +3,8 @@ on first use with ``torch.utils.cpp_extension`` (the machine's C++ compiler; cac
 under ``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``).
 
 On the CPU the Python loop issues about a dozen ATen calls per step and direction, and
-at n=256 issuing them took more time than the arithmetic (BENCHMARKS.md, issue 19's
-profile). The C++ loop makes per step one matrix product (the same ATen call) and one
+at n=256 issuing them took more time than the arithmetic (BENCHMARKS.md, "Training at
+the CPU's limit"). The C++ loop makes per step one matrix product (the same ATen call) and one
 pass over the gates, compiled with the machine's vector instructions.
 
 :func:`extension` is the built module, or None when it cannot be built (no compiler):

@@ -1,4 +1,4 @@
-"""Vectorial attention pooling (SPEC section 1), with one head or several, and the
+"""Vectorial attention pooling (docs/protocols.md section 1), with one head or several, and the
 attention diversity penalty of the authors' later code.
 
 One head is the paper's model: ``a_t = softmax_t(V tanh(W h_t + b_w) + b_v)``, one weight

@@ -1,7 +1,7 @@
 """The one typed configuration of a training run, with every default in one place.
 
 Each field's comment says what it is; the defaults are the paper's Flickr8k setting
-(SPEC sections 1-3). ``TrainConfig.from_dict`` is the single boundary where a flat dict
+(docs/protocols.md sections 1-3). ``TrainConfig.from_dict`` is the single boundary where a flat dict
 (Tune's ``config``, a CLI, a JSON file) becomes a config: it rejects unknown keys and
 invalid values, naming the key, the value and what is allowed (a ``ConfigError``, whose
 ``field`` a CLI turns into its option's name). ``encoder`` picks the caption encoder
@@ -123,7 +123,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class TrainConfig:
-    # -- model (SPEC section 1; the other families: README "Encoder families") --
+    # -- model (docs/protocols.md section 1; the other families: README "Encoder families") --
     hidden_size: int = 1024  # n: RNN units per direction; both embeddings have 2n dimensions
     rnn_type: str = "gru"  # "gru" or "lstm"
     pooling: str = "attention"  # "attention" (vectorial, masked) or "max" (masked)
@@ -158,12 +158,12 @@ class TrainConfig:
     # what a caption is matched with in training: "image" (grounded), or "caption" (the
     # text-only control: another caption of the same image, no image; GroundSent's Cap2Cap)
     pairing: str = "image"
-    # -- loss (SPEC section 2) --
+    # -- loss (docs/protocols.md section 2) --
     loss: str = "hinge"  # "hinge" (bidirectional, in-batch negatives) or "pearson" (VETE)
     margin: float = 0.2  # hinge margin alpha; the paper's best is 0.2 (stable 0.15-0.25)
     reduction: str = "sum"  # "sum" (the paper's formula) or "mean" (/ B^2, the authors' code)
     negatives: str = "all"  # "all" in-batch negatives, or "hardest" per query (VSE++)
-    # -- optimisation (SPEC section 3) --
+    # -- optimisation (docs/protocols.md section 3) --
     lr_min: float = 1e-6  # lower bound of the cyclic cosine learning rate
     lr_max: float = 1e-3  # upper bound (paper: 1e-3 Flickr8k, 1e-4 MSCOCO)
     cycle_epochs: int = 4  # one learning-rate cycle; minima at epochs 0, 4, 8, ...
@@ -171,7 +171,7 @@ class TrainConfig:
     clip_caption: float = 0.05  # gradient-norm clip of the caption encoder (0 = off)
     batch_size: int = 32  # image-caption pairs per minibatch (no image twice in a batch)
     epochs: int = 32  # training epochs (each is five passes over the training images)
-    # -- snapshots and ensemble (SPEC section 3) --
+    # -- snapshots and ensemble (docs/protocols.md section 3) --
     snapshot_interval: int = 4  # keep a snapshot at the end of every this-many epochs
     ensemble_size: int = 2  # snapshots with the best dev R@10 mean summed into the ensemble
     # -- evaluation --

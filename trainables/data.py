@@ -1,4 +1,4 @@
-"""Training data in memory, and the paper's batching (SPEC section 3).
+"""Training data in memory, and the paper's batching (docs/protocols.md section 3).
 
 ``TrainingData`` holds every split as plain numpy arrays (features, captions encoded as
 padded uint8 character indices, lengths, and the caption strings), so it is read from

@@ -3,10 +3,10 @@ shared by the ``Trainer`` (evaluation), ``analysis`` (rebuilt ensembles) and the
 API.
 
 An ensemble's embedding is the **sum** of its models' embeddings on both sides, not
-renormalised (SPEC section 3: this is what reproduces the authors' rankings); one model's
-is L2-normalised by the model itself. Captions are encoded in length-sorted batches (so a
-batch holds little padding) and returned in their original order; nothing here depends on
-how the sentences were batched, beyond floating-point rounding.
+renormalised (docs/protocols.md section 3: this is what reproduces the authors' rankings);
+one model's is L2-normalised by the model itself. Captions are encoded in length-sorted
+batches (so a batch holds little padding) and returned in their original order; nothing
+here depends on how the sentences were batched, beyond floating-point rounding.
 
     images = embed_images(models, features)                # (N, 2n)
     captions = embed_captions(models, tokens, lengths)     # (5N, 2n)

@@ -1,4 +1,4 @@
-"""Training objectives (SPEC section 2), as small modules over a batch of embeddings.
+"""Training objectives (docs/protocols.md section 2), as small modules over a batch of embeddings.
 
 ``S = images @ captions.T`` holds the cosine similarities (both sides are normalised);
 row i is image i, column j caption j, and pair (i, i) matches.

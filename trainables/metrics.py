@@ -1,9 +1,9 @@
 """Evaluation metrics as pure functions: arrays in, numbers out.
 
-Retrieval (SPEC section 5): ``N`` images and ``captions_per_image * N`` captions, caption
-``j`` belonging to image ``j // captions_per_image``; the similarity is the dot product of
-the embeddings as given (normalised embeddings, or the snapshot ensemble's summed,
-un-renormalised ones: nothing is renormalised here).
+Retrieval (docs/protocols.md section 5): ``N`` images and ``captions_per_image * N``
+captions, caption ``j`` belonging to image ``j // captions_per_image``; the similarity is
+the dot product of the embeddings as given (normalised embeddings, or the snapshot
+ensemble's summed, un-renormalised ones: nothing is renormalised here).
 
 - caption->image (``c2i``): the rank of the caption's image among the ``N`` images;
 - image->caption (``i2c``): the best (lowest) rank of the image's captions among all

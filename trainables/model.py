@@ -1,4 +1,4 @@
-"""The visually grounded sentence encoder of Merkx & Frank (2019), SPEC section 1, and
+"""The visually grounded sentence encoder of Merkx & Frank (2019), docs/protocols.md section 1, and
 the other caption encoder families of ``TrainConfig.encoder`` (README "Encoder families").
 
 Caption encoder (``char_rnn``, the paper's): characters -> 20-d embedding -> one

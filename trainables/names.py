@@ -84,8 +84,8 @@ TEST = "test"
 ENSEMBLE = "ensemble"
 SPLITS = (DEV, TEST, ENSEMBLE)
 
-# Retrieval (SPEC section 5): R@K in percent, ranks 1-based with ties counted against the
-# query; medr the lower middle rank (an integer); c2i = caption->image query.
+# Retrieval (docs/protocols.md section 5): R@K in percent, ranks 1-based with ties
+# counted against the query; medr the lower middle rank (an integer); c2i = caption->image query.
 RETRIEVAL = (
     "c2i_r1",
     "c2i_r5",
@@ -100,7 +100,7 @@ RETRIEVAL = (
     "r10_mean",  # mean of c2i_r10 and i2c_r10: the paper's model-selection score
 )
 
-# Semantic (SPEC section 5): Pearson/Spearman x 1 (not x100), in [-1, 1].
+# Semantic (docs/protocols.md section 5): Pearson/Spearman x 1 (not x100), in [-1, 1].
 STS_YEARS = ("sts12", "sts13", "sts14", "sts15", "sts16")
 SUPERVISED_TASKS = ("stsb", "sickr")  # STS-B and SICK-R, as metric-name prefixes
 # The dev score's parts: unsupervised cosine similarity on STS-B dev and SICK-R trial.

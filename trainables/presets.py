@@ -81,7 +81,8 @@ def preset(name: str, **changes: Any) -> TrainConfig:
     return TrainConfig.from_dict({**PRESETS[name], **changes})
 
 
-# the three seed systems of the project (SPEC's papers), as their papers trained them
+# the three seed systems of the project (the papers of docs/protocols.md), as their
+# papers trained them
 SEED_SYSTEMS = ("char_rnn", "word_bow", "vete_rnn", "cap2img")
 
 

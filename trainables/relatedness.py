@@ -1,4 +1,4 @@
-"""SentEval's supervised relatedness protocol for STS-B and SICK-R (SPEC section 5).
+"""SentEval's supervised relatedness protocol for STS-B and SICK-R (docs/protocols.md section 5).
 
 Features ``[|u - v|, u * v]`` of the two sentences' embeddings; the gold score encoded as a
 5-class target distribution; a linear layer + softmax trained with summed squared error

@@ -1,4 +1,4 @@
-"""The cyclic cosine learning rate (SPEC section 3), stepped every minibatch."""
+"""The cyclic cosine learning rate (docs/protocols.md section 3), stepped every minibatch."""
 
 from __future__ import annotations
 

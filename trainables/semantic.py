@@ -1,4 +1,4 @@
-"""Semantic evaluation of a sentence encoder (SPEC section 5), split by what it is for.
+"""Semantic evaluation of a sentence encoder (docs/protocols.md section 5), split by what it is for.
 
 - ``DevSemanticEvaluator``, for **selection**: the unsupervised cosine Pearson and
   Spearman on STS-B dev and SICK-R trial, and ``semantic``, the mean of the two Pearsons

@@ -59,7 +59,7 @@ def _scaled(base: int, factor: float, low: int, high: int) -> int:
 
 def semantic_sizes(n_images: int) -> SemanticSizes:
     """Set sizes that grow with the world, between a floor that keeps correlations
-    meaningful and the sizes of the real sets (SPEC section 4)."""
+    meaningful and the sizes of the real sets (docs/protocols.md section 4)."""
     f = n_images / _DEFAULT_IMAGES
     return SemanticSizes(
         sts_pairs=_scaled(250, f, 60, 750),

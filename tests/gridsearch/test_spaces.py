@@ -30,7 +30,8 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 NAMES = ["margin_sweep", "hidden_size", "rnn_type", "lr_bounds", "pooling", "paper_grid", "full"]
 FAMILY_SPACES = ["encoders", "seeds_presets"]  # the encoder families (README)
 
-# What each space may produce: (low, high) for numbers, a set for choices (SPEC section 7).
+# What each space may produce: (low, high) for numbers, a set for choices
+# (docs/protocols.md section 7).
 EXPECTED: dict[str, dict[str, Any]] = {
     "margin_sweep": {"margin": (0.05, 0.5)},
     "hidden_size": {"hidden_size": {512, 1024, 2048}},

@@ -1,4 +1,5 @@
-"""Reading Karpathy's split files exactly as SPEC section 4 says, and rejecting bad ones."""
+"""Reading Karpathy's split files exactly as docs/protocols.md section 4 says, and rejecting
+bad ones."""
 
 from __future__ import annotations
 

@@ -81,7 +81,7 @@ REPO = Path(__file__).resolve().parents[2]
 # relative per sum), and Adam's steps stay proportional to those differences.
 LOSS_RTOL_IEEE = 1e-4
 # ... the same with TF32 left on, as a user runs it: each step's losses start from
-# embeddings ~2e-4 apart (issue 29, on an H200); a few steps at the first, small rates.
+# embeddings ~2e-4 apart (seen on an H200); a few steps at the first, small rates.
 LOSS_RTOL_TF32 = 5e-3
 # The first step's gradients, IEEE fp32: cuDNN's backward against the CPU's hand-written
 # one (trainables._packed_rnn), as the relative norm of their difference per tensor.

@@ -433,7 +433,7 @@ def test_retrieval_metrics_with_ci() -> None:
 
 
 # Table 5 of the paper: Pearson r x 100 (+ / -) for BOW, InferSent, char-GRU Flickr8k and
-# char-GRU MSCOCO; n = the subtask's pair count from SPEC section 4.
+# char-GRU MSCOCO; n = the subtask's pair count from docs/protocols.md section 4.
 TABLE_5 = {
     ("STS12", "MSRpar", 750): "42.3 5.7 6.1 | 40.0 5.8 6.2 | 49.1 5.2 5.6 | 37.6 6.0 6.3",
     ("STS12", "MSRvid", 750): "66.2 3.8 4.2 | 83.6 2.0 2.3 | 79.9 2.4 2.7 | 82.7 2.1 2.4",

@@ -1,8 +1,8 @@
 """trainables.relatedness, SentEval's supervised protocol: the target encoding against
-SPEC section 5's formula, the training step against autograd and torch's Adam, the rounds
-and their stopping rule, what it learns on synthetic tasks, and both engines against an
-independent SentEval-style reference (nn.Linear + Softmax, MSELoss(sum), torch's Adam) on
-the same shuffles."""
+docs/protocols.md section 5's formula, the training step against autograd and torch's
+Adam, the rounds and their stopping rule, what it learns on synthetic tasks, and both
+engines against an independent SentEval-style reference (nn.Linear + Softmax,
+MSELoss(sum), torch's Adam) on the same shuffles."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA de
 
 
 def spec_targets(scores: np.ndarray) -> np.ndarray:
-    """SPEC section 5, written out: for a score y, ``p[floor(y)] = y - floor(y)`` and
+    """docs/protocols.md section 5, written out: for a score y, ``p[floor(y)] = y - floor(y)`` and
     ``p[floor(y) - 1] = floor(y) - y + 1``, 0-based classes for scores 1..5, positions
     outside the five classes dropped; nothing else (SentEval's ``encode_labels``)."""
     out = np.zeros((len(scores), N_CLASSES))
