@@ -27,9 +27,16 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from analysis.reference import OFFICIAL_LABELS, OFFICIAL_PAIRS
-from gridsearch._layout import RunsLayout
-from gridsearch._store import TrackingError, check_reachable
-from gridsearch._tags import OUTCOME_TAG, ROLE_SEARCH, ROLE_TAG, ROLE_TRIAL, TRIAL_TAG
+from gridsearch import (
+    OUTCOME_TAG,
+    ROLE_SEARCH,
+    ROLE_TAG,
+    ROLE_TRIAL,
+    TRIAL_TAG,
+    RunsLayout,
+    TrackingError,
+    check_reachable,
+)
 from trainables import names
 from trainables.presets import family_of
 

@@ -16,7 +16,7 @@ from typing import NamedTuple
 import pandas as pd
 from optuna.trial import FrozenTrial
 
-from gridsearch._layout import RunsLayout
+from gridsearch import RunsLayout
 from gridsearch.settings import OBJECTIVES
 
 logger = logging.getLogger(__name__)

@@ -50,8 +50,8 @@ from analysis._data import (
     tracking_uri_for,
     trial_label,
 )
-from gridsearch._tags import PARENT_TAG, ROLE_TAG, ROLE_TRIAL, TRIAL_TAG
-from storage._atomic import write_text_atomic
+from gridsearch import PARENT_TAG, ROLE_TAG, ROLE_TRIAL, TRIAL_TAG
+from storage import write_text_atomic
 from storage.cli import OneLineParser
 from trainables import names
 from trainables.config import DEVICE_FORMS, ConfigError, check_device

@@ -18,7 +18,7 @@ from pathlib import Path
 from analysis._data import AnalysisError, first_line, open_client, tracking_uri_for
 from analysis._ensemble import fetch_weights
 from analysis.compare import find_run
-from gridsearch._store import using_tracking_uri
+from gridsearch import using_tracking_uri
 from trainables.checkpoint import ENSEMBLE_FILE, CheckpointError, EnsembleWeights, load_ensemble
 
 __all__ = ["URI_SCHEMES", "fetch_ensemble"]

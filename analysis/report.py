@@ -47,8 +47,7 @@ from analysis._data import (
 from analysis._families import FamilyPair
 from analysis._html import render_page
 from analysis._importance import Importances, default_optuna_storage, param_importances
-from gridsearch._layout import RunsLayout
-from gridsearch._record import latest_search
+from gridsearch import RunsLayout, latest_search
 from storage.cli import OneLineParser
 
 if TYPE_CHECKING:  # analysis.compare needs torch: imported only when the test runs

@@ -27,7 +27,7 @@ import _common
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from trainables._packed_rnn import LOOPS, packed_bidirectional
+from trainables import LOOPS, packed_bidirectional
 
 CELLS = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}
 _BEFORE: list[Any] = []  # --against: another checkout's trainables._packed_rnn

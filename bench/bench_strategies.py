@@ -12,7 +12,7 @@ search's cost is counted in trial-epochs exactly as a live one's: every epoch re
 of epoch >= 1, in the order Tune processed them, up to ``--budget`` x the grid's
 trial-epochs. Strategies:
 
-- ``ours``: the driver's defaults (``gridsearch._optuna.make_sampler``: space-filling
+- ``ours``: the driver's defaults (``gridsearch.make_sampler``: space-filling
   starts then TPE, repeated draws skipped; ``--scheduler auto``, resolved by
   ``gridsearch._scheduler_choice.resolve_scheduler`` for the table's epochs);
 - ``ours-asha`` / ``ours-fifo``: the same with ASHA at the ends of learning-rate cycles /
@@ -81,10 +81,15 @@ from bench_search_efficiency import hypervolume
 from ray import cloudpickle, tune
 from ray.tune.schedulers import FIFOScheduler, HyperBandScheduler, TrialScheduler
 
-from gridsearch import _optuna
-from gridsearch._sampler import SpaceFillingSampler
-from gridsearch._scheduler import make_scheduler
-from gridsearch._scheduler_choice import resolve_scheduler
+from gridsearch import (
+    SpaceFillingSampler,
+    make_sampler,
+    make_scheduler,
+    quiet,
+    resolve_scheduler,
+    searcher,
+    warm_start,
+)
 from gridsearch.spaces import SearchSpace
 from trainables import names
 
@@ -407,7 +412,7 @@ def _searcher(
 ) -> Any:
     """The driver's searcher; the stock strategies train every draw, as Ray's
     OptunaSearch does (``skip_repeats`` False). ``both``: the two objectives."""
-    return _optuna.searcher(
+    return searcher(
         space,
         fixed,
         sampler,
@@ -471,7 +476,7 @@ def build(
     asha = make_scheduler("asha", epochs, cycle)
     if name in OURS:
         model = "gp" if name.startswith("ours-gp") else "tpe"  # the driver's --sampler
-        sampler, _ = _optuna.make_sampler(free, seed, False, trials, model)
+        sampler, _ = make_sampler(free, seed, False, trials, model)
         if STARTUP_OVERRIDE:  # --startup: another number of space-filling starts
             sampler = SpaceFillingSampler(min(trials, STARTUP_OVERRIDE[0]), seed, model)
         skip = name != "ours-repeats"
@@ -485,7 +490,7 @@ def build(
         return _searcher(free, fixed, sampler, study, db, concurrent), FIFOScheduler(), fixed
     if name == "grid":
         grid = _space(table, grid=True, form=form)
-        sampler, _ = _optuna.make_sampler(grid, seed, False, trials)
+        sampler, _ = make_sampler(grid, seed, False, trials)
         return _searcher(grid, fixed, sampler, study, db, concurrent), FIFOScheduler(), fixed
     if name == "hyperband":
         sampler = optuna.samplers.RandomSampler(seed=seed)
@@ -498,7 +503,7 @@ def build(
         pruning = OptunaPruning(optuna_pruner(name, epochs))
         return _searcher(free, fixed, sampler, study, db, concurrent), pruning, fixed
     if name in ("ours-both", "ours-both-fifo"):
-        sampler, _ = _optuna.make_sampler(free, seed, True, trials)
+        sampler, _ = make_sampler(free, seed, True, trials)
         kind = scheduler_of(name, epochs)
         scheduler = make_scheduler(kind, epochs, cycle, BOTH_METRICS, BOTH_MODES)
         search = _searcher(free, fixed, sampler, study, db, concurrent, True, both=True)
@@ -581,7 +586,7 @@ def decoder(table: tabular.RecordedTable, form: str) -> Any:
 def _warm_start(
     table: tabular.RecordedTable, earlier: Events, study: str, db: str, form: str = "variant"
 ) -> None:
-    """The study ``study`` started, through ``gridsearch._optuna.warm_start``, from the
+    """The study ``study`` started, through ``gridsearch.warm_start``, from the
     trials of an earlier search (each trial's last dev R@10 mean best)."""
     parts = Parts(table) if form == "parts" else None
     choices = parts.distributions() if parts else {
@@ -600,7 +605,7 @@ def _warm_start(
             optuna.trial.create_trial(params=params, distributions=choices, value=value)
         )
     fixed = {"epochs": table.max_epoch, "seed": 0, "device": "cpu", "threads": 1}
-    _optuna.warm_start(
+    warm_start(
         f"{study}-earlier", db, study=study, storage_url=db, modes=["max"],
         space=_space(table, form=form), fixed=fixed,
     )  # fmt: skip
@@ -839,7 +844,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"the table has {len(table.seeds)}")  # fmt: skip
     logging.getLogger("ray").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
-    _optuna.quiet()
+    quiet()
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
              logging_level="ERROR")  # fmt: skip
     results: dict[str, list[tuple[int, Events]]] = {}

@@ -25,8 +25,13 @@ if str(REPO) not in sys.path:
 from mlflow.tracking import MlflowClient  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from gridsearch._store import results_url  # noqa: E402
-from gridsearch._tags import ROLE_SEARCH, ROLE_TAG, TRIAL_TAG, best_trial_tag  # noqa: E402
+from gridsearch import (  # noqa: E402
+    ROLE_SEARCH,
+    ROLE_TAG,
+    TRIAL_TAG,
+    best_trial_tag,
+    results_url,
+)
 from tests.gridsearch.mlflow_ui import MlflowUI, chromium, screenshot  # noqa: E402
 from trainables import names  # noqa: E402
 

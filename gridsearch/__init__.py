@@ -1,2 +1,89 @@
 """The distributed hyperparameter search: Ray Tune trials, Optuna samplers, MLflow
-tracking."""
+tracking.
+
+The public face for the packages above it (``analysis``, the benchmarks, the docs'
+scripts): what they may use of the search's layout, records, tracking store and tags,
+and the sampler and scheduler the benchmarks compare. Each name is imported on first
+use, so ``from gridsearch import RunsLayout`` (reading a search) imports neither Ray
+nor Optuna; the sampler and scheduler names (``SpaceFillingSampler``, ``make_sampler``,
+``searcher``, ``warm_start``, ``quiet``, ``make_scheduler``, ``resolve_scheduler``) do.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gridsearch._layout import RunsLayout
+    from gridsearch._optuna import make_sampler, quiet, searcher, warm_start
+    from gridsearch._record import STARTED, latest_search, started_at, write_record
+    from gridsearch._sampler import SpaceFillingSampler
+    from gridsearch._scheduler import make_scheduler
+    from gridsearch._scheduler_choice import resolve_scheduler
+    from gridsearch._store import TrackingError, check_reachable, results_url, using_tracking_uri
+    from gridsearch._tags import (
+        OUTCOME_TAG,
+        PARENT_TAG,
+        ROLE_SEARCH,
+        ROLE_TAG,
+        ROLE_TRIAL,
+        TRIAL_TAG,
+        best_trial_tag,
+    )
+
+_HOMES = {
+    "gridsearch._layout": ["RunsLayout"],
+    "gridsearch._optuna": ["make_sampler", "quiet", "searcher", "warm_start"],
+    "gridsearch._record": ["STARTED", "latest_search", "started_at", "write_record"],
+    "gridsearch._sampler": ["SpaceFillingSampler"],
+    "gridsearch._scheduler": ["make_scheduler"],
+    "gridsearch._scheduler_choice": ["resolve_scheduler"],
+    "gridsearch._store": ["TrackingError", "check_reachable", "results_url", "using_tracking_uri"],
+    "gridsearch._tags": [
+        "OUTCOME_TAG",
+        "PARENT_TAG",
+        "ROLE_SEARCH",
+        "ROLE_TAG",
+        "ROLE_TRIAL",
+        "TRIAL_TAG",
+        "best_trial_tag",
+    ],
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+__all__ = [
+    "OUTCOME_TAG",
+    "PARENT_TAG",
+    "ROLE_SEARCH",
+    "ROLE_TAG",
+    "ROLE_TRIAL",
+    "STARTED",
+    "TRIAL_TAG",
+    "RunsLayout",
+    "SpaceFillingSampler",
+    "TrackingError",
+    "best_trial_tag",
+    "check_reachable",
+    "latest_search",
+    "make_sampler",
+    "make_scheduler",
+    "quiet",
+    "resolve_scheduler",
+    "results_url",
+    "searcher",
+    "started_at",
+    "using_tracking_uri",
+    "warm_start",
+    "write_record",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """``gridsearch.NAME``: imported from its module on first use (see the docstring)."""
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gridsearch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

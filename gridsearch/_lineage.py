@@ -22,8 +22,7 @@ from pathlib import PurePosixPath
 from mlflow.entities import Dataset, DatasetInput, InputTag
 from mlflow.tracking import MlflowClient
 
-from storage import FeatureStore
-from storage._fs import Location
+from storage import FeatureStore, Location
 
 __all__ = [
     "CONTEXT_SEARCH",

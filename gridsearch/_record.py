@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gridsearch._layout import RunsLayout
-from storage._atomic import write_text_atomic
+from storage import write_text_atomic
 
 __all__ = ["STARTED", "latest_search", "started_at", "write_record"]
 

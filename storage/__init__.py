@@ -10,8 +10,10 @@ Example::
     ((1600, 2048), (1600, 5))
 """
 
+from storage._atomic import write_bytes_atomic, write_text_atomic
 from storage._device import with_index
 from storage._errors import StoreError
+from storage._fs import Location
 from storage._reader import FeatureStore, SplitData, open_store, read_split
 from storage._schema import CAPTIONS_PER_IMAGE, SPLITS, Manifest, ShardInfo, SplitInfo
 from storage._writer import StoreWriter
@@ -20,6 +22,7 @@ __all__ = [
     "CAPTIONS_PER_IMAGE",
     "SPLITS",
     "FeatureStore",
+    "Location",
     "Manifest",
     "ShardInfo",
     "SplitData",
@@ -29,4 +32,6 @@ __all__ = [
     "open_store",
     "read_split",
     "with_index",
+    "write_bytes_atomic",
+    "write_text_atomic",
 ]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 LIBRARY_MODULES = [
     "storage",
@@ -80,3 +82,85 @@ def test_blocking_works() -> None:
     code = "import sys\nsys.modules['ray'] = None\nimport trainables.tune\n"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode != 0 and "ray" in result.stderr
+
+
+# -- the import graph: packages meet at their public faces, and only downwards ----------
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("storage", "trainables", "gridsearch", "analysis")
+FLOOR = {"storage": 0, "trainables": 1, "gridsearch": 2, "analysis": 3}
+# Known upward arrows, each to be removed (a test that fails when a new one appears):
+# SentenceEncoder.load resolves MLflow model URIs and run ids through analysis.models.
+UPWARD_ALLOWED = {("trainables/encoder.py", "analysis.models")}
+# Known reaches into a private module, likewise: the CPU benchmark switches the packed
+# layer's internal loops and product backend (module-level knobs of trainables._packed_rnn).
+PRIVATE_ALLOWED = {("bench/bench_cpu_training.py", "trainables._packed_rnn")}
+
+
+def _imports(path: Path) -> list[str]:
+    """Every module ``path`` imports, absolute names (``from x import y`` gives x.y too,
+    so that a private module reached through its package is seen)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append(node.module)
+            found += [f"{node.module}.{alias.name}" for alias in node.names]
+    return found
+
+
+def _sources(*tops: str) -> list[Path]:
+    return sorted(p for top in tops for p in (ROOT / top).rglob("*.py"))
+
+
+def test_no_package_reaches_into_another_packages_private_modules() -> None:
+    offenders = []
+    for path in _sources(*PACKAGES, "bench", "docs"):
+        own = path.relative_to(ROOT).parts[0]
+        for name in _imports(path):
+            parts = name.split(".")
+            private = any(part.startswith("_") and part != "__future__" for part in parts[1:])
+            where = (str(path.relative_to(ROOT)), name)
+            if (
+                parts[0] in PACKAGES
+                and parts[0] != own
+                and private
+                and where not in PRIVATE_ALLOWED
+            ):
+                offenders.append(f"{path.relative_to(ROOT)}: {name}")
+    assert offenders == [], "\n".join(offenders)
+
+
+def test_imports_only_run_down_the_floors() -> None:
+    upward = []
+    for path in _sources(*PACKAGES):
+        own = path.relative_to(ROOT).parts[0]
+        for name in _imports(path):
+            top = name.split(".")[0]
+            if top in FLOOR and FLOOR[top] > FLOOR[own]:
+                where = (str(path.relative_to(ROOT)), name)
+                if where not in UPWARD_ALLOWED and (where[0], name.rsplit(".", 1)[0]) not in (
+                    UPWARD_ALLOWED
+                ):
+                    upward.append(f"{where[0]}: {name}")
+    assert upward == [], "\n".join(upward)
+
+
+def test_the_public_faces_resolve_and_list_what_they_export() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['ray'] = None\n"
+        "import gridsearch, storage, trainables\n"
+        "SEARCHING = {'SpaceFillingSampler', 'make_sampler', 'searcher', 'make_scheduler',"
+        " 'resolve_scheduler', 'warm_start', 'quiet'}\n"
+        "for package in (storage, gridsearch):\n"
+        "    for name in package.__all__:\n"
+        "        if name not in SEARCHING:\n"
+        "            getattr(package, name)\n"
+        "assert 'torch' not in sys.modules, 'the faces imported torch'\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"

@@ -38,8 +38,7 @@ from typing import Any, NoReturn
 
 import torch
 
-from storage import StoreError
-from storage._atomic import write_bytes_atomic
+from storage import StoreError, write_bytes_atomic
 from trainables import checkpoint, names
 from trainables.config import CHOICES, DEVICE_FORMS, ConfigError, TrainConfig
 from trainables.data import TrainingData, default_senteval
