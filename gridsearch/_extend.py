@@ -22,7 +22,7 @@ from gridsearch._tags import OUTCOME_TAG, ROLE_SEARCH, ROLE_TAG
 from gridsearch.settings import NothingToRun, SearchError, SearchSettings
 from gridsearch.summary import report_command
 
-__all__ = ["ExtendedSearch", "check_resume", "extend", "use_callbacks"]
+__all__ = ["RAY_INTERNALS", "ExtendedSearch", "check_resume", "extend", "use_callbacks"]
 
 logger = logging.getLogger(__name__)
 
@@ -36,17 +36,47 @@ class ExtendedSearch(SearchGenerator):
         self.num_samples = num_samples
 
     def set_state(self, state: dict[str, Any]) -> None:
+        if not hasattr(self, "_total_samples") or not hasattr(self, "_finished"):
+            raise RuntimeError(
+                "this Ray's SearchGenerator has no _total_samples/_finished (private "
+                "attributes --resume relies on, see RAY_INTERNALS): install the Ray "
+                "version in constraints.txt"
+            )
         super().set_state(state)
         if self.num_samples > self._total_samples:
             self._total_samples = self.num_samples
             self._finished = False
 
 
+# Ray's private names this module relies on, because no public API does the job: Ray
+# 2.60's ``Tuner.restore`` takes neither a ``num_samples`` nor new callbacks, so the
+# restored ``TunerInternal`` (``Tuner._local_tuner``) is changed in place, and a
+# ``SearchGenerator``'s restored count (``_total_samples``, ``_finished``) is raised.
+# tests/gridsearch/test_ray_internals.py fails when an installed Ray lacks any of them.
+RAY_INTERNALS = {
+    "Tuner": ("_local_tuner",),
+    "TunerInternal": ("_tune_config", "_run_config"),
+    "SearchGenerator": ("_total_samples", "_finished"),
+}
+
+
+def _restored(tuner: tune.Tuner) -> Any:
+    """The restored ``TunerInternal``; None through Ray Client (the tuner lives on the
+    cluster). A Ray without the attribute at all is an error, never a silent skip."""
+    if not hasattr(tuner, "_local_tuner"):
+        raise RuntimeError(
+            "this Ray's Tuner has no _local_tuner (a private attribute --resume relies on, "
+            "see gridsearch/_extend.py RAY_INTERNALS): install the Ray version in "
+            "constraints.txt"
+        )
+    return tuner._local_tuner
+
+
 def extend(tuner: tune.Tuner, num_samples: int) -> None:
     """Make the restored ``tuner`` run up to ``num_samples`` trials (no more than it
     would anyway when that is not larger). Through Ray Client the tuner lives on the
     cluster and cannot be reached: settings refuse to extend a search that way."""
-    internal = getattr(tuner, "_local_tuner", None)  # Tuner.restore's TunerInternal
+    internal = _restored(tuner)  # Tuner.restore's TunerInternal
     if internal is None:
         return
     config = internal._tune_config  # restored from the experiment's tuner.pkl
@@ -61,7 +91,7 @@ def use_callbacks(tuner: tune.Tuner, callbacks: list[Any]) -> None:
     the ones pickled when the search began (Ray 2.60 pickles the whole ``RunConfig`` into
     ``tuner.pkl`` and takes no new one): copies of the tracker, the progress printer and
     the disk guard that this driver never set up (its interruption, its write queue)."""
-    internal = getattr(tuner, "_local_tuner", None)
+    internal = _restored(tuner)
     if internal is not None:
         internal._run_config.callbacks = list(callbacks)
 
