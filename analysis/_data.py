@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import os
+import re
 import sqlite3
 import sys
 import tempfile
@@ -36,6 +37,7 @@ from gridsearch import (
     RunsLayout,
     TrackingError,
     check_reachable,
+    latest_search,
 )
 from trainables import names
 from trainables.presets import family_of
@@ -404,3 +406,58 @@ def _semantic_sets(
         labels[f"{prefix}_cosine_pearson"] = (task.name, "test, cosine")
         counts[names.key(names.DEV, f"{prefix}_cosine_pearson")] = len(task.dev)
     return counts, labels
+
+
+def find_run(client: MlflowClient, ref: str, experiment: str | None = None) -> Run:
+    """The run ``ref`` names: a run id, else a ``tune.trial_id`` tag, else a run name
+    (in ``experiment``, or in every experiment). Ambiguous or unknown: AnalysisError."""
+    if re.fullmatch(r"[0-9a-f]{32}", ref):
+        try:
+            return client.get_run(ref)
+        except MlflowException as err:  # not a run id after all: try it as a trial id or name
+            logger.debug("%s is not a run id here (%s); trying it as a trial id or name", ref, err)
+    ids = (
+        [experiment_id(client, experiment)]
+        if experiment
+        else [e.experiment_id for e in client.search_experiments()]
+    )
+    for where in (f"tags.`{TRIAL_TAG}`", "attributes.run_name"):
+        found = _runs_named(client, ids, where, ref)
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            listed = ", ".join(
+                f"{r.info.run_id} (experiment {r.info.experiment_id})" for r in found
+            )
+            raise AnalysisError(
+                f"{ref!r} names {len(found)} runs: {listed}; pass a run id or --experiment"
+            )
+    raise AnalysisError(
+        f"{ref!r}: no MLflow run has that run id, {TRIAL_TAG} tag or run name "
+        f"(searched {len(ids)} experiment(s)); `mlflow ui` lists them"
+    )
+
+
+def _runs_named(client: MlflowClient, ids: list[str], field: str, value: str) -> list[Run]:
+    """The runs whose ``field`` (a tag or the run name) is ``value``, whatever quotes
+    ``value`` holds: MLflow's filter has no escape, so one with both kinds is matched
+    here rather than in the query."""
+    for quote in ("'", '"'):
+        if quote not in value:
+            return all_runs(client, ids, f"{field} = {quote}{value}{quote}")
+    if field == "attributes.run_name":
+        return [r for r in all_runs(client, ids) if r.info.run_name == value]
+    return [r for r in all_runs(client, ids) if r.data.tags.get(TRIAL_TAG) == value]
+
+
+def latest_experiment(runs_dir: str | os.PathLike[str]) -> tuple[str, float]:
+    """The experiment name and start time of the search that started last in
+    ``runs_dir`` (by its record); AnalysisError when it holds none."""
+    found = latest_search(RunsLayout.at(runs_dir))
+    if found is None:
+        raise AnalysisError(
+            f"--runs-dir {runs_dir}: holds no search (no record in "
+            f"{RunsLayout.at(runs_dir).record('NAME').parent}); pass --runs-dir of a search "
+            "or --experiment NAME"
+        )
+    return found

@@ -28,7 +28,6 @@ import argparse
 import logging
 import math
 import os
-import re
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -44,13 +43,15 @@ from analysis._data import (
     AnalysisError,
     all_runs,
     experiment_id,
+    find_run,
     first_line,
+    latest_experiment,
     open_client,
     print_out,
     tracking_uri_for,
     trial_label,
 )
-from gridsearch import PARENT_TAG, ROLE_TAG, ROLE_TRIAL, TRIAL_TAG
+from gridsearch import PARENT_TAG, ROLE_TAG, ROLE_TRIAL
 from storage import write_text_atomic
 from storage.cli import OneLineParser
 from trainables import names
@@ -83,48 +84,6 @@ MAX_RESAMPLES = 1_000_000  # every difference is kept in memory: 11 metrics x 8 
 SEED_LIMIT = 2**63
 ALPHA = 0.05  # the verdict's significance level
 RECALLS = tuple(f"{d}_r{k}" for d in ("c2i", "i2c") for k in (1, 5, 10))  # higher is better
-
-
-def find_run(client: MlflowClient, ref: str, experiment: str | None = None) -> Run:
-    """The run ``ref`` names: a run id, else a ``tune.trial_id`` tag, else a run name
-    (in ``experiment``, or in every experiment). Ambiguous or unknown: AnalysisError."""
-    if re.fullmatch(r"[0-9a-f]{32}", ref):
-        try:
-            return client.get_run(ref)
-        except MlflowException as err:  # not a run id after all: try it as a trial id or name
-            logger.debug("%s is not a run id here (%s); trying it as a trial id or name", ref, err)
-    ids = (
-        [experiment_id(client, experiment)]
-        if experiment
-        else [e.experiment_id for e in client.search_experiments()]
-    )
-    for field in (f"tags.`{TRIAL_TAG}`", "attributes.run_name"):
-        found = _runs_named(client, ids, field, ref)
-        if len(found) == 1:
-            return found[0]
-        if len(found) > 1:
-            listed = ", ".join(
-                f"{r.info.run_id} (experiment {r.info.experiment_id})" for r in found
-            )
-            raise AnalysisError(
-                f"{ref!r} names {len(found)} runs: {listed}; pass a run id or --experiment"
-            )
-    raise AnalysisError(
-        f"{ref!r}: no MLflow run has that run id, {TRIAL_TAG} tag or run name "
-        f"(searched {len(ids)} experiment(s)); `mlflow ui` lists them"
-    )
-
-
-def _runs_named(client: MlflowClient, ids: list[str], field: str, value: str) -> list[Run]:
-    """The runs whose ``field`` (a tag or the run name) is ``value``, whatever quotes
-    ``value`` holds: MLflow's filter has no escape, so one with both kinds is matched
-    here rather than in the query."""
-    for quote in ("'", '"'):
-        if quote not in value:
-            return all_runs(client, ids, f"{field} = {quote}{value}{quote}")
-    if field == "attributes.run_name":
-        return [r for r in all_runs(client, ids) if r.info.run_name == value]
-    return [r for r in all_runs(client, ids) if r.data.tags.get(TRIAL_TAG) == value]
 
 
 def compare_retrieval(
@@ -457,8 +416,6 @@ def _resolve(
     if not ref.startswith(FAMILY_REF):
         return find_run(client, ref, experiment)
     if experiment is None:
-        from analysis.report import latest_experiment
-
         experiment, _ = latest_experiment(runs_dir)
     return best_of_family(client, experiment, ref.removeprefix(FAMILY_REF), SELECT[select])
 

@@ -15,9 +15,8 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from analysis._data import AnalysisError, first_line, open_client, tracking_uri_for
+from analysis._data import AnalysisError, find_run, first_line, open_client, tracking_uri_for
 from analysis._ensemble import fetch_weights
-from analysis.compare import find_run
 from gridsearch import using_tracking_uri
 from trainables.checkpoint import ENSEMBLE_FILE, CheckpointError, EnsembleWeights, load_ensemble
 

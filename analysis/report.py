@@ -38,6 +38,7 @@ from analysis._data import (
     SearchRecord,
     check_sqlite_file,
     first_line,
+    latest_experiment,
     load_search,
     open_client,
     print_out,
@@ -47,7 +48,7 @@ from analysis._data import (
 from analysis._families import FamilyPair
 from analysis._html import render_page
 from analysis._importance import Importances, default_optuna_storage, param_importances
-from gridsearch import RunsLayout, latest_search
+from gridsearch import RunsLayout
 from storage.cli import OneLineParser
 
 if TYPE_CHECKING:  # analysis.compare needs torch: imported only when the test runs
@@ -340,19 +341,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     print(f"error: {' '.join(message.splitlines())}", file=sys.stderr)
     return 2
-
-
-def latest_experiment(runs_dir: str | os.PathLike[str]) -> tuple[str, float]:
-    """The experiment name and start time of the search that started last in
-    ``runs_dir`` (by its record); AnalysisError when it holds none."""
-    found = latest_search(RunsLayout.at(runs_dir))
-    if found is None:
-        raise AnalysisError(
-            f"--runs-dir {runs_dir}: holds no search (no record in "
-            f"{RunsLayout.at(runs_dir).record('NAME').parent}); pass --runs-dir of a search "
-            "or --experiment NAME"
-        )
-    return found
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -164,3 +164,16 @@ def test_the_public_faces_resolve_and_list_what_they_export() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_loading_a_model_by_run_imports_neither_cli() -> None:
+    # SentenceEncoder.load("models:/..." or a run id) goes through analysis.models, which
+    # once imported the compare CLI (and, through it, the report)
+    code = (
+        "import sys\n"
+        "import analysis.models\n"
+        "print(sorted(m for m in ('analysis.compare', 'analysis.report') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
