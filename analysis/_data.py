@@ -39,6 +39,7 @@ from gridsearch import (
     check_reachable,
     latest_search,
 )
+from storage.cli import error_line
 from trainables import names
 from trainables.presets import family_of
 
@@ -81,12 +82,6 @@ def print_out(text: str) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     return 0
-
-
-def first_line(err: BaseException) -> str:
-    """An exception as one short line: its type and the first line of its message."""
-    text = str(err).strip()
-    return f"{type(err).__name__}: {text.splitlines()[0][:300]}" if text else type(err).__name__
 
 
 @dataclass(frozen=True)
@@ -180,7 +175,7 @@ def open_client(uri: str) -> MlflowClient:
                 f"{what}: unknown URI scheme {scheme!r}; expected sqlite:///FILE, "
                 "http(s)://HOST[:PORT] or a database URL MLflow takes"
             ) from None
-        raise AnalysisError(f"{what}: MLflow cannot use it ({first_line(err)})") from None
+        raise AnalysisError(f"{what}: MLflow cannot use it ({error_line(err)})") from None
 
 
 def experiment_id(client: MlflowClient, experiment: str) -> str:
@@ -201,7 +196,7 @@ def all_runs(client: MlflowClient, experiment_ids: list[str], query: str = "") -
         try:
             page = client.search_runs(experiment_ids, query, max_results=1000, page_token=token)
         except MlflowException as err:
-            raise AnalysisError(f"searching the runs failed ({first_line(err)})") from None
+            raise AnalysisError(f"searching the runs failed ({error_line(err)})") from None
         runs.extend(page)
         token = page.token
         if not token:

@@ -44,7 +44,6 @@ from analysis._data import (
     all_runs,
     experiment_id,
     find_run,
-    first_line,
     latest_experiment,
     open_client,
     print_out,
@@ -53,7 +52,7 @@ from analysis._data import (
 )
 from gridsearch import PARENT_TAG, ROLE_TAG, ROLE_TRIAL
 from storage import write_text_atomic
-from storage.cli import OneLineParser
+from storage.cli import OneLineParser, error_line
 from trainables import names
 from trainables.config import DEVICE_FORMS, ConfigError, check_device
 from trainables.data import EncodedSplit
@@ -290,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     except AnalysisError as err:
         message = str(err)
     except MlflowException as err:  # the store failed while being read
-        message = f"the MLflow tracking store failed ({first_line(err)})"
+        message = f"the MLflow tracking store failed ({error_line(err)})"
     except OSError as err:  # only the CSV is written
         message = f"--csv {args.csv}: cannot be written ({err.strerror or err})"
     except KeyboardInterrupt:

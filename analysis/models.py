@@ -15,9 +15,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from analysis._data import AnalysisError, find_run, first_line, open_client, tracking_uri_for
+from analysis._data import AnalysisError, find_run, open_client, tracking_uri_for
 from analysis._ensemble import fetch_weights
 from gridsearch import using_tracking_uri
+from storage.cli import error_line
 from trainables.checkpoint import ENSEMBLE_FILE, CheckpointError, EnsembleWeights, load_ensemble
 
 __all__ = ["URI_SCHEMES", "fetch_ensemble"]
@@ -54,7 +55,7 @@ def _from_uri(uri: str, tracking_uri: str) -> EnsembleWeights:
                     )
                 )
         except (MlflowException, OSError) as err:
-            raise CheckpointError(f"model {uri}: cannot be fetched ({first_line(err)})") from None
+            raise CheckpointError(f"model {uri}: cannot be fetched ({error_line(err)})") from None
         found = [local] if local.is_file() else sorted(local.rglob(ENSEMBLE_FILE))
         if len(found) != 1:
             raise CheckpointError(

@@ -37,7 +37,6 @@ from analysis._data import (
     AnalysisError,
     SearchRecord,
     check_sqlite_file,
-    first_line,
     latest_experiment,
     load_search,
     open_client,
@@ -49,7 +48,7 @@ from analysis._families import FamilyPair
 from analysis._html import render_page
 from analysis._importance import Importances, default_optuna_storage, param_importances
 from gridsearch import RunsLayout
-from storage.cli import OneLineParser
+from storage.cli import OneLineParser, error_line
 
 if TYPE_CHECKING:  # analysis.compare needs torch: imported only when the test runs
     from analysis.compare import Comparison
@@ -95,7 +94,7 @@ def write_report(
         _publish(staging, out)
     except OSError as err:
         raise AnalysisError(
-            f"--out {out}: writing the report failed ({first_line(err)}); the previous "
+            f"--out {out}: writing the report failed ({error_line(err)}); the previous "
             "report there, if any, was left as it was"
         ) from None
     finally:
@@ -137,7 +136,7 @@ def _family_test(record: SearchRecord) -> _sections.FamilyTest:
             run_a, run_b = (client.get_run(run_ids[t]) for t in (pair.trial_a, pair.trial_b))
             return compare_runs(client, run_a, run_b)
         except MlflowException as err:
-            raise AnalysisError(f"the tracking store failed ({first_line(err)})") from None
+            raise AnalysisError(f"the tracking store failed ({error_line(err)})") from None
 
     return test
 
@@ -177,7 +176,7 @@ def _importances(record: SearchRecord, given: str | None) -> Importances:
         return Importances(empty, f"{err}: no importances")
     except Exception as err:  # Optuna and SQLAlchemy raise many kinds for a bad storage
         if given:
-            raise AnalysisError(f"--optuna-storage {given}: {first_line(err)}") from None
+            raise AnalysisError(f"--optuna-storage {given}: {error_line(err)}") from None
         return Importances(empty, f"the Optuna study in {storage} cannot be read ({err})")
 
 
@@ -245,7 +244,7 @@ def log_report(record: SearchRecord, out: Path) -> None:
     except (MlflowException, OSError) as err:
         raise AnalysisError(
             f"the report is in {out}, but logging it to the parent run "
-            f"{record.parent_run_id} failed ({first_line(err)}); pass --no-log to skip it"
+            f"{record.parent_run_id} failed ({error_line(err)}); pass --no-log to skip it"
         ) from None
 
 
@@ -335,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     except AnalysisError as err:
         message = str(err)
     except MlflowException as err:  # the store failed while being read or written
-        message = f"the MLflow tracking store failed ({first_line(err)})"
+        message = f"the MLflow tracking store failed ({error_line(err)})"
     except KeyboardInterrupt:
         print("interrupted; run the same command again to write the report", file=sys.stderr)
         return 130

@@ -20,6 +20,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from storage.cli import error_line
+
 __all__ = ["WriteQueue", "is_disk_full"]
 
 logger = logging.getLogger(__name__)
@@ -83,7 +85,7 @@ class WriteQueue:
             write()
         except Exception as err:  # MLflow raises many kinds for a store that is away
             if self.reachable() and not is_disk_full(err):
-                logger.error("MLflow refused %s (%s); skipped", what, first_line(err))
+                logger.error("MLflow refused %s (%s); skipped", what, error_line(err))
                 self._pending.popleft()
             elif self._down_since is None:
                 self._down_since = time.monotonic()
@@ -91,7 +93,7 @@ class WriteQueue:
                     "MLflow at %s is not answering (%s); training goes on and its records "
                     "wait here, retried every %.0f s",
                     self.where,
-                    first_line(err),
+                    error_line(err),
                     self.retry_every_s,
                 )
             return
@@ -103,9 +105,3 @@ class WriteQueue:
                 time.monotonic() - self._down_since,
             )
             self._down_since = None
-
-
-def first_line(err: BaseException) -> str:
-    """``Type: the first line of the message`` (at most 300 characters of it)."""
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0][:300] if text else ''}"

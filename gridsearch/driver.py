@@ -160,13 +160,14 @@ def _fit(tuner: tune.Tuner, settings: SearchSettings) -> Any:
         if not is_disk_full(err):
             raise
         raise SearchError(
-            f"no space left on a device the search writes to ({_first_line(err)}); free some "
+            f"no space left on a device the search writes to ({_last_line(err)}); free some "
             f"space and continue with `{settings.resume_command}` (Tune keeps every finished "
             f"epoch under {settings.experiment_path}, --resume records what MLflow lacks)"
         ) from None
 
 
-def _first_line(err: BaseException) -> str:
+def _last_line(err: BaseException) -> str:
+    """The last line of an error's message (a Ray error ends with its cause), or its type."""
     lines = str(err).strip().splitlines()
     return lines[-1][:200] if lines else type(err).__name__
 

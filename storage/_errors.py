@@ -31,6 +31,13 @@ def one_line(text: object) -> str:
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
+def error_line(err: BaseException, limit: int = 300) -> str:
+    """An exception as one short line: its type and the first line of its message (at
+    most ``limit`` characters of it), or its type alone when it says nothing."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text.splitlines()[0][:limit]}" if text else type(err).__name__
+
+
 def os_reason(err: BaseException) -> str:
     """The reason an ``OSError`` (or a library's error) gives, on one line and without
     the path, which the caller names."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 from typing import NoReturn
 
-from storage._errors import one_line
+from storage._errors import error_line, one_line
 
-__all__ = ["OneLineParser", "one_line"]
+__all__ = ["OneLineParser", "error_line", "one_line"]
 
 
 class OneLineParser(argparse.ArgumentParser):

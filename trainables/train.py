@@ -34,11 +34,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import Any
 
 import torch
 
 from storage import StoreError, write_bytes_atomic
+from storage.cli import OneLineParser
 from trainables import checkpoint, names
 from trainables.config import CHOICES, DEVICE_FORMS, ConfigError, TrainConfig
 from trainables.data import TrainingData, default_senteval
@@ -78,13 +79,6 @@ _MEANINGS = {
 _METAVARS = {"device": "DEVICE", "word_vectors": "PATH"}
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad command line is one ``error:`` line (exit 2), not a usage block."""
-
-    def error(self, message: str) -> NoReturn:
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
-
-
 class _BadInput(Exception):
     """An option that cannot be used (a checkpoint path, --epochs against a checkpoint)."""
 
@@ -101,7 +95,7 @@ class _Progress:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog=COMMAND,
         description="Train one model without Ray, printing every epoch's metrics.",
         epilog="Exit status: 0 finished (or the checkpoint already was), 2 bad input (one "
