@@ -11,7 +11,7 @@ Example::
 """
 
 from storage._atomic import write_bytes_atomic, write_text_atomic
-from storage._device import with_index
+from storage._device import DeviceError, resolve, with_index
 from storage._errors import StoreError
 from storage._fs import Location
 from storage._reader import FeatureStore, SplitData, open_store, read_split
@@ -21,6 +21,7 @@ from storage._writer import StoreWriter
 __all__ = [
     "CAPTIONS_PER_IMAGE",
     "SPLITS",
+    "DeviceError",
     "FeatureStore",
     "Location",
     "Manifest",
@@ -31,6 +32,7 @@ __all__ = [
     "StoreWriter",
     "open_store",
     "read_split",
+    "resolve",
     "with_index",
     "write_bytes_atomic",
     "write_text_atomic",

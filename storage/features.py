@@ -27,7 +27,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import functional as TF
 
-from storage._device import with_index
+from storage._device import DeviceError, resolve
 from storage._errors import StoreError, one_line
 from storage._extractors import ImageItem
 from storage._files import NotRegularFileError, open_regular
@@ -192,23 +192,22 @@ def _load_state_dict(model: torch.nn.Module, state: Mapping[str, torch.Tensor], 
 
 
 def resolve_device(device: str | None) -> torch.device:
-    """The ``--device`` to run on: ``None`` is CUDA when there is a GPU, else the CPU;
-    anything this machine cannot run on is refused, naming the option."""
-    if device is None:
-        return with_index(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
-    expected = "expected cpu, cuda or cuda:N"
+    """The ``--device`` to run on (``storage``'s one device resolver, worded for the
+    flag): ``None`` is CUDA when there is a GPU, else the CPU; anything this machine
+    cannot run on is refused, naming the option."""
     try:
-        chosen = torch.device(device)
-    except (RuntimeError, ValueError) as exc:
-        raise StoreError(f"--device {device}: {expected} ({one_line(exc)[:200]})") from None
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if chosen.type == "cuda" and count == 0:
-        raise StoreError(f"--device {device}: this machine has no CUDA device; use --device cpu")
-    if chosen.type == "cuda" and chosen.index is not None and chosen.index >= count:
-        raise StoreError(f"--device {device}: this machine has CUDA devices 0 to {count - 1}")
-    if chosen.type not in ("cpu", "cuda"):
-        raise StoreError(f"--device {device}: {expected}")
-    return with_index(chosen)
+        return resolve(device)
+    except DeviceError as err:
+        if err.reason == "not a device":
+            detail = f" ({one_line(err.detail)[:200]})" if err.detail else ""
+            raise StoreError(f"--device {device}: expected cpu, cuda or cuda:N{detail}") from None
+        if err.reason == "no GPU":
+            raise StoreError(
+                f"--device {device}: this machine has no CUDA device; use --device cpu"
+            ) from None
+        raise StoreError(
+            f"--device {device}: this machine has CUDA devices 0 to {err.visible - 1}"
+        ) from None
 
 
 @contextlib.contextmanager

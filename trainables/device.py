@@ -1,10 +1,11 @@
-"""The torch device a run asks for, checked once."""
+"""The torch device a run asks for, checked once (``storage``'s one device resolver,
+worded for a run's ``device``)."""
 
 from __future__ import annotations
 
 import torch
 
-from storage import with_index
+from storage import DeviceError, resolve
 
 __all__ = ["resolve_device"]
 
@@ -14,21 +15,16 @@ def resolve_device(name: str) -> torch.device:
     without a GPU, or ``"cuda:N"`` past the visible GPUs, is a ``ValueError`` naming the
     request. A CUDA device always comes back with its index (``"cuda"`` -> ``cuda:0``
     where that is the current device): some torch calls refuse one without."""
-    if name == "auto":
-        return with_index(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
     try:
-        device = torch.device(name)
-    except RuntimeError:  # torch: "Invalid device string"
-        raise ValueError(
-            f"device: {name!r} is not a device; expected auto, cpu, cuda or cuda:N"
-        ) from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device: {name!r} requested but no CUDA GPU is available")
-    if device.type == "cuda" and device.index is not None:
-        visible = torch.cuda.device_count()
-        if device.index >= visible:
+        return resolve(name)
+    except DeviceError as err:
+        if err.reason == "not a device":
             raise ValueError(
-                f"device: {name!r} requested but only {visible} CUDA GPU(s) are visible "
-                f"(cuda:0 to cuda:{visible - 1})"
-            )
-    return with_index(device)
+                f"device: {name!r} is not a device; expected auto, cpu, cuda or cuda:N"
+            ) from None
+        if err.reason == "no GPU":
+            raise ValueError(f"device: {name!r} requested but no CUDA GPU is available") from None
+        raise ValueError(
+            f"device: {name!r} requested but only {err.visible} CUDA GPU(s) are visible "
+            f"(cuda:0 to cuda:{err.visible - 1})"
+        ) from None
