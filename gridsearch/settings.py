@@ -45,10 +45,10 @@ OBJECTIVES: dict[str, tuple[Any, Any]] = {
 # that every epoch ends at the cycle's minimum with a snapshot, and ASHA, which compares
 # trials at cycle ends, can stop trials after the first epoch.
 SHORT_CYCLES = {"cycle_epochs": 1, "snapshot_interval": 1}
-# At n = 32 the paper's lr_max (1e-3, for n = 1,024) is far too timid: on the default world
-# 4 epochs reach test R@10 mean 65 and semantic 0.816 at 1.6e-2 against 51 and 0.60 at
-# 1e-3 (BENCHMARKS.md, "A default run worth showing"). The test battery runs at the last
-# epoch only (it costs 3.4 s against 0.5 s for the dev evaluation of an epoch here).
+# At n = 32 the paper's lr_max (1e-3, for n = 1,024) is far too timid on the default world
+# (BENCHMARKS.md, "A default run worth showing", has the measured comparison). The test
+# battery runs at the last epoch only: at this size it costs several times an epoch's dev
+# evaluation (BENCHMARKS.md, "Honest objectives").
 CPU_SIZED = {
     "hidden_size": 32,
     "batch_size": 64,

@@ -135,8 +135,8 @@ class _Products:
 
 _X86 = platform.machine().lower() in ("x86_64", "amd64")
 # the state size from which float32 recurrent products run in oneDNN rather than ATen's
-# mm (MKL): per step, one thread, (B x n) @ (n x 3n), oneDNN is 1.5x mm at n=1024 and
-# B=32, 1.2-1.3x at n=512, even at n=256 and slower below (BENCHMARKS.md); None: never
+# mm (MKL): per step, one thread, (B x n) @ (n x 3n), oneDNN was faster from n=512, even
+# at n=256 and slower below (BENCHMARKS.md, "Training at the CPU's limit"); None: never
 ONEDNN_FROM: int | None = 512
 
 

@@ -182,13 +182,13 @@ class TrainConfig:
     # or "rescaled" (mapped onto 1-5 first; see trainables.relatedness)
     stsb_encoding: str = "senteval"
     # sentences encoded at once during evaluation; 0 = by device: 1024 on a GPU, 256 on a
-    # CPU (whose (256, T, 2n) activations stay in cache: 1.9x faster than 1024 at n=256)
+    # CPU (whose (256, T, 2n) activations stay in cache; BENCHMARKS.md has the timing)
     eval_batch_size: int = 0
     # -- run --
     seed: int = 0  # seeds the initialisation and the batch order (0 to 2**63 - 1)
     device: str = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:N" (N <= 127)
     # "fp32" or "bf16": autocast (on a GPU; on the CPU the recurrence's own products in
-    # bfloat16 with float32 state, 3.7x the authors' loop at n=1024: BENCHMARKS.md)
+    # bfloat16 with float32 state; its speed and its cost in quality: BENCHMARKS.md)
     precision: str = "fp32"
     threads: int = 0  # torch CPU threads (0 = leave torch's default; at most MAX_THREADS)
 
