@@ -69,24 +69,12 @@ import torch
 
 from storage import FeatureStore
 from trainables import names
-from trainables.config import TrainConfig
+from trainables.config import CPU_SIZED, TrainConfig
 from trainables.data import TrainingData, epoch_batches
 from trainables.loop import Trainer
 from trainables.metrics import retrieval_metrics, retrieval_ranks, summarise_ranks
 from trainables.relatedness import ENGINES, RelatednessProtocol
 from trainables.semantic import EmbeddingTable, SemanticEvaluation, make_semantic
-
-# gridsearch.settings.CPU_SIZED (not imported: the benchmarks import neither Ray, MLflow
-# nor Optuna; tests/bench/test_eval.py checks that the two agree)
-CPU_SIZED = {
-    "hidden_size": 32,
-    "batch_size": 64,
-    "epochs": 4,
-    "lr_max": 0.016,
-    "semantic_every": 4,
-    "cycle_epochs": 1,
-    "snapshot_interval": 1,
-}
 
 
 def exact_embeddings(images: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

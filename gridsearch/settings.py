@@ -19,6 +19,7 @@ from gridsearch._arguments import build_parser
 from gridsearch._layout import RunsLayout
 from gridsearch._record import STARTED, write_record
 from trainables import names
+from trainables.config import CPU_SIZED, SMOKE
 
 __all__ = [
     "CPU_SIZED",
@@ -39,25 +40,6 @@ OBJECTIVES: dict[str, tuple[Any, Any]] = {
     "semantic": (_SEMANTIC, "max"),
     "both": ([_RETRIEVAL, _SEMANTIC], ["max", "max"]),
 }
-# Model settings for a machine without a GPU, so that the default search finishes in
-# minutes on 2 cores (the paper's n=1024 takes hours there). --full-size keeps the paper's.
-# The learning-rate cycle shrinks with the epochs (the paper: 32 epochs, 4-epoch cycles), so
-# that every epoch ends at the cycle's minimum with a snapshot, and ASHA, which compares
-# trials at cycle ends, can stop trials after the first epoch.
-SHORT_CYCLES = {"cycle_epochs": 1, "snapshot_interval": 1}
-# At n = 32 the paper's lr_max (1e-3, for n = 1,024) is far too timid on the default world
-# (BENCHMARKS.md, "A default run worth showing", has the measured comparison). The test
-# battery runs at the last epoch only: at this size it costs several times an epoch's dev
-# evaluation (BENCHMARKS.md, "Honest objectives").
-CPU_SIZED = {
-    "hidden_size": 32,
-    "batch_size": 64,
-    "epochs": 4,
-    "lr_max": 0.016,
-    "semantic_every": 4,
-    **SHORT_CYCLES,
-}
-SMOKE = {"hidden_size": 8, "batch_size": 8, "epochs": 2, **SHORT_CYCLES}
 SMOKE_WORLD_IMAGES = 120
 # What a --resume takes from its own command line; everything else comes from the
 # search's record, so the continued search runs exactly as it started. num_samples only

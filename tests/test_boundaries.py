@@ -161,9 +161,7 @@ def test_the_public_faces_resolve_and_list_what_they_export() -> None:
         "assert 'torch' not in sys.modules, 'the faces imported torch'\n"
         "print('ok')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "ok"
+    assert _python(code) == "ok"
 
 
 def test_loading_a_model_by_run_imports_neither_cli() -> None:
@@ -174,6 +172,11 @@ def test_loading_a_model_by_run_imports_neither_cli() -> None:
         "import analysis.models\n"
         "print(sorted(m for m in ('analysis.compare', 'analysis.report') if m in sys.modules))\n"
     )
+    assert _python(code) == "[]"
+
+
+def _python(code: str) -> str:
+    """What a fresh interpreter running ``code`` in the repository prints (it must exit 0)."""
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == "[]"
+    return result.stdout.strip()

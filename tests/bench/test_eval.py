@@ -20,17 +20,8 @@ def test_the_battery_part_runs_at_tiny_sizes(
 ) -> None:
     import bench_eval
 
-    args = argparse.Namespace(
-        store=small_store,
-        world_images=None,
-        train_images=None,
-        dev_images=None,
-        hidden_size=8,
-        batch_size=8,
-        semantic_every=1,
-        epochs=3,
-        baseline="run",
-        whole_epochs=8,
+    args = _battery_args(
+        small_store, batch_size=8, semantic_every=1, epochs=3, baseline="run", whole_epochs=8
     )
     before = torch.get_num_threads()
     try:
@@ -56,13 +47,9 @@ def test_the_parts_baseline_and_the_cpu_sizes(small_store: str, capsys) -> None:
 
     from gridsearch.settings import CPU_SIZED
 
-    assert bench_eval.CPU_SIZED == CPU_SIZED  # the bench's copy of the search's sizes
-    args = argparse.Namespace(
-        store=small_store,
-        world_images=None,
-        train_images=None,
-        dev_images=None,
-        hidden_size=8,
+    assert bench_eval.CPU_SIZED is CPU_SIZED  # the search's sizes, not a copy
+    args = _battery_args(
+        small_store,
         batch_size=16,  # the CPU-sized trial's 64 is too many for the tiny world's 96 images
         semantic_every=None,
         epochs=2,
@@ -86,3 +73,10 @@ def test_the_bench_imports_neither_ray_mlflow_nor_optuna() -> None:
         "assert not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code, str(BENCH)], check=True, timeout=300)
+
+
+def _battery_args(store: str, **part: object) -> argparse.Namespace:
+    """bench_eval's options for part (c) at tiny sizes on ``store``."""
+    return argparse.Namespace(
+        store=store, world_images=None, train_images=None, dev_images=None, hidden_size=8, **part
+    )
