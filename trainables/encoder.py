@@ -16,11 +16,13 @@
 - a registered model URI, ``models:/NAME@ALIAS`` or ``models:/NAME/VERSION``, or a
   ``runs:/RUN_ID/PATH`` URI.
 
-The last two are looked up by ``analysis.models``, imported only then: this module
-imports neither Ray nor MLflow. A stopped-early or failed trial's file holds its last
-evaluated model (``encoder.complete`` is False). Embeddings are the sum over the
-ensemble's snapshots, as the training code computes them, then L2-normalised unless
-``normalize=False``; float32 numpy arrays, batched by length, the same on every call.
+The last two are looked up by the function registered under the ``MODEL_SOURCES``
+entry-point group (``analysis.models.fetch_ensemble``, see pyproject.toml), loaded only
+then: this module imports neither Ray nor MLflow, nor anything above it. A stopped-early
+or failed trial's file holds its last evaluated model (``encoder.complete`` is False).
+Embeddings are the sum over the ensemble's snapshots, as the training code computes them,
+then L2-normalised unless ``normalize=False``; float32 numpy arrays, batched by length,
+the same on every call.
 
 Every encoder family (``TrainConfig.encoder``) works the same way: raw text is encoded
 with the model's own input, kept in its file (``encoder.encoding``): the characters of a
@@ -33,6 +35,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +53,11 @@ from trainables.device import resolve_device
 from trainables.embedding import embed_images, embed_sentences
 from trainables.vocabulary import Tokenizer
 
-__all__ = ["Progress", "SentenceEncoder"]
+__all__ = ["MODEL_SOURCES", "Progress", "SentenceEncoder"]
+
+# The entry-point group of the functions ``(reference, tracking_uri) -> EnsembleWeights``
+# that look run ids and model URIs up (pyproject.toml registers analysis.models').
+MODEL_SOURCES = "grounded_gridsearch.model_sources"
 
 Progress = Callable[[int, int], None]  # (sentences done, in all)
 
@@ -174,12 +181,26 @@ def _weights(model: str | os.PathLike[str], tracking_uri: str | None) -> Ensembl
     if path.exists():
         return _from_file(path)
     if text.startswith(("models:/", "runs:/")) or _looks_like_a_run(text):
-        from analysis.models import fetch_ensemble  # MLflow lives in analysis
-
-        return fetch_ensemble(text, tracking_uri)
+        return _model_source()(text, tracking_uri)
     raise CheckpointError(
         f"model {text}: no such file, and not an MLflow run id, trial id or models:/ URI"
     )
+
+
+def _model_source() -> Callable[[str, str | None], EnsembleWeights]:
+    """The function that looks a run id or model URI up in a tracking store: the one an
+    installed package registers under the ``MODEL_SOURCES`` entry-point group (this
+    project's ``analysis.models.fetch_ensemble``, MLflow's). Found through the package
+    metadata, so the model library never imports the layers above it."""
+    found = sorted(entry_points(group=MODEL_SOURCES), key=lambda point: point.name)
+    if not found:
+        raise CheckpointError(
+            "a run id or model URI needs a tracking-store lookup, and none is installed: "
+            f"no entry point in the group {MODEL_SOURCES} (install the project with "
+            "`pip install -e .`)"
+        )
+    source: Callable[[str, str | None], EnsembleWeights] = found[0].load()
+    return source
 
 
 def _looks_like_a_run(text: str) -> bool:
