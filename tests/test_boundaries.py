@@ -30,6 +30,7 @@ LIBRARY_MODULES = [
     "trainables.train",
     "trainables.baselines",
     "trainables.encoder",
+    "trainables.fused",
     "trainables.encode",
     "storage.cli",
 ]

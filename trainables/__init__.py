@@ -9,12 +9,44 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trainables._packed_rnn import LOOPS, packed_bidirectional
+    from trainables.fused import (
+        MEMBER_FIELDS,
+        SHARED_FIELDS,
+        FusedEncoder,
+        FusedTrainer,
+        check_fusable,
+        fuse,
+    )
 
-# The packed recurrent layers' two per-step loops, for the benchmarks that compare them;
-# imported on first use (``trainables.stats`` and ``trainables.names`` need no torch).
-_HOME_OF = {"LOOPS": "trainables._packed_rnn", "packed_bidirectional": "trainables._packed_rnn"}
+# Imported on first use (``trainables.stats`` and ``trainables.names`` need no torch): the
+# packed recurrent layers' two per-step loops, for the benchmarks that compare them, and
+# horizontally fused training of k trials of the same shapes (``trainables.fused``).
+_HOME_OF = {
+    "LOOPS": "trainables._packed_rnn",
+    "packed_bidirectional": "trainables._packed_rnn",
+    **{
+        name: "trainables.fused"
+        for name in (
+            "MEMBER_FIELDS",
+            "SHARED_FIELDS",
+            "FusedEncoder",
+            "FusedTrainer",
+            "check_fusable",
+            "fuse",
+        )
+    },
+}
 
-__all__ = ["LOOPS", "packed_bidirectional"]
+__all__ = [
+    "LOOPS",
+    "MEMBER_FIELDS",
+    "SHARED_FIELDS",
+    "FusedEncoder",
+    "FusedTrainer",
+    "check_fusable",
+    "fuse",
+    "packed_bidirectional",
+]
 
 
 def __getattr__(name: str) -> Any:

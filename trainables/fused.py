@@ -1,0 +1,442 @@
+"""Horizontally fused training (HFTA, Wang et al., MLSys 2021): k trials of the same shapes
+trained as one model, each member's training the same as its own lone ``Trainer``'s.
+
+    trainer = fuse([TrainConfig(margin=m, seed=s, ...) for m, s in ...], data)
+    for reports in trainer.run():        # epoch 0 (untrained), 1, 2, ...
+        for member, metrics in reports.items():
+            ...                          # what Trainer.run would report for that member
+        trainer.stop(3)                  # early stopping: member 3 leaves, the rest go on
+    state = trainer.member_state(0)      # an ordinary GroundedEncoder state dict
+
+**Who may be fused** (``check_fusable``): configs that agree on every field of
+``SHARED_FIELDS``, i.e. everything that shapes the model or the batches (family, sizes,
+RNN type, pooling, attention heads, vocabulary, batch size, pairing) and how the run is
+set up (device, precision, threads, evaluation batch size); they may differ in the
+fields of ``MEMBER_FIELDS``: margin, loss reduction and negatives, learning-rate bounds
+and cycle, clipping, seed, epochs, snapshots and the evaluation schedule. Fused here: the
+RNN families with pooling (``char_rnn``, ``word_rnn`` with learned embeddings), the
+hinge loss, image pairing, no attention penalty; anything else is refused naming the
+field.
+
+**Data order.** A lone trial's seed sets both its initialisation and its batch order
+(``epoch_batches``). Each member keeps both: it is initialised as its lone trial
+(``torch.manual_seed(seed)``, then its model) and sees its own stream of batches; the
+fused step stacks the k members' batches (each its own images and captions, padded to
+the longest caption of all k) along the member dimension. Members of one seed see the
+same batches.
+
+**What is fused** (``trainables._fused_model``, ``trainables._fused_rnn``,
+``trainables._fused_optim``): parameters stacked with a leading member dimension; the
+embedding lookup, the image encoder, the input projections and the attention as batched
+products over members; both directions of every member's recurrence as one batched
+recurrence; the hinge loss per member (the sum of the k losses is minimised: the members
+share no parameter, so each gets its own gradient); clipping by each member's own
+gradient norm; Adam with each member's learning rate from its own cyclic schedule. As
+the ``Trainer`` does, the loss is computed in float32 from the embeddings.
+
+**Evaluation** embeds a split once for all members (each caption batch through the
+fused encoder), then scores each member with ``retrieval_metrics``; snapshots are kept
+per member, and a member's last report holds its snapshot ensemble's test retrieval, as
+the ``Trainer``'s does. The semantic evaluation and the test battery are not part of
+the fused trainer: a member's weights (``member_model``) go to the ``Trainer``'s
+evaluators.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from trainables import families, names
+from trainables._fused_model import FusedEncoder, FusedHingeLoss
+from trainables._fused_optim import FusedAdam, clip_per_member
+from trainables.config import ConfigError, TrainConfig
+from trainables.data import EncodedSplit, TrainingData, epoch_batches
+from trainables.device import resolve_device
+from trainables.embedding import default_batch_size, embed_captions, embed_images
+from trainables.metrics import retrieval_metrics
+from trainables.model import GroundedEncoder
+from trainables.schedule import cyclic_cosine_lr
+from trainables.word_vectors import PretrainedVectors
+
+__all__ = [
+    "FUSED_ENCODERS",
+    "MEMBER_FIELDS",
+    "SHARED_FIELDS",
+    "FusedEncoder",
+    "FusedTrainer",
+    "check_fusable",
+    "fuse",
+]
+
+# what may differ between the members of one fused group; every other field is shared
+MEMBER_FIELDS = (
+    "margin",
+    "reduction",
+    "negatives",
+    "lr_min",
+    "lr_max",
+    "cycle_epochs",
+    "clip_image",
+    "clip_caption",
+    "seed",
+    "epochs",
+    "snapshot_interval",
+    "ensemble_size",
+    "semantic_every",
+    "stsb_encoding",
+    "attention_penalty",
+)
+SHARED_FIELDS = tuple(name for name in TrainConfig.field_names() if name not in MEMBER_FIELDS)
+FUSED_ENCODERS = ("char_rnn", "word_rnn")
+# what the fused path implements, field by field (each: the only values it takes)
+_SUPPORTED = {
+    "loss": ("hinge",),
+    "pairing": ("image",),
+    "word_vectors_update": ("learned",),
+}
+
+
+def check_fusable(configs: Sequence[TrainConfig]) -> None:
+    """A ``ConfigError`` (a ``ValueError``) naming the field when ``configs`` cannot be
+    trained as one fused group: none given, a family or setting the fused path does not
+    implement, or a field of ``SHARED_FIELDS`` that differs between two members."""
+    if not configs:
+        raise ValueError("configs: expected at least one member config")
+    first = configs[0]
+    for name in SHARED_FIELDS:
+        for member, config in enumerate(configs[1:], start=1):
+            if getattr(config, name) != getattr(first, name):
+                raise ConfigError(
+                    name,
+                    f"differs between fused members (member 0: {getattr(first, name)!r}, "
+                    f"member {member}: {getattr(config, name)!r}); fused members must share "
+                    "their shapes and run settings (trainables.fused.SHARED_FIELDS)",
+                )
+    if first.encoder not in FUSED_ENCODERS:
+        raise ConfigError(
+            "encoder",
+            f"got {first.encoder!r}; fused training takes {', '.join(FUSED_ENCODERS)}",
+        )
+    for name, allowed in _SUPPORTED.items():
+        if getattr(first, name) not in allowed:
+            raise ConfigError(
+                name, f"got {getattr(first, name)!r}; fused training takes {', '.join(allowed)}"
+            )
+    for member, config in enumerate(configs):
+        if config.attention_penalty:
+            raise ConfigError(
+                "attention_penalty",
+                f"member {member}: got {config.attention_penalty}; fused training takes 0",
+            )
+
+
+def fuse(configs: Sequence[TrainConfig], data: TrainingData) -> FusedTrainer:
+    """The ``FusedTrainer`` of ``configs`` on ``data`` (``check_fusable`` first)."""
+    return FusedTrainer(configs, data)
+
+
+class _Split:
+    """A split's tensors on the training device (lengths stay on the CPU)."""
+
+    def __init__(self, split: EncodedSplit, device: torch.device) -> None:
+        self.features = torch.from_numpy(split.features).to(device)
+        self.tokens = torch.from_numpy(split.tokens).to(device)
+        self.lengths = torch.from_numpy(split.lengths)
+        self.num_images = split.num_images
+
+
+@dataclass
+class _Member:
+    """One member's own state besides its weights: its config, its history of reports,
+    its best snapshots ``(score, epoch, state)``."""
+
+    id: int
+    config: TrainConfig
+    history: list[dict[str, float]] = field(default_factory=list)
+    snapshots: list[tuple[float, int, dict[str, torch.Tensor]]] = field(default_factory=list)
+
+
+class FusedTrainer:
+    """k members trained as one (module docstring). Members are named by their position
+    in ``configs`` (``member id``), also after others have left the group."""
+
+    def __init__(self, configs: Sequence[TrainConfig], data: TrainingData) -> None:
+        check_fusable(configs)
+        shared = configs[0]
+        self.device = resolve_device(shared.device)
+        if shared.threads:
+            torch.set_num_threads(shared.threads)
+        if data.train.num_images < shared.batch_size:
+            raise ValueError(
+                f"batch_size: got {shared.batch_size}, but the training split has "
+                f"only {data.train.num_images} images"
+            )
+        self.shared = shared
+        self.members = [_Member(i, config) for i, config in enumerate(configs)]
+        self.tokenizer = families.build_tokenizer(shared, data.train.captions)
+        self._pretrained = families.load_pretrained(shared, self.tokenizer)
+        self.feature_dim = data.feature_dim
+        models = []
+        with torch.random.fork_rng(devices=[]):
+            for config in configs:  # each initialised as its lone Trainer initialises it
+                torch.manual_seed(config.seed)
+                models.append(self._lone_model(config, self._pretrained))
+        self.model = FusedEncoder(models).to(self.device)
+        self.optimizer = FusedAdam(self._trainable())
+        splits: tuple[EncodedSplit, ...] = (data.train, data.val, data.test)
+        if shared.encoder != "char_rnn":
+            splits = tuple(split.encoded_with(self.tokenizer) for split in splits)
+        self.train_split, self.val_split, self.test_split = (
+            _Split(split, self.device) for split in splits
+        )
+        self.steps_per_epoch = 5 * (data.train.num_images // shared.batch_size)
+        self.epoch = 0  # epochs trained so far
+        self.step = 0  # fused steps trained so far
+        self.last_lr: dict[int, float] = {}  # each member's learning rate at the last step
+        self._reported = False  # epoch 0 (untrained) was reported
+
+    # -- members ------------------------------------------------------------------------
+
+    @property
+    def member_ids(self) -> list[int]:
+        """The members still in the group, in their order in the stacked parameters."""
+        return [m.id for m in self.members]
+
+    def _position(self, member_id: int) -> int:
+        for position, member in enumerate(self.members):
+            if member.id == member_id:
+                return position
+        raise KeyError(f"member {member_id} is not in the group (members: {self.member_ids})")
+
+    def config(self, member_id: int) -> TrainConfig:
+        return self.members[self._position(member_id)].config
+
+    def history(self, member_id: int) -> list[dict[str, float]]:
+        return self.members[self._position(member_id)].history
+
+    def member_state(self, member_id: int) -> dict[str, torch.Tensor]:
+        """The member's current weights as its ``GroundedEncoder``'s state dict, on the
+        CPU: checkpoint or register it as a lone trial's model."""
+        state = self.model.member_state(self._position(member_id))
+        return {name: value.to("cpu") for name, value in state.items()}
+
+    def member_model(self, member_id: int) -> GroundedEncoder:
+        """The member as an ordinary ``GroundedEncoder`` on the training device."""
+        return self._model_from(self.config(member_id), self.member_state(member_id))
+
+    def stop(self, member_id: int) -> None:
+        """The member leaves the group (early stopping, or its last epoch): its weights
+        and optimiser state are dropped, the others train on unchanged."""
+        gone = self._position(member_id)
+        kept = [p for p in range(len(self.members)) if p != gone]
+        self.model.keep(kept)
+        self.optimizer.keep(self._trainable(), kept)
+        del self.members[gone]
+
+    def _trainable(self) -> list[torch.nn.Parameter]:
+        groups = self.model.groups()
+        return groups["image"] + groups["caption"]
+
+    def _lone_model(
+        self, config: TrainConfig, pretrained: PretrainedVectors | None = None
+    ) -> GroundedEncoder:
+        return GroundedEncoder(config, self.feature_dim, self.tokenizer, pretrained)
+
+    def _model_from(self, config: TrainConfig, state: dict[str, torch.Tensor]) -> GroundedEncoder:
+        model = self._lone_model(config).to(self.device)
+        model.load_state_dict(state)
+        return model
+
+    # -- training -----------------------------------------------------------------------
+
+    def plans(self, epoch: int) -> np.ndarray:
+        """Every member's batch plan of ``epoch``: ``(k, steps, batch_size)`` caption rows,
+        member m's as its lone trial's (``epoch_batches`` with its seed)."""
+        n, size = self.train_split.num_images, self.shared.batch_size
+        return np.stack([epoch_batches(n, size, m.config.seed, epoch) for m in self.members])
+
+    def learning_rates(self) -> torch.Tensor:
+        """Each member's learning rate at the current step, from its own cycle."""
+        return torch.tensor(
+            [
+                cyclic_cosine_lr(
+                    self.step,
+                    self.steps_per_epoch * m.config.cycle_epochs,
+                    m.config.lr_min,
+                    m.config.lr_max,
+                )
+                for m in self.members
+            ],
+            dtype=torch.float64,
+        )
+
+    def train_batches(self, plans: np.ndarray) -> torch.Tensor:
+        """One fused optimiser step per column of ``plans`` (``(k, steps, batch_size)``,
+        as ``plans`` makes them); the ``(k, steps)`` losses, still on the device."""
+        if not self.members:
+            raise RuntimeError("no members left in the group")
+        configs = [m.config for m in self.members]
+        loss_fn = FusedHingeLoss(
+            [c.margin for c in configs],
+            [c.reduction for c in configs],
+            [c.negatives for c in configs],
+        )
+        limits = {
+            "image": torch.tensor([c.clip_image for c in configs], dtype=torch.float64),
+            "caption": torch.tensor([c.clip_caption for c in configs], dtype=torch.float64),
+        }
+        groups = self.model.groups()
+        split = self.train_split
+        losses = torch.empty(len(configs), plans.shape[1], device=self.device)
+        self.model.train()
+        for i in range(plans.shape[1]):
+            lr = self.learning_rates()
+            rows_cpu = torch.from_numpy(np.ascontiguousarray(plans[:, i]))  # (k, B)
+            lengths = split.lengths[rows_cpu]
+            rows = rows_cpu.to(self.device)
+            tokens = split.tokens[rows, : int(lengths.max())].long()
+            with self._autocast():
+                images, captions = self.model(split.features[rows // 5], tokens, lengths)
+            loss = loss_fn(images.float(), captions.float())
+            self.optimizer.zero_grad()
+            loss.sum().backward()
+            for side, limit in limits.items():
+                if groups[side]:
+                    clip_per_member(groups[side], limit)
+            self.optimizer.step(lr)
+            losses[:, i] = loss.detach()
+            self.step += 1
+        self.last_lr = {m.id: float(v) for m, v in zip(self.members, lr, strict=True)}
+        return losses
+
+    def train_one_epoch(self) -> dict[int, dict[str, float]]:
+        """One epoch of every member; each member's training metrics, as ``Trainer``'s."""
+        started = time.perf_counter()
+        plans = self.plans(self.epoch)
+        losses = self.train_batches(plans).cpu().numpy()
+        self.epoch += 1
+        seconds = time.perf_counter() - started
+        out = {}
+        for member, row in zip(self.members, losses, strict=True):
+            if not np.isfinite(row).all():
+                first = int(np.flatnonzero(~np.isfinite(row))[0])
+                raise FloatingPointError(
+                    f"member {member.id}: the loss became {row[first]} at epoch {self.epoch}, "
+                    f"step {first + 1}; lower its lr_max (now {member.config.lr_max})"
+                )
+            out[member.id] = {
+                names.LOSS: float(row.mean()),
+                names.LEARNING_RATE: self.last_lr[member.id],
+                names.TRAIN_SECONDS: seconds,
+                names.CAPTIONS_PER_S: plans.shape[1] * plans.shape[2] / max(seconds, 1e-9),
+            }
+        return out
+
+    def _autocast(self) -> torch.autocast:
+        return torch.autocast(
+            self.device.type, dtype=torch.bfloat16, enabled=self.shared.precision == "bf16"
+        )
+
+    # -- evaluation ---------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def embed_split(self, split: _Split) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every member's image and caption embeddings of ``split``, ``(k, N, dim)`` and
+        ``(k, 5N, dim)``: each caption batch (length-sorted, as ``embed_captions``
+        batches) through the fused encoder once for all members."""
+        self.model.eval()
+        dtype = torch.get_default_dtype()  # as embed_images/embed_captions accumulate
+        with self._autocast():
+            images = self.model.images(split.features).float().to(dtype)
+        size = self.shared.eval_batch_size or default_batch_size(self.device)
+        order = torch.argsort(split.lengths, descending=True)
+        captions = torch.zeros(
+            self.model.members, len(order), self.model.joint_dim, device=self.device, dtype=dtype
+        )
+        for start in range(0, len(order), size):
+            rows = order[start : start + size]
+            batch = split.tokens[rows.to(self.device), : int(split.lengths[rows[0]])].long()
+            with self._autocast():
+                embedded = self.model.captions(batch, split.lengths[rows])
+            captions[:, rows.to(self.device)] = embedded.float().to(dtype)
+        return images, captions
+
+    def evaluate(self, train: dict[int, dict[str, float]]) -> dict[int, dict[str, float]]:
+        """Every member after an epoch, as ``Trainer.evaluate_epoch`` without semantic
+        evaluation: dev and test retrieval, the best dev value so far, a snapshot every
+        ``snapshot_interval`` epochs."""
+        started = time.perf_counter()
+        embedded = {
+            prefix: self.embed_split(split)
+            for prefix, split in ((names.DEV, self.val_split), (names.TEST, self.test_split))
+        }
+        reports = {}
+        for position, member in enumerate(self.members):
+            metrics = {"epoch": float(self.epoch), **train.get(member.id, {})}
+            for prefix, (images, captions) in embedded.items():
+                values = retrieval_metrics(images[position], captions[position])
+                metrics.update({names.key(prefix, k): float(v) for k, v in values.items()})
+            seen = [h[names.PRIMARY_RETRIEVAL] for h in member.history]
+            metrics[names.BEST_RETRIEVAL] = float(
+                np.nanmax([*seen, metrics[names.PRIMARY_RETRIEVAL]])
+            )
+            reports[member.id] = metrics
+        seconds = time.perf_counter() - started
+        for member in self.members:
+            reports[member.id][names.EVAL_SECONDS] = seconds
+            if self.epoch and self.epoch % member.config.snapshot_interval == 0:
+                self._keep_snapshot(member, reports[member.id][names.PRIMARY_RETRIEVAL])
+        return reports
+
+    def _keep_snapshot(self, member: _Member, score: float) -> None:
+        member.snapshots.append((score, self.epoch, self.member_state(member.id)))
+        member.snapshots.sort(key=lambda s: (-s[0], s[1]))
+        del member.snapshots[member.config.ensemble_size :]
+
+    def ensemble_metrics(self, member_id: int) -> dict[str, float]:
+        """The member's snapshot ensemble on the test split (the current weights when no
+        snapshot was taken), as ``Trainer.ensemble_metrics`` without semantic metrics."""
+        member = self.members[self._position(member_id)]
+        states = [state for _, _, state in member.snapshots] or [self.member_state(member_id)]
+        models = [self._model_from(member.config, state) for state in states]
+        metrics: dict[str, float] = {names.ENSEMBLE_SIZE: float(len(models))}
+        for k, (_, epoch, _) in enumerate(member.snapshots):
+            metrics[names.ensemble_epoch(k + 1)] = float(epoch)
+        split = self.test_split
+        images = embed_images(models, split.features)
+        captions = embed_captions(
+            models,
+            split.tokens,
+            split.lengths,
+            batch_size=self.shared.eval_batch_size,
+            precision=self.shared.precision,
+        )
+        values = retrieval_metrics(images, captions)
+        metrics.update({names.key(names.ENSEMBLE, k): float(v) for k, v in values.items()})
+        return metrics
+
+    # -- the loop -----------------------------------------------------------------------
+
+    def run(self) -> Iterator[dict[int, dict[str, float]]]:
+        """Yield, per epoch (0: untrained), every member's report, as its lone
+        ``Trainer.run`` would (without semantic metrics). A member whose ``epochs`` are
+        done gets its ensemble in that report and leaves the group; ``stop`` between two
+        reports takes a member out early. Ends when no member is left."""
+        while self.members:
+            train = self.train_one_epoch() if self._reported else {}
+            reports = self.evaluate(train)
+            for member in list(self.members):
+                if self.epoch >= member.config.epochs:
+                    reports[member.id].update(self.ensemble_metrics(member.id))
+                member.history.append(reports[member.id])
+            self._reported = True
+            done = [m.id for m in self.members if self.epoch >= m.config.epochs]
+            yield reports
+            for member_id in done:
+                if member_id in self.member_ids:
+                    self.stop(member_id)
