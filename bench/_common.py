@@ -1,6 +1,6 @@
-"""What the training and evaluation benchmarks share: the repository on ``sys.path`` (so
-``python bench/bench_x.py`` runs from a plain checkout), the embedded world they train
-on, and a one-line description of the machine. Imports neither Ray nor MLflow."""
+"""What the training and evaluation benchmarks share: the embedded world they train on,
+the store cut to the sizes they need, the device, and a one-line description of the
+machine. Imports neither Ray nor MLflow."""
 
 from __future__ import annotations
 
@@ -13,25 +13,28 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+if not __package__:  # imported as plain ``_common`` by a script not yet in the package
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+from bench._cli import BadInput
+from storage import StoreError
+from storage.build import build_synthetic
+from trainables.data import EncodedSplit, TrainingData
+from trainables.device import resolve_device
+
+__all__ = [
+    "REPO", "BadInput", "build_world", "device", "head", "load", "machine", "peak_rss_mib",
+    "run", "sync", "world",
+]  # fmt: skip
+
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-import torch  # noqa: E402
-
-from storage import StoreError  # noqa: E402
-from storage.build import build_synthetic  # noqa: E402
-from trainables.data import EncodedSplit, TrainingData  # noqa: E402
-from trainables.device import resolve_device  # noqa: E402
-
-
-class BadInput(Exception):
-    """A flag or file the benchmark cannot use; its message is one ``error:`` line naming
-    it and what was expected. :func:`run` prints it and exits 2, without a traceback."""
 
 
 def run(main: Callable[[], int | None]) -> None:
-    """A benchmark's ``__main__``: ``main()``, with bad input as one line and status 2."""
+    """The ``__main__`` of a script whose ``main`` takes no argv yet: ``main()``, with bad
+    input as one line and status 2 (the others use ``bench._cli.entry``)."""
     try:
         code = main()
     except BadInput as e:
@@ -47,11 +50,20 @@ def world(store: str | None, images: int, scratch: str = "/tmp") -> str:
         return store
     out = Path(scratch) / f"bench-world-{images}"
     started = time.perf_counter()
-    build_synthetic(out, images=images, seed=0)
+    build_world(out, images)
     took = time.perf_counter() - started
     if took > 1:
         print(f"built the embedded world of {images:,} images in {out} ({took:.0f} s)")
     return str(out)
+
+
+def build_world(out: Path, images: int) -> None:
+    """The embedded world of ``images`` images (seed 0) built into ``out``, or found
+    there; a size the builder refuses is ``BadInput``."""
+    try:
+        build_synthetic(out, images=images, seed=0)
+    except StoreError as e:
+        raise BadInput(f"error: {e}") from None
 
 
 def head(split: EncodedSplit, images: int, where: str) -> EncodedSplit:

@@ -20,16 +20,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-import _common  # noqa: F401  (the repository on sys.path)
+if not __package__:  # run as a file: the repository first on sys.path (see bench/__init__.py)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+from bench import _common
+from bench._cli import BadInput, entry, floats, ints, parser
 from gridsearch.settings import CPU_SIZED
-from storage.build import build_synthetic
 from trainables import names
 from trainables.baselines import store_baselines
-from trainables.config import TrainConfig
+from trainables.config import ConfigError, TrainConfig
 from trainables.data import TrainingData, default_senteval
 from trainables.loop import Trainer
 from trainables.semantic import make_semantic
@@ -82,32 +86,56 @@ def _run(config: TrainConfig, data: TrainingData, senteval: str | None) -> None:
         print(f"  trade-off: {tradeoff(retrieval, semantic)}", flush=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--lr-max", default=str(CPU_SIZED["lr_max"]), help="comma-separated")
-    p.add_argument("--epochs", type=int, default=int(CPU_SIZED["epochs"]))
-    p.add_argument("--hidden-size", type=int, default=int(CPU_SIZED["hidden_size"]))
-    p.add_argument("--margin", type=float, default=TrainConfig.margin)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--seeds", default="0", help="comma-separated training seeds")
-    p.add_argument("--store", type=Path, default=Path("runs/world"), help="the embedded world")
+def _configs(args: argparse.Namespace) -> list[TrainConfig]:
+    """One training config per --lr-max x --seeds, CPU-sized; a bad value is BadInput."""
+    sized = {**CPU_SIZED, "epochs": args.epochs, "semantic_every": args.epochs}
+    try:
+        return [
+            TrainConfig.from_dict(
+                {
+                    **sized,
+                    "lr_max": lr_max,
+                    "hidden_size": args.hidden_size,
+                    "margin": args.margin,
+                    "threads": args.threads,
+                    "seed": seed,
+                    "device": "cpu",
+                }
+            )
+            for lr_max in args.lr_max
+            for seed in args.seeds
+        ]
+    except ConfigError as e:
+        raise BadInput(f"error: the training config: {e}") from None
+
+
+@entry
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser(__doc__)
+    p.add_argument("--lr-max", type=floats, default=str(CPU_SIZED["lr_max"]),
+                   help="comma-separated, one run each")  # fmt: skip
+    p.add_argument("--epochs", type=int, default=int(CPU_SIZED["epochs"]), help="per run")
+    p.add_argument("--hidden-size", type=int, default=int(CPU_SIZED["hidden_size"]), help="n")
+    p.add_argument("--margin", type=float, default=TrainConfig.margin, help="the loss's margin")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--seeds", type=ints, default="0", help="comma-separated training seeds")
+    p.add_argument("--store", type=Path, default=Path("runs/world"),
+                   help=f"the embedded world (built there, {WORLD_IMAGES:,} images, "
+                   "if absent)")  # fmt: skip
     args = p.parse_args(argv)
+    if args.epochs < 1:
+        p.error(f"--epochs: got {args.epochs}, expected at least 1")
+    configs = _configs(args)
     if not (args.store / "manifest.json").exists():
-        build_synthetic(args.store, images=WORLD_IMAGES)
-    data = TrainingData.from_store(str(args.store))
+        _common.build_world(args.store, WORLD_IMAGES)
+    data = _common.load(str(args.store), None)
     senteval = default_senteval(str(args.store))
     table, _ = store_baselines(str(args.store), senteval, data)
     print(f"load average at start {os.getloadavg()[0]:.2f}; baselines (test R@10 mean, semantic): "
           + "; ".join(f"{name} {m.get(names.key(TEST, 'r10_mean'), float('nan')):.1f}, "
                       f"{m.get(names.key(TEST, 'semantic'), float('nan')):.3f}"
                       for name, m in table.items()))  # fmt: skip
-    runs = [(float(v), int(s)) for v in args.lr_max.split(",") for s in args.seeds.split(",")]
-    for lr_max, seed in runs:
-        sized = {**CPU_SIZED, "epochs": args.epochs, "semantic_every": args.epochs}
-        config = TrainConfig.from_dict({
-            **sized, "lr_max": lr_max, "hidden_size": args.hidden_size, "margin": args.margin,
-            "threads": args.threads, "seed": seed, "device": "cpu",
-        })  # fmt: skip
+    for config in configs:
         _run(config, data, senteval)
     print(f"load average at end {os.getloadavg()[0]:.2f}")
     return 0

@@ -47,15 +47,20 @@ import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import _common
+if not __package__:  # run as a file: the repository first on sys.path (see bench/__init__.py)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import numpy as np
 import torch
-from bench_training import profile, time_alternately
 
-from trainables import _packed_rnn
+from bench import _common
+from bench._cli import BadInput, entry, parser
+from bench._timing import profile, time_alternately
+from trainables import _packed_rnn  # its loop knobs: no public name switches them
 from trainables.config import TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches
 from trainables.loop import Trainer
@@ -72,7 +77,7 @@ def authors_functions(repo: Path, scratch: Path) -> Path:
     if inside.is_dir():
         return inside
     if not (repo / "HEAD").is_file():
-        raise _common.BadInput(f"error: --authors-repo {repo}: neither a work tree with "
+        raise BadInput(f"error: --authors-repo {repo}: neither a work tree with "
                          "PyTorch/functions nor a git directory")  # fmt: skip
     archive = subprocess.run(
         ["git", f"--git-dir={repo}", "archive", "HEAD", "PyTorch/functions"],
@@ -167,12 +172,12 @@ def compare(
     )
     plan = epoch_batches(data.train.num_images, batch, config.seed, 0)
     if len(plan) < args.steps + 1:
-        raise _common.BadInput(f"error: --steps: {len(plan)} batches of {batch} in an epoch, "
+        raise BadInput(f"error: --steps: {len(plan)} batches of {batch} in an epoch, "
                          f"fewer than --steps + 1 ({args.steps + 1})")  # fmt: skip
     timed = plan[1 : 1 + args.steps]
     ours = Trainer(config, data)
     bf16 = Trainer(dataclasses.replace(config, precision="bf16"), data) if args.bf16 else None
-    runs = {"ours": lambda: _ours(ours, timed, None)}
+    runs: dict[str, Callable[[], None]] = {"ours": lambda: _ours(ours, timed, None)}
     if functions is not None:
         cycle = 5 * (data.train.num_images // batch) * 4
         authors = AuthorsLoop(functions, n, batch, cycle, config.seed)
@@ -233,18 +238,19 @@ def _sizes(text: str) -> list[tuple[int, int]]:
     except ValueError:
         pairs = []
     if not pairs or any(len(p) != 2 or min(p) < 2 for p in pairs):
-        raise _common.BadInput(f"error: --sizes: got {text!r}, expected N:BATCH[,N:BATCH...] "
+        raise BadInput(f"error: --sizes: got {text!r}, expected N:BATCH[,N:BATCH...] "
                          "with N and BATCH at least 2")  # fmt: skip
     return [(p[0], p[1]) for p in pairs]
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+@entry
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser(__doc__)
     p.add_argument("--authors-repo", type=Path, default=None,
                    help="the authors' caption2image: a work tree or a git directory")  # fmt: skip
     p.add_argument("--sizes", default="256:32,256:128,1024:32,1024:128", help="N:BATCH,...")
     p.add_argument("--steps", type=int, default=6, help="timed steps per run")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3, help="best of this many rounds")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--images", type=int, default=1000, help="training images of the world")
     p.add_argument("--store", default=None, help="default: the embedded world, built once")
@@ -260,10 +266,12 @@ def main() -> None:
     p.add_argument("--ours-only", action="store_true",
                    help="time ours alone (no --authors-repo needed): two of these side by "
                    "side with --threads 1 are what a 2-trial search's trials get")  # fmt: skip
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    if min(args.steps, args.repeats, args.threads, args.images) < 1:
+        p.error("--steps, --repeats, --threads and --images: expected at least 1")
     sizes = _sizes(args.sizes)
     if args.authors_repo is None and not args.ours_only:
-        raise _common.BadInput("error: --authors-repo: missing; give a copy of the authors' "
+        raise BadInput("error: --authors-repo: missing; give a copy of the authors' "
                          "caption2image, or --ours-only")  # fmt: skip
     torch.set_num_threads(args.threads)
     store = _common.world(args.store, 10_000)
@@ -286,7 +294,8 @@ def main() -> None:
     print(f"load at the end {os.getloadavg()[0]:.2f}; goal: >= 3x the authors at every "
           f"size (lowest {min(r['ratio'] for r in results):.2f}x), >= 50% of the peak at "
           f"n=1024 ({', '.join(at_1024) or 'not run'})")  # fmt: skip
+    return 0
 
 
 if __name__ == "__main__":
-    _common.run(main)
+    raise SystemExit(main())

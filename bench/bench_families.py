@@ -25,17 +25,21 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import _common  # noqa: F401  (the repository on sys.path)
+if not __package__:  # run as a file: the repository first on sys.path (see bench/__init__.py)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+from bench import _common
+from bench._cli import BadInput, entry, parser
 from gridsearch.settings import CPU_SIZED
-from storage.build import build_synthetic
+from storage import write_text_atomic
 from storage.synthetic import add_typo, with_held_out_synonyms
 from trainables import names
 from trainables.checkpoint import EnsembleWeights
-from trainables.config import TrainConfig, applicable
+from trainables.config import ConfigError, TrainConfig, applicable
 from trainables.data import TrainingData, default_senteval
 from trainables.encoder import SentenceEncoder
 from trainables.loop import Trainer
@@ -62,8 +66,13 @@ def _unknown_share(encoder: SentenceEncoder, captions: list[str]) -> float | Non
     return float((tokens == UNKNOWN_INDEX).sum() / lengths.sum())
 
 
-def _one(name: str, data: TrainingData, senteval: str | None, args: argparse.Namespace) -> dict:
-    config = _config(name, args)
+def _one(
+    name: str,
+    config: TrainConfig,
+    data: TrainingData,
+    senteval: str | None,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
     started = time.perf_counter()
     trainer = Trainer(config, data, make_semantic(senteval, config))
     history = list(trainer.run())
@@ -116,44 +125,50 @@ def _row(r: dict[str, Any]) -> str:
             f"{r['test_r10_mean_synonyms']:6.1f}  {unknown}")  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+@entry
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser(__doc__)
     p.add_argument("--families", default=",".join(PRESETS), help="PRESETS names, comma-separated")
-    p.add_argument("--epochs", type=int, default=4)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument(
-        "--lr-max", type=float, default=CPU_SIZED["lr_max"], help="default: the CPU-sized rate"
-    )
-    p.add_argument("--store", type=Path, default=Path("runs/world"), help="the embedded world")
-    p.add_argument("--out", type=Path, default=Path("bench/results/families.json"))
+    p.add_argument("--epochs", type=int, default=4, help="per family")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    p.add_argument("--seed", type=int, default=0, help="training and typo seed")
+    p.add_argument("--lr-max", type=float, default=CPU_SIZED["lr_max"], help="the CPU-sized rate")
+    p.add_argument("--store", type=Path, default=Path("runs/world"),
+                   help=f"the embedded world (built there, {WORLD_IMAGES:,} images, "
+                   "if absent)")  # fmt: skip
+    p.add_argument("--out", type=Path, default=Path("bench/results/families.json"),
+                   help="the results as JSON")  # fmt: skip
     args = p.parse_args(argv)
     families = args.families.split(",")
     unknown = [f for f in families if f not in PRESETS]
     if unknown:
-        print(f"error: --families: unknown {', '.join(unknown)}; expected {', '.join(PRESETS)}")
-        return 2
+        raise BadInput(f"error: --families: unknown {', '.join(unknown)}; "
+                       f"expected {', '.join(PRESETS)}")  # fmt: skip
+    try:
+        configs = {name: _config(name, args) for name in families}
+    except ConfigError as e:
+        raise BadInput(f"error: the training config: {e}") from None
     if not (args.store / "manifest.json").exists():
-        build_synthetic(args.store, images=WORLD_IMAGES)
-    data = TrainingData.from_store(str(args.store))
+        _common.build_world(args.store, WORLD_IMAGES)
+    data = _common.load(str(args.store), None)
     senteval = default_senteval(str(args.store))
     load = os.getloadavg()[0]
-    print(f"$ {' '.join(sys.argv)}\nload average at start {load:.2f}")
+    command = [sys.argv[0], *(sys.argv[1:] if argv is None else argv)]
+    print(f"$ {' '.join(command)}\nload average at start {load:.2f}")
     print(f"{'family':<16} {'R@10':>6} {'sem':>7} {'capt/s':>8} {'typos':>6} {'synon.':>6}"
           "  unknown words (clean/typos/synonyms)")  # fmt: skip
     results = []
     for name in families:
-        results.append(_one(name, data, senteval, args))
+        results.append(_one(name, configs[name], data, senteval, args))
         print(_row(results[-1]), flush=True)
     print(f"load average at end {os.getloadavg()[0]:.2f}")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     record = {
-        "argv": sys.argv,
+        "argv": command,
         "load_start": load,
         "load_end": os.getloadavg()[0],
         "results": results,
     }
-    args.out.write_text(json.dumps(record, indent=1, default=float) + "\n")
+    write_text_atomic(args.out, json.dumps(record, indent=1, default=float) + "\n")
     return 0
 
 

@@ -20,11 +20,16 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-import _common
+if not __package__:  # run as a file: the repository first on sys.path (see bench/__init__.py)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import torch
 
+from bench import _common
+from bench._cli import BadInput, entry, parser
 from trainables.config import TrainConfig
 from trainables.data import epoch_batches
 from trainables.loop import Trainer
@@ -37,7 +42,7 @@ def worker(args: argparse.Namespace) -> None:
         torch.cuda.set_per_process_memory_fraction(1 / args.worker_of, device)
     else:
         torch.set_num_threads(max(1, args.threads))
-    data = _common.load(args.store, 6000)
+    data = _common.load(args.store, args.images)
     config = TrainConfig(
         hidden_size=args.hidden_size,
         batch_size=args.batch_size,
@@ -62,7 +67,7 @@ def run_packed(args: argparse.Namespace, k: int) -> tuple[float, float, float]:
     command = [sys.executable, str(Path(__file__).resolve()), "--worker-of", str(k)]
     command += ["--store", args.store, "--device", args.device, "--steps", str(args.steps)]
     command += ["--hidden-size", str(args.hidden_size), "--batch-size", str(args.batch_size)]
-    command += ["--threads", str(args.threads)]
+    command += ["--threads", str(args.threads), "--images", str(args.images)]
     workers = [
         subprocess.Popen(
             [*command, "--worker-seed", str(seed)],
@@ -75,7 +80,7 @@ def run_packed(args: argparse.Namespace, k: int) -> tuple[float, float, float]:
     for process in workers:
         assert process.stdout is not None
         if process.stdout.readline().strip() != "ready":
-            raise SystemExit(f"a worker failed to start (exit code {process.wait()})")
+            raise BadInput(f"error: a worker failed to start (exit code {process.wait()})")
     for process in workers:
         assert process.stdin is not None
         process.stdin.write("go\n")
@@ -90,25 +95,30 @@ def run_packed(args: argparse.Namespace, k: int) -> tuple[float, float, float]:
     return k * captions / span, slowest, max(r["peak_mib"] for r in reports)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--store", default=None, help="default: the embedded world, built once")
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--trials", type=int, nargs="+", default=[1, 2, 4, 8])
-    parser.add_argument("--hidden-size", type=int, default=1024)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--steps", type=int, default=200, help="timed steps per trial")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads per trial")
-    parser.add_argument("--worker-of", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--worker-seed", type=int, default=0, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+@entry
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser(__doc__)
+    p.add_argument("--store", default=None, help="default: the embedded world, built once")
+    p.add_argument("--images", type=int, default=6000, help="training images each trial loads")
+    p.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu")
+    p.add_argument("--trials", type=int, nargs="+", default=[1, 2, 4, 8],
+                   help="how many trials share the device, one run each")  # fmt: skip
+    p.add_argument("--hidden-size", type=int, default=1024, help="the model's n")
+    p.add_argument("--batch-size", type=int, default=32, help="captions per step")
+    p.add_argument("--steps", type=int, default=200, help="timed steps per trial")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads per trial")
+    p.add_argument("--worker-of", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--worker-seed", type=int, default=0, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if min(args.trials) < 1 or args.steps < 1:
+        p.error("--trials and --steps: expected at least 1")
     if args.worker_of:
         worker(args)
-        return
+        return 0
     # the workers get the resolved name ("cuda" -> "cuda:0"): the memory cap needs an index
     args.device = str(_common.device(args.device))
     args.store = _common.world(args.store, 10_000)
-    _common.load(args.store, 6000)  # a store the workers cannot use: one error line, here
+    _common.load(args.store, args.images)  # a store the workers cannot use: one error line, here
     print(
         f"trials per GPU: k at once, n={args.hidden_size}, batch {args.batch_size}, "
         f"{args.steps} timed steps each; {_common.machine(torch.device(args.device))}"
@@ -122,7 +132,8 @@ def main() -> None:
             f"{k:>6}  {aggregate:>20.1f}  {slowest:>19.1f}  {aggregate / alone:>12.2f}"
             f"  {peak:>18.0f}"
         )
+    return 0
 
 
 if __name__ == "__main__":
-    _common.run(main)
+    raise SystemExit(main())

@@ -17,31 +17,36 @@ batch per setting; a check first asserts both give the same outputs (float32, 1e
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
+import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from types import ModuleType
 
-import _common
+if not __package__:  # run as a file: the repository first on sys.path (see bench/__init__.py)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from bench import _common
+from bench._cli import BadInput, entry, parser
 from trainables import LOOPS, packed_bidirectional
 
-CELLS = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}
-_BEFORE: list[Any] = []  # --against: another checkout's trainables._packed_rnn
+CELLS: dict[str, type[torch.nn.GRU | torch.nn.LSTM]] = {"gru": torch.nn.GRU, "lstm": torch.nn.LSTM}
 
 
-def _load_before(tree: Path) -> None:
+def load_before(tree: Path) -> ModuleType:
+    """``--against``: another checkout's packed layer (its ``trainables/_packed_rnn.py``)."""
     path = tree / "trainables" / "_packed_rnn.py"
     if not path.is_file():
-        raise _common.BadInput(f"error: --against {tree}: no trainables/_packed_rnn.py in it")
+        raise BadInput(f"error: --against {tree}: no trainables/_packed_rnn.py in it")
     spec = importlib.util.spec_from_file_location("before_packed_rnn", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    _BEFORE.append(module)
+    return module
 
 
 def _hand(how: str) -> tuple[bool, str]:
@@ -50,16 +55,22 @@ def _hand(how: str) -> tuple[bool, str]:
     return arrangement == "side", loop
 
 
-def step(rnn: torch.nn.Module, x: torch.Tensor, lengths: torch.Tensor, how: str) -> float:
+def step(
+    rnn: torch.nn.GRU | torch.nn.LSTM,
+    x: torch.Tensor,
+    lengths: torch.Tensor,
+    how: str,
+    before: ModuleType | None = None,
+) -> float:
     """Seconds for one forward + backward through ``rnn`` (``how`` "torch"), or the
     hand-written layer ("hand-<loop>": the directions one after the other; "side-<loop>":
-    side by side)."""
+    side by side; "before": ``before``'s, with its own defaults)."""
     started = time.perf_counter()
     packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
     if how == "torch":
         out = rnn(packed)[0].data
-    elif how == "before":  # --against: that checkout's layer, its own defaults
-        out = _BEFORE[0].packed_bidirectional(packed.data, packed.batch_sizes, rnn)
+    elif how == "before" and before is not None:  # --against: that checkout's layer
+        out = before.packed_bidirectional(packed.data, packed.batch_sizes, rnn)
     else:
         side, loop = _hand(how)
         out = packed_bidirectional(packed.data, packed.batch_sizes, rnn, side, loop=loop)
@@ -68,7 +79,13 @@ def step(rnn: torch.nn.Module, x: torch.Tensor, lengths: torch.Tensor, how: str)
 
 
 def measure(
-    cell: str, n: int, batch: int, repeats: int, seed: int, loops: list[str]
+    cell: str,
+    n: int,
+    batch: int,
+    repeats: int,
+    seed: int,
+    loops: list[str],
+    before: ModuleType | None = None,
 ) -> dict[str, float]:
     generator = torch.Generator().manual_seed(seed)
     rnn = CELLS[cell](20, n, batch_first=True, bidirectional=True)
@@ -84,39 +101,37 @@ def measure(
         with torch.enable_grad():
             got = packed_bidirectional(packed.data, packed.batch_sizes, rnn, side, loop=loop)
         torch.testing.assert_close(got.detach(), want, rtol=1e-4, atol=1e-4)
-    hows += ["before"] if _BEFORE else []
+    hows += ["before"] if before is not None else []
     best = dict.fromkeys(hows, float("inf"))
     for _ in range(repeats):
         for how in hows:
             rnn.zero_grad(set_to_none=True)
-            best[how] = min(best[how], step(rnn, x, lengths, how))
+            best[how] = min(best[how], step(rnn, x, lengths, how, before))
     return best
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cells", nargs="+", choices=tuple(CELLS), default=list(CELLS))
-    parser.add_argument("--hidden-sizes", type=int, nargs="+", default=[256, 1024])
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--loops",
-        nargs="+",
-        choices=LOOPS,
-        default=list(LOOPS),
-        help="the hand-written layer's per-step loops to time (default: both)",
-    )
-    parser.add_argument("--against", type=Path, default=None,
-                        help="another checkout whose layer to time alongside (an A/B)")  # fmt: skip
-    args = parser.parse_args()
-    if args.against is not None:
-        _load_before(args.against)
+@entry
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser(__doc__)
+    p.add_argument("--cells", nargs="+", choices=tuple(CELLS), default=list(CELLS),
+                   help="the recurrent cells")  # fmt: skip
+    p.add_argument("--hidden-sizes", type=int, nargs="+", default=[256, 1024], help="n")
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128], help="captions")
+    p.add_argument("--repeats", type=int, default=3, help="best of this many")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument("--seed", type=int, default=0, help="the inputs' and weights' seed")
+    p.add_argument("--loops", nargs="+", choices=LOOPS, default=list(LOOPS),
+                   help="the hand-written layer's per-step loops to time")  # fmt: skip
+    p.add_argument("--against", type=Path, default=None,
+                   help="another checkout whose layer to time alongside (an A/B)")  # fmt: skip
+    args = p.parse_args(argv)
+    if min(*args.hidden_sizes, *args.batch_sizes, args.repeats, args.threads) < 1:
+        p.error("--hidden-sizes, --batch-sizes, --repeats and --threads: expected at least 1")
+    before = load_before(args.against) if args.against is not None else None
     torch.set_num_threads(args.threads)
     where = torch.device("cpu")
     print(f"{_common.machine(where)}; {args.threads} thread(s); best of {args.repeats}\n")
-    if _BEFORE:
+    if before is not None:
         print(f"before: {args.against}")
     label = {"hand": "in turn", "side": "side by side"}
     columns: list[str] = []
@@ -124,7 +139,7 @@ def main() -> None:
     for cell in args.cells:
         for n in args.hidden_sizes:
             for batch in args.batch_sizes:
-                best = measure(cell, n, batch, args.repeats, args.seed, args.loops)
+                best = measure(cell, n, batch, args.repeats, args.seed, args.loops, before)
                 if not columns:
                     columns = [how for how in best if how != "torch"]
                     for how in columns:
@@ -137,7 +152,8 @@ def main() -> None:
                 cells = [f"{best[how]:.3f} | {base / best[how]:.2f}x" for how in columns]
                 print(f"| {cell} | {n} | {batch} | {base:.3f} | " + " | ".join(cells) + " |",
                       flush=True)  # fmt: skip
+    return 0
 
 
 if __name__ == "__main__":
-    _common.run(main)
+    raise SystemExit(main())

@@ -18,35 +18,42 @@ evaluation (12,329 images). Peak memory: this process's peak RSS
 
 from __future__ import annotations
 
-import argparse
+import sys
 import time
+from collections.abc import Sequence
+from pathlib import Path
 
-import _common
+if not __package__:  # run as a file: the repository first on sys.path (see bench/__init__.py)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import torch
 
+from bench import _common
+from bench._cli import entry, parser
 from trainables.config import TrainConfig
-from trainables.data import TrainingData, epoch_batches
+from trainables.data import epoch_batches
 from trainables.loop import Trainer
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--store", default=None, help="an existing COCO-sized store")
-    parser.add_argument("--dir", default="/tmp", help="where to build the world (not the repo)")
-    parser.add_argument("--images", type=int, default=123_287)
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--hidden-size", type=int, default=1024)
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--max-steps", type=int, default=0, help="0: the whole epoch")
-    parser.add_argument("--threads", type=int, default=0)
-    parser.add_argument("--evaluate", action="store_true", help="time one dev evaluation")
-    args = parser.parse_args()
+@entry
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser(__doc__)
+    p.add_argument("--store", default=None, help="an existing COCO-sized store")
+    p.add_argument("--dir", default="/tmp", help="where to build the world (not the repo)")
+    p.add_argument("--images", type=int, default=123_287, help="the world's size")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--hidden-size", type=int, default=1024, help="the model's n")
+    p.add_argument("--batch-size", type=int, default=128, help="captions per step")
+    p.add_argument("--max-steps", type=int, default=0, help="0: the whole epoch")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's own)")
+    p.add_argument("--evaluate", action="store_true", help="time one dev evaluation")
+    args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    store = _common.world(args.store, args.images, args.dir)
     device = _common.device(args.device)
+    store = _common.world(args.store, args.images, args.dir)
     started = time.perf_counter()
-    data = TrainingData.from_store(store)
+    data = _common.load(store, None)
     read_s = time.perf_counter() - started
     config = TrainConfig(
         hidden_size=args.hidden_size,
@@ -90,7 +97,8 @@ def main() -> None:
     if device.type == "cuda":
         line += f", peak GPU {torch.cuda.max_memory_allocated(device) / 2**20:,.0f} MiB"
     print(line)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -47,6 +47,7 @@ import logging
 import math
 import os
 import shutil
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -54,14 +55,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+if not __package__:  # run as a file: the repository first on sys.path (see bench/__init__.py)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 # As gridsearch.run sets them, before Ray is imported: our progress lines, not Tune's.
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
-from _common import world  # puts the repository on sys.path
 from mlflow.tracking import MlflowClient
 
+from bench._cli import entry, floats, parser
+from bench._common import world
 from gridsearch import spaces
 from gridsearch.driver import run_search
 from gridsearch.settings import SearchSettings, parse_args
@@ -347,30 +352,31 @@ def compare_fronts(grid: SearchResult, pareto: SearchResult) -> None:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--images", type=int, default=2000, help="embedded world size")
-    parser.add_argument("--scale", type=int, default=16, help="divides the paper's n")
-    parser.add_argument("--epochs", type=int, default=4, help="epochs per trial (the cap)")
-    parser.add_argument(
-        "--cycle-epochs", type=int, default=1, help="learning-rate cycle (and snapshot interval)"
-    )
-    parser.add_argument("--margins", default="0.1,0.2,0.3,0.4", help="comma-separated")
-    parser.add_argument("--asha-trials", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=0, help="sampler and training seed")
-    parser.add_argument("--pareto", action="store_true", help="also --objective both")
-    parser.add_argument("--store", default=None, help="an existing store instead")
-    parser.add_argument("--out", type=Path, default=None, help="keep everything here")
-    parser.add_argument(
-        "--smoke", action="store_true", help="tiny: 120 images, 2 epochs, 2 margins, 4 trials"
-    )
-    args = parser.parse_args(argv)
+@entry
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser(__doc__)
+    p.add_argument("--images", type=int, default=2000, help="embedded world size")
+    p.add_argument("--scale", type=int, default=16, help="divides the paper's n")
+    p.add_argument("--epochs", type=int, default=4, help="epochs per trial (the cap)")
+    p.add_argument("--cycle-epochs", type=int, default=1,
+                   help="learning-rate cycle (and snapshot interval)")  # fmt: skip
+    p.add_argument("--margins", type=floats, default="0.1,0.2,0.3,0.4", help="comma-separated")
+    p.add_argument("--asha-trials", type=int, default=16, help="the ASHA + TPE search's trials")
+    p.add_argument("--seed", type=int, default=0, help="sampler and training seed")
+    p.add_argument("--pareto", action="store_true", help="also --objective both")
+    p.add_argument("--store", default=None, help="an existing store instead")
+    p.add_argument("--out", type=Path, default=None,
+                   help="keep everything here (default: a temporary folder, removed "
+                   "after)")  # fmt: skip
+    p.add_argument("--smoke", action="store_true",
+                   help="tiny: 120 images, 2 epochs, 2 margins, 4 trials")  # fmt: skip
+    args = p.parse_args(argv)
     if args.smoke:
-        args.images, args.epochs, args.margins, args.asha_trials = 120, 2, "0.1,0.3", 4
+        args.images, args.epochs, args.margins, args.asha_trials = 120, 2, [0.1, 0.3], 4
         args.scale, args.pareto = 64, True
-    margins = tuple(sorted({float(m) for m in args.margins.split(",")}))
+    margins = tuple(sorted(set(args.margins)))
     if min(args.epochs, args.asha_trials, args.scale, args.cycle_epochs) < 1:
-        parser.error("--epochs, --cycle-epochs, --asha-trials and --scale must be positive")
+        p.error("--epochs, --cycle-epochs, --asha-trials and --scale must be positive")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("mlflow", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -417,7 +423,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     finally:
         if args.out is None:
             shutil.rmtree(out, ignore_errors=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

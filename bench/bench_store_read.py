@@ -18,13 +18,20 @@ import argparse
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
+
+if not __package__:  # run as a file: the repository first on sys.path (see bench/__init__.py)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 import numpy as np
 
-from storage import StoreWriter, open_store
+from bench._cli import BadInput, entry, parser
+from storage import StoreError, StoreWriter, open_store
 
 DIM = 2048
 
@@ -58,7 +65,7 @@ def drop_page_cache() -> bool:
         return False
 
 
-def timed(fn, repeats: int, cold: bool) -> float:
+def timed(fn: Callable[[], object], repeats: int, cold: bool) -> float:
     best = float("inf")
     for _ in range(repeats):
         if cold:
@@ -69,17 +76,31 @@ def timed(fn, repeats: int, cold: bool) -> float:
     return best
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--images", type=int, default=123_287)
-    parser.add_argument(
-        "--dir", type=Path, default=None, help="scratch directory (default: a temp dir)"
-    )
-    parser.add_argument("--store", default=None, help="benchmark this existing store instead")
-    parser.add_argument("--compression", nargs="+", default=["lz4", "none", "zstd"])
-    parser.add_argument("--shard-size", type=int, default=1024)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
+@entry
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser(__doc__)
+    p.add_argument("--images", type=int, default=123_287, help="rows of the written stores")
+    p.add_argument("--dir", type=Path, default=None,
+                   help="scratch directory (default: a temporary one, removed after)")  # fmt: skip
+    p.add_argument("--store", default=None, help="benchmark this existing store instead")
+    p.add_argument("--compression", nargs="+", default=["lz4", "none", "zstd"],
+                   help="the codecs of the written stores")  # fmt: skip
+    p.add_argument("--shard-size", type=int, default=1024, help="images per shard")
+    p.add_argument("--repeats", type=int, default=3, help="best of this many reads")
+    p.add_argument("--warm-only", action="store_true",
+                   help="skip the cold reads even where this process may drop the page cache "
+                   "(dropping it slows everything else running on the machine)")  # fmt: skip
+    args = p.parse_args(argv)
+    if min(args.images, args.shard_size, args.repeats) < 1:
+        p.error("--images, --shard-size and --repeats: expected at least 1")
+    try:
+        _measure(args)
+    except StoreError as e:
+        raise BadInput(f"error: {'--store ' if args.store else ''}{e}") from None
+    return 0
+
+
+def _measure(args: argparse.Namespace) -> None:
     scratch = args.dir or Path(tempfile.mkdtemp(prefix="bench-store-"))
     scratch.mkdir(parents=True, exist_ok=True)
     stores = {"given": args.store} if args.store else {}
@@ -98,30 +119,30 @@ def main() -> None:
         f"matrix {reference.shape[0]:,} x {reference.shape[1]:,} {reference.dtype} "
         f"({reference.nbytes / 2**20:,.0f} MiB), {os.cpu_count()} cores"
     )
-    can_drop = drop_page_cache()
+    can_drop = not args.warm_only and drop_page_cache()
     for cold in (False, True) if can_drop else (False,):
         label = "cold" if cold else "warm"
         base = timed(lambda: np.load(npy), args.repeats, cold)
         print(f"[{label}] np.load {base:.3f} s ({reference.nbytes / base / 2**30:.2f} GiB/s)")
         for codec, where in stores.items():
             store = open_store(where)
-            took = timed(lambda s=store: s.read_features("train"), args.repeats, cold)
+            took = timed(partial(store.read_features, "train"), args.repeats, cold)
             print(
                 f"[{label}] store {codec:>5} {took:.3f} s  ratio vs np.load {base / took:.2f} "
                 f"(goal >= 0.50)"
             )
-            checked = timed(
-                lambda s=store: s.read_features("train", verify=True), args.repeats, cold
-            )
+            checked = timed(partial(store.read_features, "train", verify=True), args.repeats, cold)
             print(
                 f"[{label}] store {codec:>5} verified {checked:.3f} s  ratio vs np.load "
                 f"{base / checked:.2f}; verifying costs {100 * (checked / took - 1):+.0f}%"
             )
-    if not can_drop:
+    if args.warm_only:
+        print("(cold runs skipped: --warm-only)")
+    elif not can_drop:
         print("(cold runs skipped: this process may not drop the page cache)")
     if args.dir is None:
         shutil.rmtree(scratch)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -22,22 +22,28 @@ estimated from ``--steps`` timed steps and one timed evaluation (and says so).
 from __future__ import annotations
 
 import argparse
-import math
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
-import _common
+if not __package__:  # run as a file: the repository first on sys.path (see bench/__init__.py)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from bench import _common
+from bench._cli import BadInput, entry, parser
+from bench._timing import profile, time_alternately
 from storage import FeatureStore
 from trainables.config import TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches
 from trainables.loop import Trainer
 from trainables.loss import make_loss
-from trainables.model import PAD_INDEX, GroundedEncoder
+from trainables.model import PAD_INDEX, CaptionEncoder, GroundedEncoder
 from trainables.schedule import cyclic_cosine_lr
 from trainables.semantic import make_semantic
 
@@ -56,6 +62,7 @@ class ReferenceLoop:
 
     def _caption_embeddings(self, chars: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         encoder = self.model.caption_encoder
+        assert isinstance(encoder, CaptionEncoder)  # the char RNN: the only one compared
         packed = pack_padded_sequence(encoder.embedding(chars), lengths, batch_first=True)
         states, _ = pad_packed_sequence(encoder.rnn(packed)[0], batch_first=True)
         mask = chars != PAD_INDEX
@@ -97,39 +104,6 @@ class ReferenceLoop:
         return losses
 
 
-def time_alternately(
-    runs: dict[str, Callable[[], object]], device: torch.device, repeats: int
-) -> tuple[dict[str, float], dict[str, float]]:
-    """Best wall time of each run over ``repeats`` rounds, the runs taking turns; and
-    each run's peak CUDA memory (MiB, 0 on the CPU)."""
-    best = dict.fromkeys(runs, math.inf)
-    peak = dict.fromkeys(runs, 0.0)
-    for _ in range(repeats):
-        for name, run in runs.items():
-            _common.sync(device)
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-            started = time.perf_counter()
-            run()
-            _common.sync(device)
-            best[name] = min(best[name], time.perf_counter() - started)
-            if device.type == "cuda":
-                peak[name] = max(peak[name], torch.cuda.max_memory_allocated(device) / 2**20)
-    return best, peak
-
-
-def profile(run: Callable[[], object], device: torch.device) -> None:
-    """The torch profiler's table of ``run``, by self time (what ``--profile`` prints)."""
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if device.type == "cuda":
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.profiler.profile(activities=activities) as prof:
-        run()
-        _common.sync(device)
-    key = "self_cuda_time_total" if device.type == "cuda" else "self_cpu_time_total"
-    print(prof.key_averages().table(sort_by=key, row_limit=20))
-
-
 def throughput(args: argparse.Namespace, data: TrainingData, device: torch.device) -> None:
     print(
         f"item 1: n={args.hidden_size}, {args.pooling} pooling, {args.rnn_type}, "
@@ -155,7 +129,8 @@ def compare(
     )
     plan = epoch_batches(data.train.num_images, batch_size, config.seed, 0)
     if len(plan) < args.steps + 1:
-        raise ValueError(f"--images: {len(plan)} steps per epoch, fewer than --steps + 1")
+        raise BadInput(f"error: --images: {len(plan)} steps per epoch at batch {batch_size}, "
+                       f"fewer than --steps + 1 ({args.steps + 1})")  # fmt: skip
     trainer = Trainer(config, data)
     reference = ReferenceLoop(config, data.train, device)
     trainer.train_batches(plan[:1]).cpu()  # warm-up: allocator, cuDNN plans, threads
@@ -221,25 +196,26 @@ def flickr8k(args: argparse.Namespace, data: TrainingData, store: str) -> None:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--store", default=None, help="default: the embedded world, built once")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--hidden-size", type=int, default=1024)
-    parser.add_argument("--pooling", default="attention")
-    parser.add_argument("--rnn-type", default="gru")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128])
-    parser.add_argument("--images", type=int, default=6000, help="training images used")
-    parser.add_argument("--steps", type=int, default=None, help="default: 100 GPU, 6 CPU")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
-    parser.add_argument("--profile", action="store_true", help="profile the Trainer's steps")
-    parser.add_argument("--flickr8k", action="store_true", help="item 3: the paper's run")
-    parser.add_argument("--epochs", type=int, default=32, help="--flickr8k: epochs")
-    parser.add_argument(
-        "--estimate", action="store_true", help="--flickr8k: estimate from steps on a GPU too"
-    )
-    args = parser.parse_args()
+@entry
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser(__doc__)
+    p.add_argument("--store", default=None, help="default: the embedded world, built once")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--hidden-size", type=int, default=1024, help="the model's n")
+    p.add_argument("--pooling", default="attention", help="the caption encoder's pooling")
+    p.add_argument("--rnn-type", default="gru", help="gru or lstm")
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=[32, 128],
+                   help="captions per step, one comparison each")  # fmt: skip
+    p.add_argument("--images", type=int, default=6000, help="training images used")
+    p.add_argument("--steps", type=int, default=None, help="default: 100 GPU, 6 CPU")
+    p.add_argument("--repeats", type=int, default=3, help="best of this many rounds")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's own)")
+    p.add_argument("--profile", action="store_true", help="profile the Trainer's steps")
+    p.add_argument("--flickr8k", action="store_true", help="item 3: the paper's run")
+    p.add_argument("--epochs", type=int, default=32, help="--flickr8k: epochs")
+    p.add_argument("--estimate", action="store_true",
+                   help="--flickr8k: estimate from steps on a GPU too")  # fmt: skip
+    args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = _common.device(args.device)
@@ -249,7 +225,8 @@ def main() -> None:
         flickr8k(args, _common.load(store, 6000, 1000), store)
     else:
         throughput(args, _common.load(store, args.images), device)
+    return 0
 
 
 if __name__ == "__main__":
-    _common.run(main)
+    raise SystemExit(main())

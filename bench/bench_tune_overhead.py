@@ -28,11 +28,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-from _common import REPO, machine, world  # puts the repository on sys.path
+if not __package__:  # run as a file: the repository first on sys.path (see bench/__init__.py)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
 
+import torch
+
+from bench._cli import BadInput, entry, parser
+from bench._common import REPO, machine, world
 from trainables.config import TrainConfig
 from trainables.data import TrainingData, default_senteval
 from trainables.loop import Trainer
@@ -75,7 +80,8 @@ def search(store: str, args: argparse.Namespace, folder: Path) -> tuple[float, f
     out = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
     total = time.perf_counter() - started
     if out.returncode != 0:
-        raise SystemExit(f"the search failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+        print(f"{out.stdout[-3000:]}\n{out.stderr[-3000:]}", file=sys.stderr)
+        raise BadInput(f"error: the search failed (exit {out.returncode}; its output above)")
     stamps = [
         (float(m.group(1)), m.group(2))
         for m in re.finditer(r"^\[\s*([\d.]+)s\] (start|done)", out.stdout, re.MULTILINE)
@@ -83,21 +89,23 @@ def search(store: str, args: argparse.Namespace, folder: Path) -> tuple[float, f
     starts = [t for t, what in stamps if what == "start"]
     ends = [t for t, what in stamps if what == "done"]
     if len(ends) != args.trials:
-        raise SystemExit(f"expected {args.trials} finished trials:\n{out.stdout[-3000:]}")
+        print(out.stdout[-3000:], file=sys.stderr)
+        raise BadInput(f"error: expected {args.trials} finished trials, found {len(ends)}")
     return max(ends) - min(starts), total, out.stdout
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--hidden-size", type=int, default=32)
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--images", type=int, default=2000, help="embedded world size")
-    parser.add_argument("--store", default=None, help="an existing store instead")
-    args = parser.parse_args()
+@entry
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser(__doc__)
+    p.add_argument("--trials", type=int, default=3, help="one margin each")
+    p.add_argument("--epochs", type=int, default=5, help="per trial")
+    p.add_argument("--hidden-size", type=int, default=32, help="the model's n")
+    p.add_argument("--batch-size", type=int, default=64, help="captions per step")
+    p.add_argument("--images", type=int, default=2000, help="embedded world size")
+    p.add_argument("--store", default=None, help="an existing store instead")
+    args = p.parse_args(argv)
     if not 1 <= args.trials <= len(MARGINS):
-        parser.error(f"--trials: expected 1 to {len(MARGINS)}")
+        p.error(f"--trials: expected 1 to {len(MARGINS)}")
     store = world(args.store, args.images)
     configs = [
         TrainConfig.from_dict(
@@ -135,7 +143,8 @@ def main() -> None:
         f"(goal <= 5%); fixed cost per search (Ray start, MLflow set-up, summary): "
         f"{total - span:.1f} s"
     )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

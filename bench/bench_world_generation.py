@@ -10,15 +10,20 @@ stage.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from storage import open_store
+if not __package__:  # run as a file: the repository first on sys.path (see bench/__init__.py)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
+from bench._cli import BadInput, entry, parser
+from storage import StoreError, open_store
 from storage.build import build_synthetic
 
 GOAL_SECONDS = 120.0
@@ -36,18 +41,24 @@ class _StageTimer(logging.Handler):
         self.lines.append((time.perf_counter() - self.start, record.getMessage()))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--images", type=int, default=123_287)
-    parser.add_argument("--dir", type=Path, default=None)
-    args = parser.parse_args()
+@entry
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser(__doc__)
+    p.add_argument("--images", type=int, default=123_287, help="the world's size")
+    p.add_argument("--dir", type=Path, default=None,
+                   help="where to build it (default: a temporary folder, removed "
+                   "after)")  # fmt: skip
+    args = p.parse_args(argv)
     scratch = args.dir or Path(tempfile.mkdtemp(prefix="bench-world-"))
     out = scratch / "store"
     shutil.rmtree(out, ignore_errors=True)
     timer = _StageTimer()
     logging.basicConfig(level=logging.INFO, handlers=[timer])
     started = time.perf_counter()
-    manifest = build_synthetic(out, images=args.images, seed=0)
+    try:
+        manifest = build_synthetic(out, images=args.images, seed=0)
+    except StoreError as e:
+        raise BadInput(f"error: {e}") from None
     total = time.perf_counter() - started
     for at, line in timer.lines:
         if "shard" not in line or "shard 1:" in line:
@@ -63,7 +74,8 @@ def main() -> None:
     print(f"inspect verified {shards} shards in {time.perf_counter() - verify_started:.1f} s")
     if args.dir is None:
         shutil.rmtree(scratch)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -48,6 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+if not __package__:  # run as a file: the repository first on sys.path (see bench/__init__.py)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 # As gridsearch.run sets them, before Ray is imported.
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
@@ -55,8 +58,9 @@ os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from _common import REPO, BadInput, run, world  # puts the repository on sys.path
 
+from bench._cli import BadInput, entry, parser
+from bench._common import REPO, world
 from trainables import names
 
 TABLE_FILE = "table.parquet"
@@ -251,8 +255,7 @@ def record_problem(
 ) -> list[Curve]:
     """Run the grid over ``variants`` x ``margins`` once per seed with the package's own
     driver (FIFO, 2 trials at a time with 1 CPU each) and keep every trial's epochs."""
-    from bench_search_efficiency import register_spaces
-
+    from bench.bench_search_efficiency import register_spaces
     from gridsearch.driver import run_search
     from gridsearch.settings import SearchSettings, parse_args
 
@@ -303,7 +306,7 @@ def _floats(flag: str, text: str) -> list[float]:
 
 def record(args: argparse.Namespace) -> RecordedTable:
     """Record the problem the arguments describe and write its table."""
-    from bench_search_efficiency import scaled_variants
+    from bench.bench_search_efficiency import scaled_variants
 
     store = world(args.store, args.images)
     models = scaled_variants(args.scale)
@@ -411,7 +414,7 @@ def seed_agreement(table: RecordedTable, metric: str = names.BEST_RETRIEVAL) -> 
             rho = spearmanr([final[a][c] for c in configs], [final[b][c] for c in configs])[0]
             lines.append(f"seeds {a} and {b}: Spearman {rho:.3f} over {len(configs)} configs")
             for x, y in ((a, b), (b, a)):
-                best = max(configs, key=lambda c, x=x: final[x][c])
+                best = max(configs, key=final[x].__getitem__)
                 there = final[y][best] / max(final[y].values())
                 lines.append(
                     f"  seed {x}'s best ({best[0]}, margin {best[1]:g}: {final[x][best]:.2f}) "
@@ -419,20 +422,22 @@ def seed_agreement(table: RecordedTable, metric: str = names.BEST_RETRIEVAL) -> 
                     f" ({'within' if there >= 0.99 else 'NOT within'} 1%)"
                 )
             k = min(10, len(configs))
-            top = [set(sorted(configs, key=lambda c, s=s: -final[s][c])[:k]) for s in (a, b)]
+            top = [set(sorted(configs, key=final[s].__getitem__, reverse=True)[:k]) for s in (a, b)]
             lines.append(f"  top-{k} overlap: {len(top[0] & top[1])} of {k}")
     return lines
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = parser(__doc__)
     sub = p.add_subparsers(dest="command", required=True)
-    r = sub.add_parser("record", help="train the grid once per seed and keep every epoch")
+    shown = p.formatter_class  # the defaults in the commands' help too
+    r = sub.add_parser("record", help="train the grid once per seed and keep every epoch",
+                       formatter_class=shown)  # fmt: skip
     r.add_argument("--out", type=Path, required=True, help="folder for the table")
     r.add_argument("--images", type=int, default=1000, help="embedded world size")
     r.add_argument("--scale", type=int, default=32, help="divides the paper's n")
-    r.add_argument("--epochs", type=int, default=4)
-    r.add_argument("--cycle-epochs", type=int, default=1)
+    r.add_argument("--epochs", type=int, default=4, help="epochs per trial")
+    r.add_argument("--cycle-epochs", type=int, default=1, help="learning-rate cycle")
     r.add_argument("--margins", default=DEFAULT_MARGINS, help="comma-separated")
     r.add_argument("--seeds", default="0,1", help="comma-separated training seeds")
     r.add_argument("--variants", default="", help="comma-separated names (default: all 8)")
@@ -443,15 +448,19 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     r.add_argument("--lr-max", default="1e-3,2e-3,4e-3,8e-3", help="lr_batch: comma-separated")
     r.add_argument("--lr-min", default="1e-6,1e-4", help="lr_batch: comma-separated")
     r.add_argument("--batch-sizes", default="32,64,128", help="lr_batch: comma-separated")
-    a = sub.add_parser("seeds", help="how much of the ranking survives a change of seed")
-    a.add_argument("--table", type=Path, required=True)
-    m = sub.add_parser("mean", help="the problem at the mean of its training seeds")
-    m.add_argument("--table", type=Path, required=True)
+    a = sub.add_parser("seeds", help="how much of the ranking survives a change of seed",
+                       formatter_class=shown)  # fmt: skip
+    a.add_argument("--table", type=Path, required=True, help="a folder `record` wrote")
+    m = sub.add_parser(
+        "mean", help="the problem at the mean of its training seeds", formatter_class=shown
+    )
+    m.add_argument("--table", type=Path, required=True, help="a folder `record` wrote")
     m.add_argument("--out", type=Path, required=True, help="folder for the derived table")
     m.add_argument("--seeds", default="", help="comma-separated (default: all the table's)")
     return p.parse_args(argv)
 
 
+@entry
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     if args.command == "record":
@@ -480,4 +489,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    run(main)
+    raise SystemExit(main())

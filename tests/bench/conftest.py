@@ -1,5 +1,6 @@
-"""The bench scripts are plain files under ``bench/``, not a package: put that folder on
-``sys.path`` so the tests import them as the scripts import each other."""
+"""The bench tests' shared store, and ``bench/`` on ``sys.path`` for the scripts that still
+import their helpers as plain modules (``bench_eval``, ``bench_fused``); every other script
+is imported as ``bench.<name>``."""
 
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 if str(BENCH) not in sys.path:
-    sys.path.insert(0, str(BENCH))
+    sys.path.append(str(BENCH))  # after the repository: ``bench`` stays the package
 
 
 @pytest.fixture(scope="session")
 def small_store(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A 120-image embedded world (96 training images), built once for the bench tests
     that only read it."""
-    import _common
+    from bench import _common
 
     return _common.world(None, 120, scratch=str(tmp_path_factory.mktemp("world")))

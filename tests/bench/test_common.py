@@ -70,11 +70,8 @@ def test_the_benchmarks_resolve_a_bare_cuda_to_its_index(monkeypatch) -> None:
     # bench_packing's memory cap (set_per_process_memory_fraction) refuses "cuda" alone
     import torch
 
-    sys.path.insert(0, str(BENCH))
-    try:
-        import _common
-    finally:
-        sys.path.remove(str(BENCH))
+    from bench import _common
+
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import string
 
-import bench_cpu_training as bench
 import numpy as np
 import pytest
 
+from bench import bench_cpu_training as bench
+from bench._cli import BadInput
 from trainables.data import EncodedSplit
 
 
@@ -42,5 +43,5 @@ def test_the_authors_batches_hold_their_character_indices_and_our_features() -> 
 
 @pytest.mark.parametrize("bad", ["", "256", "256:1", "a:32", "256:32,", "1024:32:1"])
 def test_bad_sizes_are_one_error_line(bad: str) -> None:
-    with pytest.raises(bench._common.BadInput, match="error: --sizes"):
+    with pytest.raises(BadInput, match="error: --sizes"):
         bench._sizes(bad)

@@ -6,10 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import bench_strategies
 import pytest
-import tabular
 
+from bench import _strategies as strategies
+from bench import tabular
+from bench._cli import BadInput
+from bench._strategies.catalogue import _bohb
+from bench._strategies.events import SavedSearches
 from trainables import names
 
 R = names.BEST_RETRIEVAL
@@ -36,10 +39,10 @@ def _table(seeds: int = 3) -> tabular.RecordedTable:
     return tabular.RecordedTable(curves, {"variants": {v: {} for v in finals}})
 
 
-def _events(picks: list[tuple[str, float]], cost: int = 1) -> bench_strategies.Events:
+def _events(picks: list[tuple[str, float]], cost: int = 1) -> strategies.Events:
     """A search that reported epochs 0-2 of each variant in turn at seed-0 values."""
     reports = [(v, e, value * e / 2, 0.0) for v, value in picks for e in range(3)]
-    return bench_strategies.Events(reports, {v: (v, 0.2) for v, _ in picks}, cost)
+    return strategies.Events(reports, {v: (v, 0.2) for v, _ in picks}, cost)
 
 
 def test_cost_counts_every_seed_of_a_report() -> None:
@@ -53,15 +56,15 @@ def test_the_pick_is_valued_at_the_seeds_the_search_never_saw() -> None:
     table = _table()
     events = _events([("c", 30.0), ("a", 60.0), ("b", 55.0)])
     assert [p[0] for p in events.incumbents()] == ["c", "c", "c", "a", "a", "a"]
-    [curve] = bench_strategies.heldout_curves(table, [(0, events)], seeds_per_config=1)
+    [curve] = strategies.heldout_curves(table, [(0, events)], seeds_per_config=1)
     # unseen: seeds 1 and 2; ensemble values (final + 1): a 41.0/42.0, b 55.0/57.0, c 32/30
     best = (55.0 + 57.0) / 2
     assert curve[:3] == [pytest.approx(100 * 31.0 / best)] * 3
     assert curve[3:] == [pytest.approx(100 * 41.5 / best)] * 3  # a: seed 0's luck
     # two seeds per config: only seed 2 is unseen; a search that saw all has no curve
-    [k2] = bench_strategies.heldout_curves(table, [(0, events)], seeds_per_config=2)
+    [k2] = strategies.heldout_curves(table, [(0, events)], seeds_per_config=2)
     assert k2[-1] == pytest.approx(100 * 42.0 / 57.0)
-    assert bench_strategies.heldout_curves(table, [(0, events)], seeds_per_config=3) == []
+    assert strategies.heldout_curves(table, [(0, events)], seeds_per_config=3) == []
 
 
 def test_seed_runs_wrap_in_the_table_order() -> None:
@@ -72,16 +75,16 @@ def test_seed_runs_wrap_in_the_table_order() -> None:
 
 
 def test_the_default_strategies_leave_out_what_ours_already_is() -> None:
-    short = bench_strategies.default_strategies(False, epochs=4, warm_table=False)
+    short = strategies.default_strategies(False, epochs=4, warm_table=False)
     assert "ours-fifo" not in short and "ours-asha" in short and "ours-warm-table" not in short
-    long = bench_strategies.default_strategies(False, epochs=8, warm_table=True)
+    long = strategies.default_strategies(False, epochs=8, warm_table=True)
     assert "ours-asha" not in long and "ours-fifo" in long and "ours-warm-table" in long
-    assert bench_strategies.scheduler_of("ours-both", 4) == "asha"  # Pareto halving
-    assert bench_strategies.scheduler_of("ours-k2", 4) == "fifo"
+    assert strategies.scheduler_of("ours-both", 4) == "asha"  # Pareto halving
+    assert strategies.scheduler_of("ours-k2", 4) == "fifo"
     # the GP sampler: FIFO at 4 epochs as the driver's auto picks, or ASHA
-    assert bench_strategies.scheduler_of("ours-gp", 4) == "fifo"
-    assert bench_strategies.scheduler_of("ours-gp-asha", 4) == "asha"
-    assert bench_strategies.scheduler_of("optuna-median", 4) == "pruner"
+    assert strategies.scheduler_of("ours-gp", 4) == "fifo"
+    assert strategies.scheduler_of("ours-gp-asha", 4) == "asha"
+    assert strategies.scheduler_of("optuna-median", 4) == "pruner"
     assert {"optuna-median", "optuna-hyperband"} <= set(short)
 
 
@@ -90,7 +93,7 @@ class _Trial:
         self.trial_id = trial_id
 
 
-def _epochs(pruning: bench_strategies.OptunaPruning, trial: str, values: list[float]) -> list[str]:
+def _epochs(pruning: strategies.OptunaPruning, trial: str, values: list[float]) -> list[str]:
     """What the scheduler says to each of ``values`` (epochs 0, 1, ...) of ``trial``,
     until it stops it; a trial it never stops completes with its last value."""
     said = []
@@ -104,7 +107,7 @@ def _epochs(pruning: bench_strategies.OptunaPruning, trial: str, values: list[fl
 
 def test_an_optuna_pruner_judges_tune_s_trials_as_in_its_own_study() -> None:
     optuna = pytest.importorskip("optuna")
-    pruning = bench_strategies.OptunaPruning(optuna.pruners.MedianPruner(n_startup_trials=2))
+    pruning = strategies.OptunaPruning(optuna.pruners.MedianPruner(n_startup_trials=2))
     for trial in "abcdef":
         pruning.on_trial_add(None, _Trial(trial))
     # nothing is pruned before two trials have completed, nor ever at epoch 0
@@ -124,13 +127,13 @@ def test_an_optuna_pruner_judges_tune_s_trials_as_in_its_own_study() -> None:
 
 def _replayed(
     name: str, table: tabular.RecordedTable, scratch: Path, **options: Any
-) -> bench_strategies.Events:
+) -> strategies.Events:
     """One real search of strategy ``name`` (search seed 0) on a local Ray."""
     import ray
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        return bench_strategies.run_one(name, table, 0, time_scale=0.0, scratch=scratch, **options)
+        return strategies.run_one(name, table, 0, time_scale=0.0, scratch=scratch, **options)
     finally:
         ray.shutdown()
 
@@ -152,9 +155,9 @@ def test_a_k_seed_search_is_measured_against_the_grid_s_best_mean() -> None:
     table = _table()
     # the best mean over seeds 0 and 1: b, (55 + 54) / 2 = 54.5 (a's 60 at seed 0 is luck)
     events = _events([("b", 54.5)], cost=2)
-    [curve] = bench_strategies.percent_curves(table, [(0, events)], both=False, k=2)
+    [curve] = strategies.percent_curves(table, [(0, events)], both=False, k=2)
     assert curve[-1] == pytest.approx(100.0)
-    [one] = bench_strategies.percent_curves(table, [(0, _events([("b", 55.0)]))], both=False)
+    [one] = strategies.percent_curves(table, [(0, _events([("b", 55.0)]))], both=False)
     assert one[-1] == pytest.approx(100 * 55.0 / 60.0)  # one seed: against a's lucky 60
 
 
@@ -164,7 +167,7 @@ RECORDED = Path(__file__).resolve().parents[2] / "bench" / "recorded"
 def test_the_parts_form_draws_each_parameter_as_the_driver_s_spaces_do() -> None:
     optuna = pytest.importorskip("optuna")
     table = tabular.RecordedTable.read(RECORDED / "lr_batch")
-    parts = bench_strategies.Parts(table)
+    parts = strategies.Parts(table)
     d = parts.distributions()
     assert d["model"].choices == ("lstm-64-attention", "gru-32-max")
     assert d["lr_max"].log and d["lr_max"].low == pytest.approx(1e-3 / 2**0.5)
@@ -190,7 +193,7 @@ def test_the_parts_form_draws_each_parameter_as_the_driver_s_spaces_do() -> None
 
 def test_the_parts_form_searches_evenly_spaced_margins_on_their_step() -> None:
     table = tabular.RecordedTable.read(RECORDED / "paper_margin")
-    d = bench_strategies.Parts(table).distributions()
+    d = strategies.Parts(table).distributions()
     assert (d["margin"].low, d["margin"].high, d["margin"].step) == (0.05, 0.5, 0.05)
     assert len(d["model"].choices) == 8
 
@@ -203,7 +206,7 @@ def test_the_parts_form_needs_every_model_x_parameter_combination() -> None:
     }}  # fmt: skip
     table.variants = tuple(table.manifest["variants"])
     with pytest.raises(ValueError, match="not every model x parameter combination"):
-        bench_strategies.Parts(table)
+        strategies.Parts(table)
 
 
 @pytest.mark.slow
@@ -256,24 +259,24 @@ def test_saved_searches_come_back_only_for_the_same_settings(tmp_path: Path) -> 
     path = tmp_path / "results.jsonl"
     key = {"table_sha256": "abc", "form": "parts", "budget": 96, "startup": None}
     events = _events([("c", 30.0), ("a", 60.0)])
-    bench_strategies.SavedSearches(path, key).add("ours", 3, events)
-    bench_strategies.SavedSearches(path, {**key, "budget": 48}).add("ours", 3, _events([]))
-    again = bench_strategies.SavedSearches(path, key)
+    SavedSearches(path, key).add("ours", 3, events)
+    SavedSearches(path, {**key, "budget": 48}).add("ours", 3, _events([]))
+    again = SavedSearches(path, key)
     assert again.get("ours", 3) == events and again.get("ours", 4) is None
     assert again.get("tpe-fifo", 3) is None
-    assert bench_strategies.SavedSearches(path, {**key, "budget": 48}).get("ours", 3) is not None
-    assert bench_strategies.SavedSearches(path, {**key, "form": "variant"}).found == {}
-    bench_strategies.SavedSearches(None, key).add("ours", 3, events)  # keeps nothing
+    assert SavedSearches(path, {**key, "budget": 48}).get("ours", 3) is not None
+    assert SavedSearches(path, {**key, "form": "variant"}).found == {}
+    SavedSearches(None, key).add("ours", 3, events)  # keeps nothing
     path.write_text(path.read_text() + '{"key": {}, "strategy": "ours"}\n')
-    with pytest.raises(bench_strategies.BadInput, match=r"--results .*: line 3 is not a saved"):
-        bench_strategies.SavedSearches(path, key)
+    with pytest.raises(BadInput, match=r"--results .*: line 3 is not a saved"):
+        SavedSearches(path, key)
 
 
 def test_bohb_draws_every_recorded_config_of_a_stepped_margin() -> None:
     pytest.importorskip("hpbandster")
     table = tabular.RecordedTable.read(RECORDED / "paper_margin")
-    search, _, _ = bench_strategies._bohb(table, {}, 0, table.max_epoch, 2, form="parts")
+    search, _, _ = _bohb(table, {}, 0, table.max_epoch, 2, form="parts")
     space = search.searcher._space  # hpbandster takes no ordinals: a float, snapped
-    decode = bench_strategies.Parts(table).decode
+    decode = strategies.Parts(table).decode
     seen = {decode(dict(c)) for c in space.sample_configuration(2000)}
     assert seen == set(table.configs())

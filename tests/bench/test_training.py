@@ -12,8 +12,7 @@ import pytest
 def test_the_flickr8k_estimate_runs_with_the_semantic_evaluation(
     small_store: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import _common
-    import bench_training
+    from bench import _common, bench_training
 
     args = argparse.Namespace(hidden_size=16, epochs=1, device="cpu", estimate=False, steps=1)
     bench_training.flickr8k(args, _common.load(small_store, None, None), small_store)

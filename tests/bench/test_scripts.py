@@ -1,0 +1,207 @@
+"""Every bench script end to end at tiny sizes: its help, its table, its one-line errors.
+Each runs as ``python bench/bench_x.py`` (the form the docs cite) and as
+``python -m bench.bench_x``; the smoke runs call ``main(argv)`` in this process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.bench.conftest import BENCH
+
+SCRIPTS = sorted(p.name for p in BENCH.glob("*.py") if not p.name.startswith("_"))
+
+
+def _python(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *argv],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=BENCH.parent,
+    )
+
+
+def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: ")
+    return line
+
+
+def test_the_scripts_are_the_ones_expected() -> None:
+    # a new script joins the parametrised tests below by being here
+    assert {"bench_strategies.py", "tabular.py", "bench_world_generation.py"} <= set(SCRIPTS)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_shows_its_help_run_as_a_file(script: str) -> None:
+    done = _python(str(BENCH / script), "--help")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("usage: ") and "--help" in done.stdout
+
+
+def test_a_script_runs_as_a_module_with_its_errors_on_one_line() -> None:
+    done = _python("-m", "bench.bench_world_generation", "--images", "3")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [
+        "error: --images: expected an integer from 10 to 1000000, got 3"
+    ]
+    assert _python("-m", "bench.bench_rnn", "--help").returncode == 0
+
+
+def test_help_shows_the_defaults() -> None:
+    from bench import bench_rnn
+
+    done = _python(str(BENCH / "bench_rnn.py"), "--help")
+    assert "(default: 3)" in done.stdout and bench_rnn.main(["--repeats"]) == 2
+
+
+def test_world_generation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import bench_world_generation
+
+    assert bench_world_generation.main(["--images", "10", "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "built 10 images" in out and "of the 120 s goal" in out and "verified" in out
+
+
+def test_store_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import bench_store_read
+
+    argv = ["--images", "40", "--shard-size", "16", "--repeats", "1", "--compression", "lz4",
+            "--dir", str(tmp_path), "--warm-only"]  # fmt: skip
+    assert bench_store_read.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "[warm] store   lz4 " in out and "ratio vs np.load" in out and "[cold]" not in out
+    assert bench_store_read.main(["--store", str(tmp_path / "nothing")]) == 2
+    assert _error_line(capsys).startswith(f"error: --store {tmp_path / 'nothing'}")
+
+
+def test_scale(small_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import bench_scale
+
+    argv = ["--store", small_store, "--device", "cpu", "--hidden-size", "8", "--batch-size",
+            "16", "--max-steps", "2", "--evaluate"]  # fmt: skip
+    assert bench_scale.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "EXTRAPOLATED from 2 steps" in out and "dev retrieval (12 images)" in out
+    assert "peak RSS" in out
+
+
+def test_rnn(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from bench import bench_rnn
+
+    argv = ["--cells", "gru", "--hidden-sizes", "8", "--batch-sizes", "4", "--repeats", "1",
+            "--loops", "python"]  # fmt: skip
+    assert bench_rnn.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| cell | n | batch | torch s | python, in turn s | speed-up |" in out
+    assert "| gru | 8 | 4 | " in out
+    assert bench_rnn.main(["--against", str(tmp_path)]) == 2
+    assert "no trainables/_packed_rnn.py in it" in _error_line(capsys)
+
+
+def test_training(small_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import bench_training
+
+    argv = ["--store", small_store, "--images", "96", "--device", "cpu", "--hidden-size", "8",
+            "--batch-sizes", "16", "--steps", "2", "--repeats", "1"]  # fmt: skip
+    assert bench_training.main(argv) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert [r[1] for r in rows if r[:1] == ["16"]] == ["reference", "trainer"]
+    assert bench_training.main([*argv[:-4], "--steps", "9", "--batch-sizes", "64"]) == 2
+    assert _error_line(capsys).startswith("error: --images: 5 steps per epoch at batch 64")
+
+
+def test_cpu_training(small_store: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from bench import bench_cpu_training
+
+    argv = ["--store", small_store, "--images", "96", "--sizes", "8:16", "--steps", "2",
+            "--repeats", "1", "--threads", "1"]  # fmt: skip
+    assert bench_cpu_training.main([*argv, "--ours-only"]) == 0
+    out = capsys.readouterr().out
+    assert "matmul peak" in out and any(line.endswith("  ours") for line in out.splitlines())
+    # the authors' code is not in the repository: a folder without it is one error line
+    assert bench_cpu_training.main([*argv, "--authors-repo", str(tmp_path)]) == 2
+    assert "neither a work tree with PyTorch/functions" in _error_line(capsys)
+
+
+@pytest.mark.slow
+def test_packing(small_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import bench_packing
+
+    argv = ["--store", small_store, "--images", "96", "--device", "cpu", "--trials", "1",
+            "--hidden-size", "8", "--batch-size", "8", "--steps", "2"]  # fmt: skip
+    assert bench_packing.main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith("trials  aggregate captions/s")
+    assert out[2].split()[0] == "1" and out[2].split()[3] == "1.00"
+
+
+@pytest.mark.slow
+def test_cpu_sized(small_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import bench_cpu_sized
+
+    argv = ["--store", small_store, "--epochs", "1", "--hidden-size", "4", "--threads", "1"]
+    assert bench_cpu_sized.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "baselines (test R@10 mean, semantic)" in out and "ensemble test R@10 mean" in out
+    assert bench_cpu_sized.main(["--lr-max", "x"]) == 2
+    assert "--lr-max: got 'x', expected comma-separated numbers" in _error_line(capsys)
+
+
+@pytest.mark.slow
+def test_families(small_store: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from bench import bench_families
+
+    out_file = tmp_path / "families.json"
+    argv = ["--store", small_store, "--families", "word_bow", "--epochs", "1", "--threads",
+            "1", "--out", str(out_file)]  # fmt: skip
+    assert bench_families.main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[-2].startswith("word_bow ")
+    [result] = json.loads(out_file.read_text())["results"]
+    assert result["family"] == "word_bow" and result["unknown_words"] is not None
+    assert bench_families.main(["--families", "nope"]) == 2
+    assert _error_line(capsys).startswith("error: --families: unknown nope;")
+
+
+@pytest.mark.slow
+def test_tune_overhead(small_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import bench_tune_overhead
+
+    argv = ["--store", small_store, "--trials", "1", "--epochs", "1", "--hidden-size", "8",
+            "--batch-size", "16"]  # fmt: skip
+    assert bench_tune_overhead.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| search, trial span |" in out and "Tune's overhead per trial:" in out
+
+
+def test_strategies_checks_its_flags_before_starting_ray(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench import bench_strategies
+
+    table = str(BENCH / "recorded" / "lr_batch")
+    assert bench_strategies.main(["--table", table, "--strategies", "ours,nope"]) == 2
+    assert "--strategies: unknown 'nope' for --objective retrieval" in _error_line(capsys)
+    assert bench_strategies.main(["--table", table, "--startup", "0"]) == 2
+    assert _error_line(capsys).startswith("error: --startup: got 0, expected at least 1")
+
+
+@pytest.mark.slow
+def test_strategies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import bench_strategies
+
+    results = tmp_path / "results.jsonl"
+    argv = ["--table", str(BENCH / "recorded" / "paper_margin"), "--strategies", "ours",
+            "--search-seeds", "1", "--budget", "0.05", "--time-scale", "0",
+            "--results", str(results)]  # fmt: skip
+    assert bench_strategies.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "| strategy | seeds | 5% | trial-epochs to >= 99%" in out
+    assert "| ours | 1 | " in out and "held out:" in out
+    assert bench_strategies.main(argv) == 0  # the second time read from --results
+    assert "1 searches of these settings in" in capsys.readouterr().out
