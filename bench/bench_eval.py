@@ -32,17 +32,22 @@ alone, on the untrained model's embeddings: embedding its sentences, then scorin
 regression engine (``engine="loop"``: one 64-row step per Python iteration, a task at a
 time: today's path) and with the batched one (the two tasks stacked, on the device, CUDA
 graphs on a GPU); both on the same seed and shuffles, so their SICK-R / STS-B numbers
-agree to rounding. Then ``--epochs`` epochs (and the snapshot ensemble at the end) three
-ways, each from the same fresh model: training only (no evaluation at all), today's path
-(the battery in place, reference engine) and the new one (the battery in a background
-worker, batched engine). The evaluation's share of a run is (run - training only) / run,
-so whatever the background worker takes from training counts as evaluation. Today's run is
-measured (``--baseline run``, the CPU's default) or put together from its measured parts
-(``parts``, the GPU's default: at the paper's size each of its batteries takes half a
-minute): training only + every epoch's in-place evaluation (dev and test retrieval, dev
-semantic score) + each battery (embedding + reference scoring) + the ensemble's. Each
-run's epochs are also extrapolated to a whole run of ``--whole-epochs`` (the new path: its
-first epoch, its middle epochs' mean and its last, which waits for its battery).
+agree to rounding. Then ``--epochs`` epochs (and the snapshot ensemble at the end) four
+ways, each from the same fresh model: training only (no evaluation at all), the first path
+(the battery in place, reference engine), today's (the battery in a background worker,
+batched engine, the ensemble embedding its snapshots again: ``Trainer(reuse=False)``) and
+the new one (today's, with the ensemble summing the embeddings its snapshots got at their
+epochs and the battery started before the in-place evaluation: ``reuse``, the default).
+The evaluation's share of a run is (run - training only) / run, so whatever the
+background worker takes from training counts as evaluation; each run's CPU time (the
+process's, every thread) is printed beside it, a figure that load on the machine
+disturbs less than wall time. The first path's run is measured (``--baseline run``, the
+CPU's default) or put together from its measured parts (``parts``, the GPU's default: at
+the paper's size each of its batteries takes half a minute): training only + every
+epoch's in-place evaluation (dev and test retrieval, dev semantic score) + each battery
+(embedding + reference scoring) + the ensemble's. The new run's epochs are also
+extrapolated to a whole run of ``--whole-epochs`` (its first epoch, its middle epochs'
+mean and its last, which waits for its battery).
 
 Sizes follow the device: on a GPU the paper's run (n=1024, attention, batch 32, 6,000
 training and 1,000 dev images of the 10,000-image world, the battery every epoch, 3
@@ -236,15 +241,22 @@ def _semantic(
 
 
 def _timed_run(
-    config: TrainConfig, data: TrainingData, semantic: SemanticEvaluation | None, device
-) -> tuple[list[float], list[dict[str, float]]]:
+    config: TrainConfig,
+    data: TrainingData,
+    semantic: SemanticEvaluation | None,
+    device,
+    reuse: bool = True,
+) -> tuple[list[float], list[dict[str, float]], float]:
     """A fresh Trainer's epochs: the wall time of each (from the end of the one before;
-    epoch 0's is its evaluation alone), and its reports. ``semantic`` None: training
-    only, nothing evaluated."""
-    trainer = Trainer(config, data, semantic)
+    epoch 0's is its evaluation alone), its reports, and the process's CPU seconds over
+    the run (all threads: the background worker's too). ``semantic`` None: training
+    only, nothing evaluated. ``reuse``: the Trainer's (False: the path before the
+    ensemble reused its snapshots' embeddings)."""
+    trainer = Trainer(config, data, semantic, reuse=reuse)
     walls: list[float] = []
     reports: list[dict[str, float]] = []
     _common.sync(device)
+    cpu = time.process_time()
     started = time.perf_counter()
     if semantic is None:
         walls.append(0.0)  # epoch 0 is only evaluated
@@ -253,13 +265,13 @@ def _timed_run(
             _common.sync(device)
             walls.append(time.perf_counter() - started)
             started = time.perf_counter()
-        return walls, reports
+        return walls, reports, time.process_time() - cpu
     for report in trainer.run():
         _common.sync(device)
         walls.append(time.perf_counter() - started)
         reports.append(report)
         started = time.perf_counter()
-    return walls, reports
+    return walls, reports, time.process_time() - cpu
 
 
 def _warm_up(config: TrainConfig, data: TrainingData, senteval: str) -> None:
@@ -330,20 +342,32 @@ def offpath(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
     del trainer, table
 
     # 2. the runs
-    train_walls, _ = _timed_run(config, data, None, device)
+    train_walls, _, train_cpu = _timed_run(config, data, None, device)
     train_s = sum(train_walls)
     print(
         f"training only, {config.epochs} epochs: {train_s:.1f} s "
-        f"({train_s / config.epochs:.2f} s per epoch); {_load_average()}",
+        f"({train_s / config.epochs:.2f} s per epoch), CPU {train_cpu:.1f} s; {_load_average()}",
         flush=True,
     )
-    new_walls, new_reports = _timed_run(
+    new_walls, new_reports, new_cpu = _timed_run(
         config, data, _semantic(senteval, config, background=True, engine="batched"), device
     )
+    today_walls, today_reports, today_cpu = _timed_run(
+        config,
+        data,
+        _semantic(senteval, config, background=True, engine="batched"),
+        device,
+        reuse=False,
+    )
     batteries = sum(1 for e in range(config.epochs + 1) if e % every == 0)
+    old_cpu = math.nan
     if baseline == "run":
-        old_walls, old_reports = _timed_run(
-            config, data, _semantic(senteval, config, background=False, engine="loop"), device
+        old_walls, old_reports, old_cpu = _timed_run(
+            config,
+            data,
+            _semantic(senteval, config, background=False, engine="loop"),
+            device,
+            reuse=False,
         )
         old_s = sum(old_walls)
         how = "measured"
@@ -358,18 +382,26 @@ def offpath(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
         )
         old_walls = []
         how = "from its parts"
-    new_s = sum(new_walls)
+    new_s, today_s = sum(new_walls), sum(today_walls)
     share_old = (old_s - train_s) / old_s
+    share_today = (today_s - train_s) / today_s
     share_new = (new_s - train_s) / new_s
-    figures = {"train_s": train_s, "old_s": old_s, "new_s": new_s}
-    figures.update(share_old=share_old, share_new=share_new, embed_s=embed_s)
-    figures.update(loop_s=seconds["loop"], batched_s=seconds["batched"])
+    figures = {"train_s": train_s, "old_s": old_s, "today_s": today_s, "new_s": new_s}
+    figures.update(share_old=share_old, share_today=share_today, share_new=share_new)
+    figures.update(embed_s=embed_s, loop_s=seconds["loop"], batched_s=seconds["batched"])
+    figures.update(train_cpu_s=train_cpu, old_cpu_s=old_cpu, today_cpu_s=today_cpu)
+    figures.update(new_cpu_s=new_cpu)
     waited = new_reports[-1][names.EVAL_SECONDS]
     print(
-        f"today's path (battery in place, reference engine), {how}: {old_s:.1f} s, "
-        f"evaluation {100 * share_old:.1f}% of the run\n"
-        f"new path (battery in the background, batched engine): {new_s:.1f} s, evaluation "
-        f"{100 * share_new:.1f}% of the run; per epoch "
+        f"the first path (battery in place, reference engine), {how}: {old_s:.1f} s, "
+        f"evaluation {100 * share_old:.1f}% of the run; CPU {old_cpu:.1f} s\n"
+        f"today's path (battery in the background, batched engine, the ensemble embedding "
+        f"again): {today_s:.1f} s, evaluation {100 * share_today:.1f}% of the run; CPU "
+        f"{today_cpu:.1f} s; the last epoch's evaluation "
+        f"{today_reports[-1][names.EVAL_SECONDS]:.2f} s\n"
+        f"new path (today's, the ensemble reusing its snapshots' embeddings, the battery "
+        f"started before the in-place evaluation): {new_s:.1f} s, evaluation "
+        f"{100 * share_new:.1f}% of the run; CPU {new_cpu:.1f} s; per epoch "
         + " ".join(f"{w:.2f}" for w in new_walls)
         + " s (training only: "
         + " ".join(f"{w:.2f}" for w in train_walls)
@@ -390,7 +422,8 @@ def offpath(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
         figures.update(share_old_whole=old_overhead / old_whole)
         figures.update(share_new_whole=overhead / new_whole)
         print(
-            f"extrapolated to {whole} epochs: today {100 * old_overhead / old_whole:.1f}%, "
+            f"extrapolated to {whole} epochs: the first path "
+            f"{100 * old_overhead / old_whole:.1f}%, "
             f"new {100 * overhead / new_whole:.1f}% of the run "
             f"(goal <= {5 if device.type == 'cuda' else 10}%)",
             flush=True,
@@ -406,7 +439,16 @@ def offpath(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
         else None
     )
     if same is not None:
-        print(f"the two runs' dev metrics (what selects) identical: {same}")
+        print(f"the first and new runs' dev metrics (what selects) identical: {same}")
+    steady = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in new_reports]
+    today = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in today_reports]
+    speeds = (names.CAPTIONS_PER_S,)
+    for report in (*steady, *today):
+        for key in speeds:
+            report.pop(key, None)
+    print(
+        f"today's and the new run's metrics (every one, every epoch) identical: {steady == today}"
+    )
     final = new_reports[-1]
     print(
         f"(the new path's ensemble: test R@10 mean {final[names.FINISHED]:.1f}, semantic "

@@ -36,13 +36,14 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 import math
 import os
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -105,6 +106,15 @@ def check_resumable(saved: Mapping[str, Any], config: TrainConfig, what: str = "
         )
 
 
+def _summed(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
+    """Their sum from zeros, in order: what ``trainables.embedding`` computes for an
+    ensemble from its models' embeddings (the same additions, so the same values)."""
+    total = torch.zeros_like(tensors[0])
+    for tensor in tensors:
+        total += tensor
+    return total
+
+
 class NonFiniteLossError(RuntimeError):
     """The loss became NaN or infinite; the message names the epoch and step."""
 
@@ -114,6 +124,10 @@ class Snapshot:
     epoch: int
     score: float  # dev R@10 mean at that epoch
     state: dict[str, torch.Tensor]  # the model's weights, on the CPU
+    # its test split's (image, caption) embeddings from its epoch's evaluation, which the
+    # ensemble sums instead of embedding again (never checkpointed: a resumed run's
+    # snapshots embed again)
+    test: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False, compare=False)
 
 
 class _DeviceSplit:
@@ -145,6 +159,8 @@ class _BatteryWorker:
         self.shadow: GroundedEncoder | None = None
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
         self.epoch: int | None = None  # the epoch of the battery started, until collected
+        # set once the battery started last has embedded its sentences (or has ended)
+        self.table_ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._result: dict[str, float] | None = None
         self._error: BaseException | None = None
@@ -194,8 +210,11 @@ class _BatteryWorker:
                 self._result = result
             except BaseException as err:  # raised again in collect()
                 self._error = err
+            finally:
+                self.table_ready.set()  # no one waits for a table that will not come
 
         self.epoch, self._result, self._error = epoch, None, None
+        self.table_ready.clear()
         self._thread = threading.Thread(target=work, name=f"test battery {epoch}", daemon=True)
         self._thread.start()
 
@@ -221,10 +240,15 @@ class Trainer:
         semantic: SemanticEvaluation | None = None,
         *,
         complete_at: Collection[int] = (),
+        reuse: bool = True,
     ) -> None:
         """``complete_at``: epochs whose report must hold their own test battery even when
         it runs in the background (where a scheduler may stop the trial; see the module
-        docstring); the last epoch's always does."""
+        docstring); the last epoch's always does. ``reuse``: the snapshot ensemble sums
+        the embeddings its snapshots got at their own epochs (test split, battery
+        sentences) instead of embedding again, and a background battery starts before
+        the epoch's in-place evaluation when the worker is free (the same numbers;
+        False: the earlier path, the benchmarks' baseline)."""
         self.config = config
         self.device = resolve_device(config.device)
         if config.threads:
@@ -254,6 +278,12 @@ class Trainer:
         self.complete_at = frozenset(int(e) for e in complete_at)
         self._battery = _BatteryWorker(self.device)  # the background battery (module doc)
         self._late: dict[str, float] = {}  # an earlier epoch's battery, for the next report
+        self.reuse = reuse
+        self._test_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None  # this epoch's
+        # the battery sentences' embeddings (CPU) of epochs that may join the ensemble,
+        # written by the battery (perhaps in the worker), read by ensemble_metrics
+        self._tables: dict[int, torch.Tensor] = {}
+        self._tables_lock = threading.Lock()
 
     def _new_model(
         self, feature_dim: int, pretrained: PretrainedVectors | None = None
@@ -431,20 +461,25 @@ class Trainer:
         started = time.perf_counter()
         metrics: dict[str, float] = {"epoch": float(self.epoch), **train_metrics}
         models = [self.model]
+        due = self.battery_due(self.epoch)
+        early = due and self.background and self.reuse and not self._battery.busy
+        if early:  # the worker is free: it embeds while the evaluation below runs
+            self._start_battery()
         metrics.update(self._retrieval(self.val_split, models, names.DEV))
-        metrics.update(self._retrieval(self.test_split, models, names.TEST))
+        metrics.update(self._retrieval(self.test_split, models, names.TEST, keep=True))
         metrics.update(self._semantic(models, dev=True, battery=None))
         for name in (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC):
             seen = [h[name] for h in self.history if name in h] + [metrics.get(name, math.nan)]
             if not all(math.isnan(v) for v in seen):
                 metrics[names.best(name)] = float(np.nanmax(seen))
-        if self._battery.busy:  # the previous epoch's battery: its metrics go with this report
+        if self._battery.busy and self._battery.epoch != self.epoch:
+            # the previous epoch's battery: its metrics go with this report
             self._late = self._file_battery(*self._battery.collect())
-        if self.battery_due(self.epoch):
+        if due and not early:
             if self.background:
                 self._start_battery()
             else:
-                metrics.update(self._test_battery(models))
+                metrics.update(self._test_battery(models, on_table=self._keeper(self.epoch)))
         metrics[names.EVAL_SECONDS] = time.perf_counter() - started
         if self.epoch and self.epoch % self.config.snapshot_interval == 0:
             self._keep_snapshot(metrics[names.PRIMARY_RETRIEVAL])
@@ -467,17 +502,43 @@ class Trainer:
         epoch = int(metrics["epoch"])
         return self.battery_due(epoch) and names.key(names.TEST, "semantic") not in metrics
 
-    def _test_battery(self, models: Sequence[GroundedEncoder]) -> dict[str, float]:
-        """The test battery of ``models`` under ``test/``, its sentences embedded once."""
-        return self._semantic(models, dev=False, battery=names.TEST)
+    def _test_battery(
+        self,
+        models: Sequence[GroundedEncoder],
+        on_table: Callable[[EmbeddingTable], None] | None = None,
+    ) -> dict[str, float]:
+        """The test battery of ``models`` under ``test/``, its sentences embedded once
+        (and handed to ``on_table`` before they are scored)."""
+        return self._semantic(models, dev=False, battery=names.TEST, on_table=on_table)
 
     def _start_battery(self) -> None:
         """The current model's battery: in the background, or (``background`` off) in
         place, delivered with the next report like a background one."""
+        keeper = self._keeper(self.epoch)
         if self.background:
-            self._battery.start(self.epoch, self.model, self._test_battery)
+            job = functools.partial(self._test_battery, on_table=keeper)
+            self._battery.start(self.epoch, self.model, job)
         else:
-            self._late = self._file_battery(self.epoch, self._test_battery([self.model]))
+            battery = self._test_battery([self.model], on_table=keeper)
+            self._late = self._file_battery(self.epoch, battery)
+
+    def _may_join_ensemble(self, epoch: int) -> bool:
+        """Whether the model of ``epoch`` may be one of the ensemble's: a snapshot epoch,
+        or the last (the ensemble of a run without snapshots is its last model)."""
+        interval = self.config.snapshot_interval
+        return epoch == self.config.epochs or (epoch > 0 and epoch % interval == 0)
+
+    def _keeper(self, epoch: int) -> Callable[[EmbeddingTable], None] | None:
+        """What keeps the battery table of ``epoch`` for the ensemble (None: nothing)."""
+        if not self.reuse or not self._may_join_ensemble(epoch):
+            return None
+
+        def keep(table: EmbeddingTable) -> None:
+            with self._tables_lock:
+                self._tables[epoch] = table.vectors.cpu()
+            self._battery.table_ready.set()  # (only read while the worker runs this epoch)
+
+        return keep
 
     def _file_battery(self, epoch: int, battery: Mapping[str, float]) -> dict[str, float]:
         """File an earlier epoch's battery into ``history`` (where it belongs); the
@@ -501,35 +562,110 @@ class Trainer:
 
     def _keep_snapshot(self, score: float) -> None:
         state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-        self.snapshots.append(Snapshot(self.epoch, score, state))
+        test = self._test_embeddings if self.reuse else None
+        self.snapshots.append(Snapshot(self.epoch, score, state, test))
         self.snapshots.sort(key=lambda s: (-s.score, s.epoch))
         del self.snapshots[self.config.ensemble_size :]
+        kept = {s.epoch for s in self.snapshots} | {self.epoch}
+        with self._tables_lock:  # tables of snapshots dropped are not needed any more
+            for epoch in [e for e in self._tables if e not in kept]:
+                del self._tables[epoch]
 
     def ensemble_metrics(self) -> dict[str, float]:
         """Test metrics of the ensemble of the best snapshots (embeddings summed on both
         sides, not renormalised), under ``ensemble/``; the current model when no snapshot
-        was taken."""
-        models = [self._model_from(s.state) for s in self.snapshots] or [self.model]
-        metrics: dict[str, float] = {names.ENSEMBLE_SIZE: float(len(models))}
+        was taken. With ``reuse`` the sums are of the embeddings the snapshots got at
+        their epochs, where kept (the same numbers as embedding again)."""
+        members: list[tuple[int, Any, dict[str, torch.Tensor] | None]]
+        members = [(s.epoch, s.test, s.state) for s in self.snapshots]
+        if not members:
+            members = [(self.epoch, self._test_embeddings, None)]
+        made: dict[int, GroundedEncoder] = {}
+
+        def model(i: int) -> GroundedEncoder:  # built when first needed
+            state = members[i][2]
+            if i not in made:
+                made[i] = self.model if state is None else self._model_from(state)
+            return made[i]
+
+        metrics: dict[str, float] = {names.ENSEMBLE_SIZE: float(len(members))}
         for k, snap in enumerate(self.snapshots):
             metrics[names.ensemble_epoch(k + 1)] = float(snap.epoch)
-        metrics.update(self._retrieval(self.test_split, models, names.ENSEMBLE))
-        metrics.update(self._semantic(models, dev=False, battery=names.ENSEMBLE))
+        tests = [test for _, test, _ in members]
+        if self.reuse and all(test is not None for test in tests):
+            with torch.inference_mode():
+                images = _summed([test[0] for test in tests if test is not None])
+                captions = _summed([test[1] for test in tests if test is not None])
+                values = retrieval_metrics(images, captions)
+            metrics.update({names.key(names.ENSEMBLE, k): float(v) for k, v in values.items()})
+        else:
+            models = [model(i) for i in range(len(members))]
+            metrics.update(self._retrieval(self.test_split, models, names.ENSEMBLE))
+        if self.reuse and self.semantic is not None:
+            metrics.update(self._ensemble_battery([epoch for epoch, _, _ in members], model))
+        else:
+            models = [model(i) for i in range(len(members))]
+            metrics.update(self._semantic(models, dev=False, battery=names.ENSEMBLE))
         return metrics
 
-    def _retrieval(
-        self, split: _DeviceSplit, models: Sequence[GroundedEncoder], prefix: str
+    def _ensemble_battery(
+        self, epochs: Sequence[int], model: Callable[[int], GroundedEncoder]
     ) -> dict[str, float]:
+        """The ensemble's battery (``ensemble/``) from its members' battery tables: those
+        kept at their epochs, the one the worker is embedding now (waited for, after the
+        others are embedded here), and the rest embedded now."""
+        assert self.semantic is not None
+        sentences = self.semantic.test.sentences
+        if not sentences:
+            return {}
+        running = self._battery.epoch if self._battery.busy else None
+        vectors: dict[int, torch.Tensor] = {}
+        for wait in (False, True):
+            for i, epoch in enumerate(epochs):
+                if wait != (epoch == running) or i in vectors:
+                    continue
+                if wait:
+                    self._battery.table_ready.wait()
+                with self._tables_lock:
+                    kept = self._tables.get(epoch)
+                if kept is None:
+                    with torch.inference_mode():
+                        kept = self.embed_fn([model(i)])(sentences).cpu()
+                vectors[i] = kept
+        with torch.inference_mode():
+            total = _summed([vectors[i] for i in range(len(epochs))]).to(self.device)
+        values = self.semantic.test(EmbeddingTable(sentences, total))
+        return {names.key(names.ENSEMBLE, k): float(v) for k, v in values.items()}
+
+    def _retrieval(
+        self,
+        split: _DeviceSplit,
+        models: Sequence[GroundedEncoder],
+        prefix: str,
+        *,
+        keep: bool = False,
+    ) -> dict[str, float]:
+        """Retrieval metrics of ``models`` on ``split`` under ``prefix``; ``keep``: keep
+        the embeddings as the current epoch's test embeddings (for its snapshot)."""
         with torch.inference_mode():
             images, captions = self.embed_split(split, models)
             values = retrieval_metrics(images, captions)
+        if keep:
+            self._test_embeddings = (images, captions)
         return {names.key(prefix, k): float(v) for k, v in values.items()}
 
     def _semantic(
-        self, models: Sequence[GroundedEncoder], *, dev: bool, battery: str | None
+        self,
+        models: Sequence[GroundedEncoder],
+        *,
+        dev: bool,
+        battery: str | None,
+        on_table: Callable[[EmbeddingTable], None] | None = None,
     ) -> dict[str, float]:
         """The dev semantic score (``dev``) and the test battery under the name prefix
-        ``battery`` (when given), every sentence embedded once for both."""
+        ``battery`` (when given), every sentence embedded once for both; ``on_table``
+        (the battery alone) gets the table of the battery's sentences before they are
+        scored."""
         if self.semantic is None:
             return {}
         evaluators: list[tuple[str, DevSemanticEvaluator | SemanticEvaluator]] = []
@@ -541,6 +677,8 @@ class Trainer:
         if not sentences:
             return {}
         table = EmbeddingTable.build(self.embed_fn(models), sentences)
+        if on_table is not None and not dev:
+            on_table(table)
         metrics: dict[str, float] = {}
         for prefix, evaluator in evaluators:
             metrics.update({names.key(prefix, k): float(v) for k, v in evaluator(table).items()})

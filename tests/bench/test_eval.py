@@ -31,12 +31,16 @@ def test_the_battery_part_runs_at_tiny_sizes(
     out = capsys.readouterr().out
     assert "(c) the test battery off the critical path: n=8" in out
     assert "scoring with the reference engine (today)" in out and "batched" in out
-    assert "today's path (battery in place, reference engine), measured" in out
-    assert "new path (battery in the background, batched engine)" in out
+    assert "the first path (battery in place, reference engine), measured" in out
+    assert "today's path (battery in the background, batched engine, the ensemble" in out
+    assert "new path (today's, the ensemble reusing its snapshots' embeddings" in out
     assert "extrapolated to 8 epochs" in out
-    assert "the two runs' dev metrics (what selects) identical: True" in out
-    for key in ("share_old", "share_new", "share_old_whole", "share_new_whole"):
+    assert "the first and new runs' dev metrics (what selects) identical: True" in out
+    assert "today's and the new run's metrics (every one, every epoch) identical: True" in out
+    for key in ("share_old", "share_today", "share_new", "share_old_whole", "share_new_whole"):
         assert 0 <= figures[key] < 1, (key, figures[key])
+    for key in ("old_cpu_s", "today_cpu_s", "new_cpu_s"):  # the evaluation costs CPU time
+        assert figures[key] > figures["train_cpu_s"], (key, figures)
     # the two engines score alike on the same seed and shuffles (the printed pairs)
     pairs = out.split("loop / batched: ")[1].splitlines()[0].split()
     assert pairs[1] == pairs[3] and pairs[5] == pairs[7], pairs
@@ -63,7 +67,7 @@ def test_the_parts_baseline_and_the_cpu_sizes(small_store: str, capsys) -> None:
         torch.set_num_threads(before)
     out = capsys.readouterr().out
     assert "every 4 epoch(s), 2 epochs" in out  # the CPU-sized battery schedule
-    assert "today's path (battery in place, reference engine), from its parts" in out
+    assert "the first path (battery in place, reference engine), from its parts" in out
 
 
 def test_the_bench_imports_neither_ray_mlflow_nor_optuna() -> None:

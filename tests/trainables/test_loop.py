@@ -284,6 +284,50 @@ def test_a_battery_lost_with_its_run_is_computed_again_on_resume(
         assert _without_time(resumed.history) == _without_time(straight.history)
 
 
+def _counted(trainer: Trainer) -> dict[str, int]:
+    """Count ``trainer``'s embedding calls: test-split and sentence embeddings."""
+    counts = {"splits": 0, "sentences": 0}
+    embed_split, embed_fn = trainer.embed_split, trainer.embed_fn
+
+    def split(*args, **kwargs):
+        counts["splits"] += 1
+        return embed_split(*args, **kwargs)
+
+    def sentences(*args, **kwargs):
+        counts["sentences"] += 1
+        return embed_fn(*args, **kwargs)
+
+    trainer.embed_split, trainer.embed_fn = split, sentences
+    return counts
+
+
+@pytest.mark.parametrize(("background", "every"), [(False, 1), (True, 2)])
+def test_the_ensemble_reuses_its_snapshots_embeddings_with_the_same_numbers(
+    tiny_world: Path, data: TrainingData, background: bool, every: int
+) -> None:
+    """With ``reuse`` (the default) the ensemble sums the test-split and battery
+    embeddings its snapshots got at their own epochs: every epoch records exactly what
+    the path that embeds again records, with one embedding of each kind fewer; a
+    snapshot whose epoch ran no battery (with ``every`` 2: epochs 1 and 3) is embedded
+    for it."""
+    config = TrainConfig(**{**SMALL, "semantic_every": every, "epochs": 4})
+    runs, counts = {}, {}
+    for reuse in (False, True):
+        trainer = Trainer(config, data, _semantic(tiny_world, config, background), reuse=reuse)
+        counts[reuse] = _counted(trainer)
+        reports = list(trainer.run())
+        runs[reuse] = (_recorded(reports), _without_time(trainer.history))
+        assert names.key(names.ENSEMBLE, "semantic") in reports[-1]
+    assert runs[True] == runs[False]
+    batteries = len(range(0, 5, every))
+    final = runs[True][1][-1]
+    members = {final["ensemble/epoch_1"], final["ensemble/epoch_2"]}
+    without_battery = sum(1 for epoch in members if epoch % every)
+    # 5 evaluations: dev and test retrieval, the dev semantic score; the batteries
+    assert counts[True] == {"splits": 10, "sentences": 5 + batteries + without_battery}
+    assert counts[False] == {"splits": 11, "sentences": 5 + batteries + 1}  # the ensemble's
+
+
 def test_resume_from_a_checkpoint_gives_the_same_metrics(data: TrainingData) -> None:
     config = TrainConfig(**SMALL)
     straight = list(Trainer(config, data).run())
