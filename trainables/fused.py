@@ -58,6 +58,7 @@ from trainables.config import ConfigError, TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches
 from trainables.device import resolve_device
 from trainables.embedding import default_batch_size, embed_captions, embed_images
+from trainables.loss import at_least_float32
 from trainables.metrics import retrieval_metrics
 from trainables.model import GroundedEncoder
 from trainables.schedule import cyclic_cosine_lr
@@ -302,7 +303,7 @@ class FusedTrainer:
             tokens = split.tokens[rows, : int(lengths.max())].long()
             with self._autocast():
                 images, captions = self.model(split.features[rows // 5], tokens, lengths)
-            loss = loss_fn(images.float(), captions.float())
+            loss = loss_fn(at_least_float32(images), at_least_float32(captions))
             self.optimizer.zero_grad()
             loss.sum().backward()
             for side, limit in limits.items():

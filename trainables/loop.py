@@ -54,7 +54,7 @@ from trainables.config import TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches, partner_rows
 from trainables.device import resolve_device
 from trainables.embedding import embed_captions, embed_images, embed_sentences
-from trainables.loss import make_loss
+from trainables.loss import at_least_float32, make_loss
 from trainables.metrics import retrieval_metrics
 from trainables.model import GroundedEncoder
 from trainables.relatedness import cpu_threads
@@ -383,10 +383,10 @@ class Trainer:
                 images, captions, penalty = self._embed_batch(
                     rows_on_device[i], plan[i], widths[i], penalised
                 )
-            loss = self.loss_fn(images.float(), captions.float())
+            loss = self.loss_fn(at_least_float32(images), at_least_float32(captions))
             objective = loss
             if penalties is not None:
-                objective = loss + cfg.attention_penalty * penalty.float()
+                objective = loss + cfg.attention_penalty * at_least_float32(penalty)
                 penalties[i] = penalty.detach()
             self.optimizer.zero_grad(set_to_none=True)
             objective.backward()

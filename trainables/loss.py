@@ -14,8 +14,15 @@ from trainables.config import TrainConfig
 __all__ = [
     "HingeLoss",
     "PearsonLoss",
+    "at_least_float32",
     "make_loss",
 ]
+
+
+def at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in the precision a loss is computed in: bf16 (autocast's output) cast up to
+    float32, float32 and float64 as they are (a float64 run trains in float64 through)."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
 class HingeLoss(nn.Module):
