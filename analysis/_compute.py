@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from analysis._data import SearchRecord
+from analysis._data import FAMILY, SearchRecord
 from analysis.reference import MARGIN_STABLE_RANGE
 from gridsearch.curves import TradeoffCurve, tradeoff_curve
 from gridsearch.summary import BASELINE_LABELS, TrialOutcome, pareto_front
@@ -101,6 +101,26 @@ def _pareto(points: pd.DataFrame, record: SearchRecord) -> ParetoSet:
     return ParetoSet(points, table.reset_index(drop=True))
 
 
+def tried(record: SearchRecord) -> dict[str, str]:
+    """What each trial tried, by trial id: its family (when the families differ) and its
+    values of the parameters its family searched, e.g. ``word_bow, lr_max=0.0005``."""
+    searched_by = {p: record.searched_by(p) for p in record.searched}
+    said = {}
+    for index, row in record.trials.iterrows():
+        parts = [
+            str(row[p]) if p == FAMILY else f"{p}={short_value(row[p])}"
+            for p in record.searched
+            if searched_by[p].loc[index]
+        ]
+        said[str(row["trial_id"])] = ", ".join(parts) or "nothing searched"
+    return said
+
+
+def short_value(value: object) -> str:
+    """A parameter's value, a float to 3 significant digits (0.000512, 0.213, 1e+03)."""
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
 def best_semantic_epochs(record: SearchRecord) -> dict[str, int]:
     return {
         trial_id: curve.best_semantic_epoch
@@ -113,9 +133,13 @@ def sensitivity(record: SearchRecord) -> pd.DataFrame:
     """One row per (searched parameter, trial, metric) with the metric's 95% interval:
     the normal approximation for R@10 (``recall_ci``, n = the split's images), the
     Fisher-z interval for the semantic score (``pearson_ci``; see ``semantic_interval``).
-    Trials without the metric are left out."""
+    Trials without the metric are left out, and so is a parameter's row for a trial
+    whose family did not search it (``SearchRecord.searched_by``)."""
     best_epochs = best_semantic_epochs(record)
     history = record.history.set_index(["trial_id", "epoch"])
+    searched_by = {
+        p: set(record.trials.loc[record.searched_by(p), "trial_id"]) for p in record.searched
+    }
     rows = []
     for trial in record.trials.to_dict("records"):
         for metric in SENSITIVITY_METRICS:
@@ -132,12 +156,15 @@ def sensitivity(record: SearchRecord) -> pd.DataFrame:
                 )
                 low, high = semantic_interval(parts, record.pair_counts)
             for param, kind in record.param_kinds.items():
+                if trial["trial_id"] not in searched_by[param]:
+                    continue
                 rows.append(
                     {
                         "param": param,
                         "kind": kind,
                         "value": trial[param],
                         "trial_id": trial["trial_id"],
+                        "family": trial.get(FAMILY, ""),
                         "metric": metric.key,
                         "label": metric.label,
                         "estimate": float(value),
@@ -145,7 +172,7 @@ def sensitivity(record: SearchRecord) -> pd.DataFrame:
                         "ci_high": high,
                     }
                 )
-    columns = ["param", "kind", "value", "trial_id", "metric", "label", "estimate"]
+    columns = ["param", "kind", "value", "trial_id", "family", "metric", "label", "estimate"]
     return pd.DataFrame(rows, columns=[*columns, "ci_low", "ci_high"])
 
 

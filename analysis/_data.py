@@ -17,10 +17,10 @@ import re
 import sqlite3
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple, TextIO
 
 import pandas as pd
 from mlflow.entities import Run
@@ -41,6 +41,7 @@ from gridsearch import (
 )
 from storage.cli import error_line
 from trainables import names
+from trainables.config import applicable
 from trainables.presets import family_of
 
 logger = logging.getLogger(__name__)
@@ -64,7 +65,11 @@ OPTUNA_TABLES = ("studies", "trials")
 _SQLITE_HEADER = b"SQLite format 3\x00"
 # URI schemes MLflow's own tracking stores take; another one may still be a plugin's
 _KNOWN_SCHEMES = ("", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql")
-_STORE_HINT = "pass --runs-dir DIR of the search, or --tracking-uri URI"
+# Worded for every CLI that reads a store (each has its own flags for it: see its --help)
+_STORE_HINT = (
+    "point the command at the search's tracking store, the mlflow.db of its runs directory "
+    "or its MLflow server; --help names the flags"
+)
 
 
 class AnalysisError(Exception):
@@ -84,6 +89,28 @@ def print_out(text: str) -> int:
     return 0
 
 
+# told what a long computation is doing, one short line at a time
+Progress = Callable[[str], None]
+
+
+def silent(_: str) -> None:
+    """A :data:`Progress` that says nothing."""
+
+
+def progress_printer(prog: str, quiet: bool, stream: TextIO | None = None) -> Progress:
+    """What a long CLI is doing, one short line per step (``PROG: what``) on ``stream``
+    (default stderr) when it is a terminal, so that minutes of work are not minutes of
+    silence; nothing when ``quiet`` or when stderr goes to a file or a pipe (a script
+    reads only the result and, on bad input, the one ``error:`` line)."""
+    shown = not quiet and (stream or sys.stderr).isatty()
+
+    def say(line: str) -> None:
+        if shown:
+            print(f"{prog}: {line}", file=stream or sys.stderr, flush=True)
+
+    return say
+
+
 @dataclass(frozen=True)
 class SearchRecord:
     experiment: str
@@ -101,10 +128,21 @@ class SearchRecord:
     # the store's char n-gram baselines (trainables.baselines), from the parent run's
     # baselines.json; empty for searches run with --no-baselines or before they existed
     baselines: dict[str, dict[str, float]] = field(default_factory=dict)
+    # searched parameter -> the encoder families whose trials searched it (a parameter
+    # not listed here: every trial's); see ``searched_parameters``
+    searched_in: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def searched(self) -> list[str]:
         return list(self.param_kinds)
+
+    def searched_by(self, param: str) -> pd.Series:
+        """Which trials (rows of ``trials``) searched ``param``: those of the families
+        that varied it (every trial for the family itself or a one-family search)."""
+        families = self.searched_in.get(param)
+        if families is None or FAMILY not in self.trials:
+            return pd.Series(True, index=self.trials.index)
+        return self.trials[FAMILY].isin(families)
 
 
 def tracking_uri_for(tracking_uri: str | None, runs_dir: str | os.PathLike[str]) -> str:
@@ -218,7 +256,10 @@ def load_search(client: MlflowClient, uri: str, experiment: str) -> SearchRecord
     notes = [] if parent else ["the search's parent run is missing: no data set facts"]
     params = dict(parent.data.params) if parent else {}
     trial_runs.sort(key=lambda r: r.info.start_time or 0)
-    kinds = _param_kinds(trial_runs, params.get("space_definition"))
+    searched = searched_parameters(
+        [r.data.params for r in trial_runs], _space_params(params.get("space_definition"))
+    )
+    kinds = searched.kinds
     trials = pd.DataFrame([_trial_row(r, kinds) for r in trial_runs])
     history = _history(client, trial_runs)
     dataset, split_images = _store_facts(params.get("data"), notes)
@@ -238,6 +279,7 @@ def load_search(client: MlflowClient, uri: str, experiment: str) -> SearchRecord
         labels,
         notes,
         baselines,
+        searched.families,
     )
 
 
@@ -275,8 +317,11 @@ def _trial_row(run: Run, kinds: dict[str, str]) -> dict[str, Any]:
         "run_name": run.info.run_name,
         "outcome": _outcome(run),
     }
+    encoder = run.data.params.get("encoder", "char_rnn")
     for name, kind in kinds.items():
-        row[name] = _typed(run.data.params.get(name), kind)
+        if name != FAMILY:  # a field the trial's family does not have: no value
+            used = name in applicable({name: None}, encoder)
+            row[name] = _typed(run.data.params.get(name) if used else None, kind)
     # how STS-B was scored, for the semantic table (runs before it existed: SentEval's)
     row["stsb_encoding"] = run.data.params.get("stsb_encoding", "senteval")
     row[FAMILY] = family_of(run.data.params)  # the report groups the trials by it
@@ -292,31 +337,68 @@ def _typed(value: str | None, kind: str) -> Any:
     return int(value) if value.lstrip("-").isdigit() else float(value)
 
 
-def _param_kinds(runs: list[Run], space_definition: str | None) -> dict[str, str]:
-    """The searched parameters: the TrainConfig keys whose values vary across trials
-    (for one trial, those the space defines), each continuous or categorical. A space's
-    helper parameters (``search.<name>``, e.g. paper_grid's variant) are left out: the
-    space decodes them into TrainConfig keys, which are shown instead."""
-    defined: dict[str, Any] = {}
-    if space_definition:
-        try:
-            defined = dict(json.loads(space_definition).get("params", {}))
-        except (json.JSONDecodeError, AttributeError):
-            logger.warning("unreadable space_definition parameter; ignored")
-    values: dict[str, set[str]] = {}
-    for run in runs:
-        for name, value in run.data.params.items():
-            if not name.startswith("search."):
-                values.setdefault(name, set()).add(value)
-    varying = [n for n, v in values.items() if len(v) > 1] or [n for n in values if n in defined]
+class Searched(NamedTuple):
+    kinds: dict[str, str]  # searched parameter -> CONTINUOUS or CATEGORICAL, in order
+    families: dict[str, tuple[str, ...]]  # parameter -> the families that searched it
+
+
+def _space_params(space_definition: str | None) -> dict[str, Any]:
+    """The parameters the space defines (its Optuna distributions), by name."""
+    if not space_definition:
+        return {}
+    try:
+        return dict(json.loads(space_definition).get("params", {}))
+    except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
+        logger.warning("unreadable space_definition parameter; ignored")
+        return {}
+
+
+def searched_parameters(
+    configs: Sequence[Mapping[str, str]], defined: Mapping[str, Any] | None = None
+) -> Searched:
+    """What a search searched, from its trials' logged configurations (TrainConfig keys,
+    MLflow's strings) and the parameters its space defines (``defined``).
+
+    Trials are grouped by encoder family (``trainables.presets.family_of``). With more
+    than one family the family is searched (categorical). A field is searched in a
+    family when its values differ among that family's trials and the family has it
+    (``trainables.config.applicable``): a value a preset fixes differs between families
+    only, and a field a family does not have (``hidden_size`` on ``word_bow``) only
+    carries its default there, so neither counts. With one family and nothing that
+    varies (a single trial) the fields the space defines are listed. A space's helper
+    parameters (``search.<name>``, e.g. paper_grid's variant) are left out: the space
+    decodes them into TrainConfig keys, which are shown instead."""
+    defined = dict(defined or {})
+    groups: dict[str, list[Mapping[str, str]]] = {}
+    for config in configs:
+        groups.setdefault(family_of(config), []).append(config)
+    values: dict[str, dict[str, set[str]]] = {}  # field -> family -> its values there
+    for family, members in groups.items():
+        for config in members:
+            encoder = config.get("encoder", "char_rnn")
+            for name, value in config.items():
+                if not name.startswith("search.") and name in applicable({name: 0}, encoder):
+                    values.setdefault(name, {}).setdefault(family, set()).add(value)
+    families = {
+        name: tuple(f for f in groups if len(by_family.get(f, ())) > 1)
+        for name, by_family in values.items()
+    }
+    varying = [n for n, f in families.items() if f]
+    if not varying and len(groups) == 1:
+        varying = [n for n in values if n in defined]
+        families = {n: tuple(groups) for n in varying}
     order = {n: i for i, n in enumerate(defined)}
     varying.sort(key=lambda n: (order.get(n, len(order)), n))
-    kinds = {}
+    kinds: dict[str, str] = {FAMILY: CATEGORICAL} if len(groups) > 1 else {}
+    searched_in: dict[str, tuple[str, ...]] = {}
     for name in varying:
-        numeric = all(_is_number(v) for v in values[name])
+        seen = {v for f in families[name] for v in values[name][f]}
+        numeric = all(_is_number(v) for v in seen)
         categorical = defined.get(name, {}).get("type") == "categorical" or not numeric
         kinds[name] = CATEGORICAL if categorical else CONTINUOUS
-    return kinds
+        if len(groups) > 1:
+            searched_in[name] = families[name]
+    return Searched(kinds, searched_in)
 
 
 def _is_number(text: str) -> bool:

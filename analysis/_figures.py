@@ -5,6 +5,7 @@ switching), so drawing in a library or a test leaves the caller's matplotlib alo
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -28,8 +29,9 @@ _DASHES: tuple[Literal["-", "--", ":", "-."], ...] = ("-", "--", ":", "-.")
 _REFERENCE_STYLES: tuple[Literal["--", ":", "-."], ...] = ("--", ":", "-.")  # baselines
 
 
-def _save(fig: Figure, path: Path) -> Path:
-    fig.tight_layout()
+def _save(fig: Figure, path: Path, *, tight: bool = True) -> Path:
+    if tight:
+        fig.tight_layout()
     fig.savefig(path, dpi=DPI, bbox_inches="tight")  # the legends below the axes too
     return path
 
@@ -53,20 +55,28 @@ def _epoch_axis(ax: Axes, last_epoch: int) -> None:
 
 
 def draw_tradeoff_overlay(
-    curves: Mapping[str, TradeoffCurve], path: Path, references: Sequence[ReferenceLine] = ()
+    curves: Mapping[str, TradeoffCurve],
+    path: Path,
+    references: Sequence[ReferenceLine] = (),
+    labels: Mapping[str, str] | None = None,
+    groups: Mapping[str, str] | None = None,
 ) -> Path:
     """Every trial's dev R@10 mean (left) and dev semantic score (right) against epoch,
-    each trial's best-semantic epoch starred on both (the paper's Fig. 4, overlaid)."""
+    each trial's best-semantic epoch starred on both (the paper's Fig. 4, overlaid).
+    The legend below both panels names every trial by ``labels`` (what it tried; its id
+    where there is none) and the baselines; with ``groups`` (trial -> encoder family)
+    of more than one family, a family is a colour and its trials differ by marker."""
+    labels = labels or {}
     fig = Figure(figsize=(12, 4.4))
     retrieval_ax, semantic_ax = fig.subplots(1, 2)
-    colours = _colours(len(curves))
+    styles = _trial_styles(list(curves), groups or {})
     last = max((max(c.epochs) for c in curves.values()), default=1)
-    for k, ((trial_id, curve), colour) in enumerate(zip(curves.items(), colours, strict=True)):
+    for trial_id, curve in curves.items():
         x = _epoch_x(curve.epochs)
-        # trials whose curves coincide stay told apart: each its own marker and dashes
-        style = {"marker": _MARKERS[k % len(_MARKERS)], "linestyle": _DASHES[k % len(_DASHES)]}
-        retrieval_ax.plot(x, curve.retrieval, color=colour, alpha=0.8, label=trial_id,
-                          markersize=5, markerfacecolor="none", **style)  # fmt: skip
+        colour, style = styles[trial_id]
+        retrieval_ax.plot(x, curve.retrieval, color=colour, alpha=0.8,
+                          label=labels.get(trial_id, trial_id), markersize=5,
+                          markerfacecolor="none", **style)  # fmt: skip
         semantic_ax.plot(x, curve.semantic, color=colour, alpha=0.8, markersize=5,
                          markerfacecolor="none", **style)  # fmt: skip
         if curve.best_semantic_epoch is not None:
@@ -78,17 +88,54 @@ def draw_tradeoff_overlay(
         ax.set_ylabel(label)
     retrieval_ax.set_title("retrieval (★ = the trial's best-semantic epoch)", fontsize=10)
     semantic_ax.set_title("semantic score", fontsize=10)
-    if 0 < len(curves) <= 12:
-        _legend_below(retrieval_ax, ncol=4, title="trial", title_fontsize=8)
-    _draw_references(retrieval_ax, semantic_ax, references)
-    return _save(fig, path)
+    handles, names = retrieval_ax.get_legend_handles_labels()
+    baselines = _draw_references(retrieval_ax, semantic_ax, references, legend=False)
+    handles += baselines
+    names += [str(h.get_label()) for h in baselines]
+    fig.tight_layout()
+    if handles:  # below both panels (the saved image grows to hold it), never over a curve
+        widest = max(len(n) for n in names)
+        fig.legend(handles, names, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                   ncol=max(1, min(4, 150 // (widest + 8))), frameon=False, fontsize=7,
+                   title="trials (what each tried) and baselines", title_fontsize=8)  # fmt: skip
+    return _save(fig, path, tight=False)
+
+
+def _trial_styles(
+    trials: Sequence[str], groups: Mapping[str, str]
+) -> dict[str, tuple[Any, dict[str, Any]]]:
+    """Each trial's colour and marker/dashes: one colour per trial, or per group (a
+    family) when there are several groups, its trials then told apart by marker."""
+    families = list(dict.fromkeys(groups.get(t, "") for t in trials))
+    by_group = len(families) > 1
+    colours = _colours(len(families) if by_group else len(trials))
+    seen: dict[str, int] = {}
+    styles = {}
+    for k, trial in enumerate(trials):
+        group = groups.get(trial, "")
+        index = seen[group] = seen.get(group, -1) + 1
+        k_style = index if by_group else k
+        colour = colours[families.index(group)] if by_group else colours[k]
+        # trials whose curves coincide stay told apart: each its own marker and dashes
+        styles[trial] = (
+            colour,
+            {
+                "marker": _MARKERS[k_style % len(_MARKERS)],
+                "linestyle": _DASHES[k_style % len(_DASHES)],
+            },
+        )
+    return styles
 
 
 def _draw_references(
-    retrieval_ax: Axes, semantic_ax: Axes, references: Sequence[ReferenceLine]
-) -> None:
+    retrieval_ax: Axes,
+    semantic_ax: Axes,
+    references: Sequence[ReferenceLine],
+    *,
+    legend: bool = True,
+) -> list[Line2D]:
     """The baselines' dev values as grey horizontal lines across both panels, named in
-    the semantic panel's legend (the retrieval panel's names the trials)."""
+    the semantic panel's legend (``legend``; else the caller places the handles)."""
     handles = []
     for reference, style in zip(references, _REFERENCE_STYLES, strict=False):
         for ax, value in ((retrieval_ax, reference.retrieval), (semantic_ax, reference.semantic)):
@@ -97,9 +144,37 @@ def _draw_references(
         handles.append(
             Line2D([], [], color="0.35", linestyle=style, label=f"baseline: {reference.label}")
         )
-    if handles:
+    if handles and legend:
         _legend_below(semantic_ax, handles=handles, ncol=3, title="baselines' dev values",
                       title_fontsize=8)  # fmt: skip
+    return handles
+
+
+TITLE_WIDTH = 60  # characters per line of a per-trial figure's title
+
+
+def draw_trial_tradeoff(curve: TradeoffCurve, path: Path, title: str) -> Path:
+    """One trial's dev R@10 mean (left axis) and dev semantic score (right axis) against
+    epoch, its best-semantic epoch marked; ``title`` (the trial and what it tried) is
+    wrapped to lines of at most ``TITLE_WIDTH`` characters, so all of it shows."""
+    fig = Figure(figsize=(6, 3.6))
+    left = fig.subplots()
+    x = _epoch_x(curve.epochs)
+    left.plot(x, curve.retrieval, "o-", color="tab:blue", label="dev R@10 mean")
+    _epoch_axis(left, max(curve.epochs, default=1))
+    left.set_ylabel("R@10 mean (%)", color="tab:blue")
+    right = left.twinx()
+    right.plot(x, curve.semantic, "s--", color="tab:red", label="dev semantic")
+    right.set_ylabel("semantic score (r)", color="tab:red")
+    if curve.best_semantic_epoch is not None:
+        right.axvline(max(curve.best_semantic_epoch, _EPOCH_ZERO_AT), color="tab:red", alpha=0.3)
+    left.set_title(wrap_title(title), fontsize=9)
+    return _save(fig, path)
+
+
+def wrap_title(title: str, width: int = TITLE_WIDTH) -> str:
+    """``title`` broken at spaces into lines of at most ``width`` characters."""
+    return "\n".join(textwrap.wrap(title, width, break_long_words=True)) or title
 
 
 def draw_family_overlay(
@@ -157,6 +232,7 @@ def draw_sensitivity(rows: pd.DataFrame, param: str, kind: str, path: Path) -> P
     fig = Figure(figsize=(4.2 * max(len(metrics), 1), 3.6))
     axes = np.atleast_1d(fig.subplots(1, max(len(metrics), 1)))
     categories = _categories(rows["value"].astype(str)) if kind == "categorical" else []
+    families: list[Line2D] = []
     for ax, label in zip(axes, metrics, strict=False):
         part = rows[rows["label"] == label]
         y = part["estimate"].to_numpy(float)
@@ -181,12 +257,38 @@ def draw_sensitivity(rows: pd.DataFrame, param: str, kind: str, path: Path) -> P
                     label="paper's stable range",
                 )
                 _legend_below(ax)
-        ax.errorbar(x, y, yerr=[low, high], fmt="o", color="tab:blue", ecolor="0.5", capsize=3)
+        families = _points_by_family(ax, part, x, y, (low, high))
         ax.set_xlabel(param)
         ax.set_ylabel(label)
         ax.grid(alpha=0.3)
     fig.suptitle(f"{param}: final metrics with 95% intervals (one point per trial)", fontsize=10)
-    return _save(fig, path)
+    fig.tight_layout()
+    if families:  # one legend for every panel, below them all
+        fig.legend(handles=families, loc="upper center", bbox_to_anchor=(0.5, 0.0),
+                   ncol=min(len(families), 6), frameon=False, fontsize=8,
+                   title="family (the families that searched it)", title_fontsize=8)  # fmt: skip
+    return _save(fig, path, tight=False)
+
+
+def _points_by_family(
+    ax: Axes, part: pd.DataFrame, x: np.ndarray, y: np.ndarray, error: tuple[Any, Any]
+) -> list[Line2D]:
+    """The trials' points with their intervals: one colour per encoder family when the
+    points are of several families (returned: the legend's handles), else all alike."""
+    families = list(dict.fromkeys(part["family"].astype(str))) if "family" in part else []
+    if len(families) < 2 or part["param"].iloc[0] == "family":
+        ax.errorbar(x, y, yerr=list(error), fmt="o", color="tab:blue", ecolor="0.5", capsize=3)
+        return []
+    low, high = error
+    of = part["family"].astype(str).to_numpy()
+    for family, colour in zip(families, _colours(len(families)), strict=True):
+        at = of == family
+        ax.errorbar(x[at], y[at], yerr=[low[at], high[at]], fmt="o", color=colour,
+                    ecolor=colour, alpha=0.85, capsize=3)  # fmt: skip
+    return [
+        Line2D([], [], marker="o", linestyle="", color=colour, label=family)
+        for family, colour in zip(families, _colours(len(families)), strict=True)
+    ]
 
 
 def _categories(values: pd.Series) -> list[str]:
@@ -232,12 +334,15 @@ def draw_pareto(trials: ParetoSet, epochs: ParetoSet, path: Path) -> Path:
     _front_line(left, trials.front)
     left.set_title("over trials (best dev values of each)", fontsize=10)
     pairs = epochs.points
+    trained = pairs[pairs["epoch"] > 0]
     shown = right.scatter(
-        pairs["retrieval"], pairs["semantic"], c=pairs["epoch"], cmap="viridis", s=18
+        trained["retrieval"], trained["semantic"], c=trained["epoch"], cmap="viridis", s=18
     )
     bar = fig.colorbar(shown, ax=right, label="epoch")
     bar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     _front_line(right, epochs.front)
+    _limits_of(right, trained)
+    _mark_untrained(right, pairs[pairs["epoch"] == 0])
     right.set_title("over (trial, epoch) pairs", fontsize=10)
     for ax, (x_label, y_label) in (
         (left, ("best dev R@10 mean (%)", "best dev semantic (r)")),
@@ -248,6 +353,38 @@ def draw_pareto(trials: ParetoSet, epochs: ParetoSet, path: Path) -> Path:
         ax.grid(alpha=0.3)
         _legend_below(ax, ncol=2)
     return _save(fig, path)
+
+
+def _limits_of(ax: Axes, points: pd.DataFrame) -> None:
+    """Axis limits that fit ``points`` (the trained models) with a margin, so that the
+    untrained model at epoch 0, often far below them, does not squash them together."""
+    for column, setter in (("retrieval", ax.set_xlim), ("semantic", ax.set_ylim)):
+        values = points[column].astype(float)
+        values = values[np.isfinite(values)]
+        if values.empty:
+            continue
+        low, high = float(values.min()), float(values.max())
+        pad = 0.08 * (high - low) or 0.05 * max(abs(high), 1e-3)
+        setter(low - pad, high + pad)
+
+
+def _mark_untrained(ax: Axes, untrained: pd.DataFrame) -> None:
+    """Epoch 0 (the untrained model of each trial) as grey crosses where it falls inside
+    the axes; the legend says how many fall outside them."""
+    if untrained.empty:
+        return
+    (x_low, x_high), (y_low, y_high) = ax.get_xlim(), ax.get_ylim()
+    inside = untrained["retrieval"].between(x_low, x_high) & untrained["semantic"].between(
+        y_low, y_high
+    )
+    outside = int((~inside).sum())
+    label = "epoch 0, untrained" + (
+        f" ({outside} of {len(untrained)} off these axes)" if outside else ""
+    )
+    ax.scatter(untrained.loc[inside, "retrieval"], untrained.loc[inside, "semantic"], marker="x",
+               color="0.5", s=22, label=label)  # fmt: skip
+    ax.set_xlim(x_low, x_high)
+    ax.set_ylim(y_low, y_high)
 
 
 def _front_line(ax: Axes, front: pd.DataFrame) -> None:

@@ -21,6 +21,7 @@ table { border-collapse: collapse; font-size: 13px; margin: 8px 0 16px; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; }
 th { background: #f3f3f3; }
 .text1 td:nth-child(1), .text2 td:nth-child(-n+2), .text3 td:nth-child(-n+3) { text-align: left; }
+.scroll { max-width: 100%; overflow-x: auto; } .scroll table { margin-top: 0; }
 img.wide { max-width: 100%; } .grid { display: flex; flex-wrap: wrap; gap: 8px; }
 .grid img { width: 370px; border: 1px solid #eee; } nav a { margin-right: 12px; }
 """
@@ -57,15 +58,15 @@ class Section:
         if frame.empty:
             self.parts.append("<p><em>(empty)</em></p>")
         else:
-            self.parts.append(
-                frame.to_html(
-                    index=False,
-                    na_rep="-",
-                    border=0,
-                    float_format=_number,
-                    classes=f"text{text_columns}",
-                )
+            table = frame.to_html(
+                index=False,
+                na_rep="-",
+                border=0,
+                float_format=_number,
+                classes=f"text{text_columns}",
             )
+            # a table wider than the page scrolls inside its box, the page does not
+            self.parts.append(f'<div class="scroll">{table}</div>')
         return self
 
 

@@ -12,19 +12,18 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from analysis import _compute, _families, _figures, _tables
-from analysis._data import AnalysisError, SearchRecord
+from analysis._data import FAMILY, AnalysisError, SearchRecord
 from analysis._families import FamilyPair
 from analysis._html import Section
 from analysis._importance import Importances
 from analysis.reference import MARGIN_STABLE_RANGE
-from gridsearch.curves import draw_tradeoff
 from trainables import names
 
-if TYPE_CHECKING:  # analysis.compare needs torch: imported only when a test runs
-    from analysis.compare import Comparison
+if TYPE_CHECKING:
+    from analysis._comparison import Comparison
 
 
-# runs the significance test of two families' best trials (analysis.compare.compare_runs)
+# runs the significance test of two families' best trials (analysis._comparison.compare_runs)
 FamilyTest = Callable[[FamilyPair], "Comparison"]
 
 
@@ -57,6 +56,16 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
 
 
+# the trials table's headers, short so that it fits the page (the lead spells them out)
+_TRIAL_HEADERS = {
+    "trial_id": "trial",
+    names.BEST_RETRIEVAL: "dev R@10 best",
+    names.BEST_SEMANTIC: "dev sem. best",
+    _compute.ENSEMBLE_RETRIEVAL: "test R@10 ens.",
+    "best semantic epoch": "sem. best epoch",
+}
+
+
 def trials_section(record: SearchRecord, out: Output) -> Section:
     columns = ["trial_id", "outcome", *record.searched]
     shown = record.trials[columns].copy()
@@ -66,12 +75,18 @@ def trials_section(record: SearchRecord, out: Output) -> Section:
         shown[key] = record.trials.get(key, math.nan)
     shown["best semantic epoch"] = shown["trial_id"].map(best_epochs)
     out.csv(shown, "trials")
+    page = shown.astype(object)
+    for param in record.searched:  # a value the trial's family did not search: not shown
+        page.loc[~record.searched_by(param), param] = None
+    per_family = " (- where the trial's family did not search it)" if record.searched_in else ""
     section = Section(
         "trials",
         "Trials",
-        "Every trial of the search, its searched parameters and "
-        "final metrics (best dev values over its epochs; test = its snapshot ensemble).",
-    ).table(shown, text_columns=2)
+        f"Every trial of the search, its searched parameters{per_family} and final metrics: "
+        "dev R@10 best = the best dev R@10 mean over its epochs, dev sem. best = the best dev "
+        "semantic score, test R@10 ens. = its snapshot ensemble's test R@10 mean, sem. best "
+        "epoch = the epoch of its best dev semantic score. tables/trials.csv has every value.",
+    ).table(page.rename(columns=_TRIAL_HEADERS), text_columns=2)
     baselines = _compute.baseline_table(record)
     if baselines.empty:
         return section.note(
@@ -106,19 +121,21 @@ def tradeoff_section(record: SearchRecord, out: Output) -> Section:
     )
     if not curves:
         return section.note("no trial has a recorded dev epoch yet")
-    section.image(
-        _figures.draw_tradeoff_overlay(
-            curves, out.figure("tradeoff_overlay"), _compute.reference_lines(record)
-        ),
-        "trade-off curves, all trials",
+    tried = _compute.tried(record)
+    families = record.trials.set_index("trial_id").get(FAMILY)
+    overlay = _figures.draw_tradeoff_overlay(
+        curves,
+        out.figure("tradeoff_overlay"),
+        _compute.reference_lines(record),
+        labels={t: f"{t}: {tried[t]}" for t in curves},
+        groups={} if families is None else {t: str(families[t]) for t in curves},
     )
-    config = record.trials.set_index("trial_id")[record.searched]
+    section.image(overlay, "trade-off curves, all trials")
     gallery = []
     for trial_id, curve in curves.items():
-        title = f"{trial_id}: " + ", ".join(
-            f"{p}={_short(v)}" for p, v in config.loc[trial_id].items()
-        )
-        gallery.append((draw_tradeoff(curve, out.figure(f"tradeoff_{trial_id}"), title), title))
+        title = f"{trial_id}: {tried[trial_id]}"
+        path = out.figure(f"tradeoff_{trial_id}")
+        gallery.append((_figures.draw_trial_tradeoff(curve, path, title), title))
     rows = [
         {
             "trial_id": t,
@@ -134,10 +151,6 @@ def tradeoff_section(record: SearchRecord, out: Output) -> Section:
     return section.gallery(gallery)
 
 
-def _short(value: object) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
-
-
 def sensitivity_section(record: SearchRecord, out: Output) -> Section:
     table = _compute.sensitivity(record)
     out.csv(table, "sensitivity")
@@ -146,7 +159,13 @@ def sensitivity_section(record: SearchRecord, out: Output) -> Section:
         "Sensitivity",
         "Each searched parameter against the trials' final metrics with 95% intervals: "
         "R@10 by the normal approximation (n = images of the split), the semantic score "
-        "by Fisher-z intervals of its parts at the best-semantic epoch (averaged endpoints).",
+        "by Fisher-z intervals of its parts at the best-semantic epoch (averaged endpoints)."
+        + (
+            " With several encoder families, a parameter shows the trials of the families "
+            "that searched it, one colour per family."
+            if record.searched_in
+            else ""
+        ),
     )
     if table.empty:
         return section.note(

@@ -28,9 +28,10 @@ RETRIEVAL_COLUMNS = (
 )
 _DIRECTIONS = {"c2i": "Caption to Image", "i2c": "Image to Caption"}
 _MEASURES = {"r1": "R@1", "r5": "R@5", "r10": "R@10", "medr": "med r"}
-# Table 5 ends with STS-B and SICK-R by SentEval's supervised protocol; then, beyond the
-# paper, the same test pairs by cosine similarity (the protocol of SimCSE and MTEB).
-_SUPERVISED = ("stsb_pearson", "sickr_pearson", "stsb_cosine_pearson", "sickr_cosine_pearson")
+# Table 5 ends with STS-B and SICK-R by SentEval's supervised protocol, each followed,
+# beyond the paper, by the same test pairs by cosine similarity (the protocol of SimCSE
+# and MTEB): a task's rows stay together, so the task is named once above them.
+_SUPERVISED = ("stsb_pearson", "stsb_cosine_pearson", "sickr_pearson", "sickr_cosine_pearson")
 _AGGREGATE = re.compile(r"^sts\d\d_pearson$|_pearson_mean$|^sts12_16_pearson$")
 
 
@@ -162,8 +163,9 @@ def _label(key: str) -> tuple[str, str]:
 
 
 def format_retrieval(table: pd.DataFrame) -> pd.DataFrame:
-    """Tables 2-3 as strings: "27.5 ± 2.8" (or "27.5 [low, high]" when clipped at 0 or
-    100), under two-level headers; the model and where its numbers come from first."""
+    """Tables 2-3 as strings, each R@K with its 95% interval as "27.5 [24.7, 30.3]" (the
+    report's one notation, which also holds an interval clipped at 0 or 100), under
+    two-level headers; the model and where its numbers come from first."""
     columns = pd.MultiIndex.from_tuples(
         [("", "model"), ("", "source")]
         + [(_DIRECTIONS[c[:3]], _MEASURES[c[4:]]) for c in RETRIEVAL_COLUMNS]
@@ -181,15 +183,23 @@ def _interval(row: dict[str, object], name: str) -> str:
         return "-"
     low = float(row.get(f"{name}_ci_low", math.nan))  # type: ignore[arg-type]
     high = float(row.get(f"{name}_ci_high", math.nan))  # type: ignore[arg-type]
-    if math.isnan(low):
+    return interval_text(value, low, high)
+
+
+def interval_text(value: float, low: float, high: float) -> str:
+    """The report's one way of writing an estimate with its 95% interval:
+    ``75.0 [70.2, 100.0]``; the value alone when the interval is unknown, "-" for none."""
+    if math.isnan(value):
+        return "-"
+    if math.isnan(low) or math.isnan(high):
         return f"{value:.1f}"
-    if abs((high - value) - (value - low)) < 0.05:
-        return f"{value:.1f} ± {high - value:.1f}"
     return f"{value:.1f} [{low:.1f}, {high:.1f}]"
 
 
 def format_semantic(table: pd.DataFrame) -> pd.DataFrame:
-    """Table 5 as strings: one row per subtask, one column per model, "r (+a/−b)"."""
+    """Table 5 as strings: one row per subtask, one column per model, "r [low, high]"
+    (Pearson r x 100). A task is named on its first row only, as in the paper, so its
+    rows must be consecutive: a task whose rows are apart is named again."""
     if table.empty:
         return pd.DataFrame()
     header = [
@@ -199,7 +209,7 @@ def format_semantic(table: pd.DataFrame) -> pd.DataFrame:
     cells = table.assign(
         header=header,
         cell=[
-            f"{r:.1f}" if math.isnan(lo) else f"{r:.1f} (+{hi - r:.1f}/−{r - lo:.1f})"
+            interval_text(r, lo, hi)
             for r, lo, hi in zip(table["r"], table["ci_low"], table["ci_high"], strict=True)
         ],
         n=table["n"].map(lambda n: "-" if pd.isna(n) else str(int(n))),
@@ -207,7 +217,8 @@ def format_semantic(table: pd.DataFrame) -> pd.DataFrame:
     wide = cells.pivot(index="key", columns="header", values="cell")
     rows = cells.drop_duplicates("key").set_index("key")[["task", "subtask", "n"]]
     out = rows.join(wide[list(dict.fromkeys(header))]).reset_index(drop=True)
-    out.loc[out["task"].duplicated(), "task"] = ""  # each task named once, as in the paper
+    repeated = out["task"].eq(out["task"].shift())  # the row above names the same task
+    out.loc[repeated, "task"] = ""
     return out
 
 
@@ -225,8 +236,9 @@ _FAMILY_HEADERS = {
 
 
 def format_families(best: pd.DataFrame) -> pd.DataFrame:
-    """``analysis._families.best_of_families`` as strings: R@10 "62.2 ± 6.7", Pearson r
-    x 100 with its Fisher-z interval "71.7 (+2.0/−2.1)", as the paper tables print them."""
+    """``analysis._families.best_of_families`` as strings in the report's one interval
+    notation: R@10 "62.2 [55.5, 68.9]", Pearson r x 100 with its Fisher-z interval
+    "71.7 [69.6, 73.7]"."""
     rows = []
     for row in best.to_dict("records"):
         cells: dict[str, object] = {
@@ -248,6 +260,4 @@ def _r_interval(row: dict[str, object], name: str) -> str:
         100 * float(row.get(k, math.nan))  # type: ignore[arg-type]
         for k in (name, f"{name}_ci_low", f"{name}_ci_high")
     )
-    if math.isnan(r):
-        return "-"
-    return f"{r:.1f}" if math.isnan(low) else f"{r:.1f} (+{high - r:.1f}/−{r - low:.1f})"
+    return interval_text(r, low, high)

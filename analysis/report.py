@@ -35,23 +35,26 @@ from analysis import _sections
 from analysis._data import (
     OPTUNA_TABLES,
     AnalysisError,
+    Progress,
     SearchRecord,
     check_sqlite_file,
     latest_experiment,
     load_search,
     open_client,
     print_out,
+    progress_printer,
+    silent,
     sqlite_path,
     tracking_uri_for,
 )
-from analysis._families import FamilyPair
+from analysis._families import FAMILY, FamilyPair, family_order
 from analysis._html import render_page
 from analysis._importance import Importances, default_optuna_storage, param_importances
 from gridsearch import RunsLayout
 from storage.cli import OneLineParser, error_line
 
-if TYPE_CHECKING:  # analysis.compare needs torch: imported only when the test runs
-    from analysis.compare import Comparison
+if TYPE_CHECKING:
+    from analysis._comparison import Comparison
 
 __all__ = [
     "ARTIFACT_PATH",
@@ -60,6 +63,7 @@ __all__ = [
     "latest_experiment",
     "log_report",
     "main",
+    "searched_text",
     "write_report",
 ]
 
@@ -76,6 +80,7 @@ def write_report(
     optuna_storage: str | None = None,
     *,
     family_test: bool = True,
+    progress: Progress = silent,
 ) -> Path:
     """Compute, draw and write the report of ``record`` into ``out``; returns the page.
     With trials of several encoder families and ``family_test``, the two leading
@@ -90,7 +95,7 @@ def write_report(
     except OSError as err:
         raise AnalysisError(f"--out {out}: cannot write there ({err.strerror or err})") from None
     try:
-        _write_pages(record, staging, optuna_storage, family_test)
+        _write_pages(record, staging, optuna_storage, family_test, progress)
         _publish(staging, out)
     except OSError as err:
         raise AnalysisError(
@@ -105,10 +110,15 @@ def write_report(
 
 
 def _write_pages(
-    record: SearchRecord, folder: Path, optuna_storage: str | None, family_test: bool
+    record: SearchRecord,
+    folder: Path,
+    optuna_storage: str | None,
+    family_test: bool,
+    progress: Progress,
 ) -> None:
     target = _sections.Output(folder)
-    test = _family_test(record) if family_test else None
+    test = _family_test(record, progress) if family_test else None
+    progress(f"drawing the figures and tables of {len(record.trials)} trials")
     sections = [
         _sections.trials_section(record, target),
         _sections.families_section(record, target, test),
@@ -123,18 +133,22 @@ def _write_pages(
     (folder / _PAGE).write_text(page, encoding="utf-8")
 
 
-def _family_test(record: SearchRecord) -> _sections.FamilyTest:
+def _family_test(record: SearchRecord, progress: Progress) -> _sections.FamilyTest:
     """``analysis.compare`` between two families' best trials, on the search's store
     and semantic sets (torch is imported only when it runs)."""
 
     def test(pair: FamilyPair) -> Comparison:
-        from analysis.compare import compare_runs
+        progress(
+            f"testing family {pair.b} ({pair.trial_b}) against {pair.a} ({pair.trial_a}): "
+            "rebuilding their ensembles (--no-family-test skips it)"
+        )
+        from analysis._comparison import compare_runs  # torch: only when the test runs
 
         run_ids = record.trials.set_index("trial_id")["run_id"]
         client = MlflowClient(tracking_uri=record.tracking_uri)
         try:
             run_a, run_b = (client.get_run(run_ids[t]) for t in (pair.trial_a, pair.trial_b))
-            return compare_runs(client, run_a, run_b)
+            return compare_runs(client, run_a, run_b, progress=progress)
         except MlflowException as err:
             raise AnalysisError(f"the tracking store failed ({error_line(err)})") from None
 
@@ -190,7 +204,7 @@ def check_optuna_storage(url: str, what: str) -> None:
 def _facts(record: SearchRecord) -> list[str]:
     params = record.parent_params
     outcomes = Counter(record.trials["outcome"])
-    searched = ", ".join(f"{p} ({k})" for p, k in record.param_kinds.items()) or "(none varies)"
+    searched = searched_text(record)
     return [
         f"space {params.get('space', '?')}: searched {searched}; objective "
         f"{params.get('objective', '?')}; {params.get('sampler', '?')}, scheduler "
@@ -203,6 +217,24 @@ def _facts(record: SearchRecord) -> list[str]:
         f"tracking: {record.tracking_uri}, parent run {record.parent_run_id}; code "
         f"{params.get('code_version', '?')}; report written {time.strftime('%Y-%m-%d %H:%M')}",
     ]
+
+
+def searched_text(record: SearchRecord) -> str:
+    """The searched parameters, each with its kind and, when the trials are of several
+    encoder families, which families searched it: ``family (categorical: char_rnn,
+    word_bow), lr_max (categorical) in every family``."""
+    every = set(family_order(record))
+    parts = []
+    for param, kind in record.param_kinds.items():
+        families = record.searched_in.get(param)
+        if param == FAMILY:
+            parts.append(f"{param} ({kind}: {', '.join(family_order(record))})")
+        elif families is None:
+            parts.append(f"{param} ({kind})")
+        else:
+            where = "every family" if set(families) == every else ", ".join(families)
+            parts.append(f"{param} ({kind}) in {where}")
+    return ", ".join(parts) or "(none varies)"
 
 
 def _semantic_sets(params: dict[str, str]) -> str:
@@ -282,7 +314,7 @@ def _parser() -> argparse.ArgumentParser:
         "--runs-dir",
         type=Path,
         default=Path("runs"),
-        help="the search's --runs-dir (its sqlite tracking store; default runs)",
+        help="the search's --runs-dir (its sqlite tracking store; default: %(default)s)",
     )
     parser.add_argument(
         "--tracking-uri",
@@ -315,6 +347,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="with several encoder families, do not test the two leading families' best "
         "trials against each other (it rebuilds their ensembles on the search's store)",
+    )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress lines on stderr (shown only when it is a terminal; what was "
+        "written, notes and errors stay)",
     )
     return parser
 
@@ -356,13 +394,18 @@ def _report(args: argparse.Namespace) -> int:
     _check_out(out, f"--out {out}" if args.out else f"the report folder {out}")
     if args.optuna_storage:
         check_optuna_storage(args.optuna_storage, f"--optuna-storage {args.optuna_storage}")
+    say = progress_printer("report", args.quiet)
+    say(f"reading the search {args.experiment!r} from {uri}")
     record = load_search(open_client(uri), uri, args.experiment)
     check_finished(record, partial=args.partial)
-    page = write_report(record, out, args.optuna_storage, family_test=not args.no_family_test)
+    page = write_report(
+        record, out, args.optuna_storage, family_test=not args.no_family_test, progress=say
+    )
     for note in record.notes:
         print(f"note: {note}", file=sys.stderr)
     lines = [f"wrote {page} (figures in {out / 'figures'}, tables in {out / 'tables'})"]
     if not args.no_log:
+        say(f"logging the report to the search's run {record.parent_run_id}")
         log_report(record, out)
         lines.append(
             f"logged to run {record.parent_run_id} under {ARTIFACT_PATH}/: "

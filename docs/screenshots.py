@@ -1,14 +1,17 @@
-"""The README's MLflow screenshots, taken by headless Chromium from MLflow's own UI:
-the runs table of a search (the link the search prints) and the trade-off artifact
-(``tradeoff.png``) of its best trial.
+"""The README's screenshots, taken by headless Chromium: from MLflow's own UI, the runs
+table of a search (the link the search prints) and the trade-off artifact
+(``tradeoff.png``) of its best trial; and the top of the search's report
+(``python -m analysis.report``).
 
     python docs/screenshots.py                          # runs the README's main job first
+    python docs/screenshots.py --smoke-test             # a 2-trial smoke search instead
     python docs/screenshots.py --runs-dir runs --experiment margin_sweep-20261122-101500
 
 Without ``--runs-dir`` it runs ``python -m gridsearch.run --space margin_sweep`` (the
-CPU-sized default, a few minutes on 2 cores) into a temporary runs directory. Writes
-``docs/img/mlflow-runs.png`` and ``docs/img/mlflow-tradeoff.png`` (``--out``), each
-without the UI's assistant panel and reduced to 256 colours.
+CPU-sized default, a few minutes on 2 cores; ``--smoke-test`` for its smoke test) into a
+temporary runs directory. Writes ``docs/img/mlflow-runs.png``,
+``docs/img/mlflow-tradeoff.png`` and ``docs/img/report.png`` (``--out``), the MLflow ones
+without the UI's assistant panel, all reduced to 256 colours.
 """
 
 from __future__ import annotations
@@ -37,20 +40,31 @@ from trainables import names  # noqa: E402
 
 RUNS_WINDOW = (2300, 560)  # wide enough for every column of the results view
 ARTIFACT_WINDOW = (1500, 720)
+REPORT_WINDOW = (1280, 1500)  # the report's facts, trials table and trade-off curves
 GAP = {(v, v, v) for v in range(240, 247)}  # the page's background between the UI's panels
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs-dir", type=Path, help="of an existing search (default: run one)")
-    parser.add_argument("--experiment", default="margin_sweep", help="its name")
-    parser.add_argument("--out", type=Path, default=REPO / "docs" / "img")
+    parser.add_argument(
+        "--experiment", default="margin_sweep", help="its name (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--smoke-test",
+        action="store_true",
+        help="without --runs-dir, run the search's --smoke-test (2 small trials) instead of "
+        "the README's main job",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=REPO / "docs" / "img", help="folder (default: docs/img)"
+    )
     args = parser.parse_args(argv)
     try:
         if chromium() is None:
             raise ValueError("Chromium is not installed: nothing can take the screenshots")
         with tempfile.TemporaryDirectory() as scratch:
-            runs_dir = args.runs_dir or _search(Path(scratch), args.experiment)
+            runs_dir = args.runs_dir or _search(Path(scratch), args.experiment, args.smoke_test)
             database = runs_dir.resolve() / "mlflow.db"
             if not database.is_file():
                 raise ValueError(f"--runs-dir {runs_dir}: no mlflow.db, not a search's runs")
@@ -70,18 +84,24 @@ def main(argv: list[str] | None = None) -> int:
                     shot = screenshot(url, Path(scratch) / name, 30_000, window)
                     _save_small(shot, args.out / name)
                     print(f"{args.out / name}: {(args.out / name).stat().st_size / 1024:.0f} KB")
+            page = _report(runs_dir, args.experiment, Path(scratch) / "report")
+            shot = screenshot(page.as_uri(), Path(scratch) / "report.png", 30_000, REPORT_WINDOW)
+            written = args.out / "report.png"
+            _quantize(Image.open(shot).convert("RGB"), written)
+            print(f"{written}: {written.stat().st_size / 1024:.0f} KB")
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
 
 
-def _search(scratch: Path, experiment: str) -> Path:
-    """The README's main job, as ``gridsearch.run`` runs it."""
+def _search(scratch: Path, experiment: str, smoke: bool) -> Path:
+    """The README's main job (or its smoke test), as ``gridsearch.run`` runs it."""
     from gridsearch.run import main as run_search
 
     runs_dir = scratch / "runs"
     argv = ["--space", "margin_sweep", "--runs-dir", str(runs_dir), "--no-dashboard"]
+    argv += ["--smoke-test"] if smoke else []
     if run_search([*argv, "--experiment", experiment]) != 0:
         raise ValueError("the search did not finish (its output above says why)")
     return runs_dir
@@ -101,6 +121,20 @@ def _best_trial(client: MlflowClient, experiment: str) -> tuple[str, str]:
     return str(found.experiment_id), str(runs[0].info.run_id)
 
 
+def _report(runs_dir: Path, experiment: str, out: Path) -> Path:
+    """The search's report page, written by ``analysis.report`` into ``out``."""
+    from analysis.report import main as report
+
+    argv = ["--runs-dir", str(runs_dir), "--experiment", experiment, "--out", str(out)]
+    if report([*argv, "--no-log", "--quiet"]) != 0:
+        raise ValueError("the report could not be written (its error above says why)")
+    return (out / "report.html").resolve()
+
+
+def _quantize(image: Image.Image, out: Path) -> None:
+    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(out, optimize=True)
+
+
 def _save_small(shot: Path, out: Path) -> None:
     """``shot`` without the assistant panel on its right, in 256 colours."""
     image = Image.open(shot).convert("RGB")
@@ -115,8 +149,7 @@ def _save_small(shot: Path, out: Path) -> None:
         if all(in_gap(x - k) for k in range(6)):
             right = x - 1
             break
-    image = image.crop((0, 0, right, height))
-    image.quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(out, optimize=True)
+    _quantize(image.crop((0, 0, right, height)), out)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ before anything is computed."""
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import NamedTuple
@@ -14,6 +15,7 @@ import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 
+from analysis._data import progress_printer
 from analysis.compare import main
 from tests.analysis.helpers import write_search
 from trainables.checkpoint import ENSEMBLE_FILE, EnsembleWeights
@@ -233,3 +235,28 @@ def test_a_closed_output_is_no_traceback() -> None:
     process.stdout.close()
     err = process.stderr.read()
     assert process.wait(timeout=60) == 141 and err == b""
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("terminal", "quiet", "shown"), [
+    (True, False, True), (True, True, False), (False, False, False),
+])  # fmt: skip
+def test_progress_lines_only_on_a_terminal_and_not_when_quiet(
+    terminal: bool, quiet: bool, shown: bool
+) -> None:
+    stream = _Terminal() if terminal else io.StringIO()
+    progress_printer("compare", quiet, stream)("reading the split")
+    assert stream.getvalue() == ("compare: reading the split\n" if shown else "")
+
+
+def test_help_shows_defaults_and_choices(capsys) -> None:
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for said in ("(default: runs)", "choices: test, val, dev; default: test", "(default: 10000)",
+                 "choices: retrieval, semantic; default: retrieval", "--quiet"):  # fmt: skip
+        assert said in text

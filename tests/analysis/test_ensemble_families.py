@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from analysis._comparison import _read_split
 from analysis._ensemble import Ensemble, ranks
-from analysis.compare import _read_split
 from trainables import names
 from trainables.checkpoint import EnsembleWeights
 from trainables.config import TrainConfig

@@ -102,14 +102,13 @@ def test_family_curves_group_every_trial_with_an_epoch() -> None:
     }
 
 
-def test_the_family_table_prints_intervals_as_the_paper_tables(tmp_path: Path) -> None:
+def test_the_family_table_prints_intervals_in_the_reports_one_notation(tmp_path: Path) -> None:
     table = _tables.format_families(_families.best_of_families(_record()))
     first = table.iloc[0]
     low, high = recall_ci(58.0, 200)
-    assert 58 - low == pytest.approx(high - 58)  # not clipped: printed as one half-width
-    assert first["test R@10 mean"] == f"58.0 ± {high - 58:.1f}"
+    assert first["test R@10 mean"] == f"58.0 [{low:.1f}, {high:.1f}]"
     r_low, r_high = pearson_ci(0.6, 400)
-    assert first["STS-B r x100"] == f"60.0 (+{100 * r_high - 60:.1f}/−{60 - 100 * r_low:.1f})"
+    assert first["STS-B r x100"] == f"60.0 [{100 * r_low:.1f}, {100 * r_high:.1f}]"
     assert first["STS12-16 r x100"] == "-" and first["finished / trials"] == "2 / 2"
     path = _figures.draw_family_overlay(_families.family_curves(_record()), tmp_path / "f.png")
     assert path.stat().st_size > 10_000

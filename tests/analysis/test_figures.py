@@ -64,7 +64,9 @@ def test_no_legend_covers_the_plotting_area(tmp_path: Path, monkeypatch) -> None
     on points in every corner (a legend inside the axes once hid a Pareto point)."""
     figures = []
     save = _figures._save
-    monkeypatch.setattr(_figures, "_save", lambda fig, path: figures.append(fig) or save(fig, path))
+    monkeypatch.setattr(
+        _figures, "_save", lambda fig, path, **kw: figures.append(fig) or save(fig, path, **kw)
+    )
     corners = [(0.0, 0.0), (100.0, 0.0), (0.0, 1.0), (100.0, 1.0), (50.0, 0.5)]
     history = [
         {"trial_id": f"t{k}", "epoch": e, names.PRIMARY_RETRIEVAL: r * e / 2,
@@ -101,7 +103,15 @@ def test_no_legend_covers_the_plotting_area(tmp_path: Path, monkeypatch) -> None
                 assert not legend.get_window_extent(renderer).overlaps(
                     ax.get_window_extent(renderer)
                 ), ax.get_title()
-    assert legends == 8  # 2 overlays: trials or families + baselines; Pareto 2; margin 2
+        for legend in fig.legends:  # one below all panels: it overlaps none of them
+            legends += 1
+            for ax in fig.axes:
+                assert not legend.get_window_extent(renderer).overlaps(
+                    ax.get_window_extent(renderer)
+                ), ax.get_title()
+    # the trials' overlay: one for trials and baselines; the families' overlay: families,
+    # baselines; Pareto 2; margin 3 (the stable range in each panel, the families)
+    assert legends == 8
 
 
 def test_coinciding_curves_are_drawn_with_different_markers_and_dashes(
@@ -115,7 +125,9 @@ def test_coinciding_curves_are_drawn_with_different_markers_and_dashes(
     record = make_record([{"trial_id": t} for t in "abc"], same)
     figures = []
     save = _figures._save
-    monkeypatch.setattr(_figures, "_save", lambda fig, path: figures.append(fig) or save(fig, path))
+    monkeypatch.setattr(
+        _figures, "_save", lambda fig, path, **kw: figures.append(fig) or save(fig, path, **kw)
+    )
     _figures.draw_tradeoff_overlay(_compute.tradeoff_curves(record), tmp_path / "o.png")
     lines = [line for line in figures[0].axes[0].get_lines() if line.get_label() in "abc"]
     styles = {(line.get_marker(), line.get_linestyle()) for line in lines}

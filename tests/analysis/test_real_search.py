@@ -121,3 +121,14 @@ def test_compare_unknown_run(real_search: RealSearch, capsys) -> None:
     assert err.startswith(
         "error: 'nope': no MLflow run has that run id, tune.trial_id tag or run name"
     )
+
+
+def test_compare_says_what_it_is_doing(real_search: RealSearch) -> None:
+    """Each step of a comparison is told to ``progress`` as it starts, with its time."""
+    client, _, metrics, ids = _runs(real_search)
+    a, b = (client.get_run(ids[t]) for t in sorted(metrics)[:2])
+    said: list[str] = []
+    compare.compare_runs(client, a, b, resamples=50, device="cpu", progress=said.append)
+    steps = [line.split("] ", 1)[1].split(" ", 1)[0] for line in said]
+    assert steps == ["fetching", "reading", "rebuilding", "ranking", "scoring", "done"]
+    assert all(line.startswith("[") and " s] " in line for line in said)

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import math
 
+import pandas as pd
 import pytest
 
 from analysis import _tables, reference
-from tests.analysis.helpers import make_record
+from analysis._html import Section
+from tests.analysis.helpers import html_tables, make_record
 from trainables import names
 from trainables.metrics import pearson_ci, recall_ci
 
@@ -44,7 +46,7 @@ def test_retrieval_table_rows_and_the_papers_row_for_flickr8k() -> None:
     assert (paper["c2i_r1_ci_low"], paper["c2i_r1_ci_high"]) == pytest.approx((24.7, 30.3))
     assert "Table 2" in result.note
     shown = _tables.format_retrieval(result.table)
-    assert shown[("Caption to Image", "R@1")].tolist() == ["30.0 ± 2.8", "27.5 ± 2.8"]
+    assert shown[("Caption to Image", "R@1")].tolist() == ["30.0 [27.2, 32.8]", "27.5 [24.7, 30.3]"]
     assert shown[("Image to Caption", "med r")].tolist() == ["2.0", "2.0"]
 
 
@@ -84,7 +86,61 @@ def test_semantic_table_rows_in_table5_layout_with_fisher_z_intervals() -> None:
         "task", "subtask", "n", "t1 (best dev semantic)", "char-GRU Flickr8k (paper)"
     ]  # fmt: skip
     assert shown.iloc[0].tolist()[:3] == ["STS12", "MSRpar", "750"]
-    assert shown.iloc[0, 4] == "49.1 (+5.2/−5.6)"
+    assert shown.iloc[0, 4] == "49.1 [43.5, 54.3]"
+
+
+SUPERVISED = {
+    "stsb_pearson": 0.70, "sickr_pearson": 0.80,
+    "stsb_cosine_pearson": 0.725, "sickr_cosine_pearson": 0.712,
+}  # fmt: skip
+LABELS = {
+    "stsb_pearson": ("STS-B", "test"), "stsb_cosine_pearson": ("STS-B", "test, cosine"),
+    "sickr_pearson": ("SICK-R", "test"), "sickr_cosine_pearson": ("SICK-R", "test, cosine"),
+}  # fmt: skip
+
+
+def test_table5_names_every_row_under_its_own_task_on_the_page() -> None:
+    """Each row of the page's Table 5 sits under the task of its CSV row: a blank task
+    cell continues the task above it, so a task's rows must be consecutive."""
+    trial = {"trial_id": "t1", **{names.key(names.ENSEMBLE, k): v for k, v in SUPERVISED.items()}}
+    record = make_record(
+        [trial],
+        dataset="flickr8k",
+        pair_counts={MSRPAR: 750, **dict.fromkeys(SUPERVISED, 1379)},
+        semantic_labels={MSRPAR: ("STS12", "MSRpar"), **LABELS},
+    )
+    record.trials[names.key(names.ENSEMBLE, MSRPAR)] = 0.5
+    table = _tables.semantic_table(record, [("t1", "best dev semantic")]).table
+    page = Section("t", "t").table(_tables.format_semantic(table), text_columns=2).parts[-1]
+    (rows,) = html_tables(page)
+    assert rows[0][:3] == ["task", "subtask", "n"]
+    shown, task = [], ""
+    for cells in rows[1:]:
+        task = cells[0] or task
+        shown.append((task, cells[1], cells[3]))
+    ours = table[table["model"] == "t1"]
+    assert shown == [
+        (t, s, f"{r:.1f} [{lo:.1f}, {hi:.1f}]")
+        for t, s, r, lo, hi in zip(
+            ours["task"], ours["subtask"], ours["r"], ours["ci_low"], ours["ci_high"], strict=True
+        )
+    ]
+    assert [s[:2] for s in shown] == [
+        ("STS12", "MSRpar"), ("STS-B", "test, senteval encoding"), ("STS-B", "test, cosine"),
+        ("SICK-R", "test"), ("SICK-R", "test, cosine"),
+    ]  # fmt: skip
+    assert ("STS-B", "test, cosine", "72.5 [69.9, 74.9]") in shown
+
+
+def test_a_task_whose_rows_are_apart_is_named_again() -> None:
+    table = pd.DataFrame(
+        {
+            "task": ["A", "B", "A"], "subtask": ["x", "y", "z"], "key": ["a", "b", "c"],
+            "n": [10, 10, 10], "model": "m", "source": "ours: x", "r": [50.0, 60.0, 70.0],
+            "ci_low": [40.0, 50.0, 60.0], "ci_high": [60.0, 70.0, 80.0],
+        }
+    )  # fmt: skip
+    assert _tables.format_semantic(table)["task"].tolist() == ["A", "B", "A"]
 
 
 def test_semantic_table_of_a_suite_that_is_not_senteval() -> None:
