@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 import tomllib
 import typing
@@ -105,7 +106,14 @@ def load_space_file(path: str | os.PathLike[str]) -> SearchSpace:
             raise error(required, "missing; a space file needs a name and params")
     name = document["name"]
     if not isinstance(name, str) or not name:
-        raise error("name", f"got {name!r}, expected a non-empty string")
+        raise error("name", f"got {_excerpt(name)}, expected a non-empty string")
+    if not SPACE_NAME.fullmatch(name):
+        raise error(
+            "name",
+            f"got {_excerpt(name)}, expected letters, digits, '.', '_' and '-' (at most "
+            f"{MAX_NAME}, not starting with '.' or '-'): it names the registered model "
+            "grounded-NAME and the search's files",
+        )
     description = document.get("description", f"from {path.name}")
     if not isinstance(description, str):
         raise error("description", f"got {description!r}, expected a string")
@@ -114,7 +122,8 @@ def load_space_file(path: str | os.PathLike[str]) -> SearchSpace:
     if not params_raw:
         raise error("params", "empty; search at least one TrainConfig key")
     fixed = {str(k): _checked_value(str(k), v, f"fixed.{k}", error) for k, v in fixed_raw.items()}
-    params = tuple(_parse_param(str(key), spec, error) for key, spec in params_raw.items())
+    kind = "TOML" if path.suffix.lower() == ".toml" else "YAML"
+    params = tuple(_parse_param(str(key), spec, error, kind) for key, spec in params_raw.items())
     for param in params:
         if param.key in fixed:
             raise error(f"params.{param.key}", "also in fixed; a key is either fixed or searched")
@@ -125,6 +134,9 @@ def load_space_file(path: str | os.PathLike[str]) -> SearchSpace:
     return SearchSpace(name, description, _FileSuggest(params), fixed=fixed, grid=grid)
 
 
+MAX_NAME = 100  # with "grounded-", a registered model name of at most 109 characters
+# A space's name becomes the registered model's (``registry.model_name``) and a tag.
+SPACE_NAME = re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{MAX_NAME - 1}}}")
 MAX_BYTES = 64 * 1024  # a space file is a few lines; anything larger is refused unread
 MAX_MESSAGE = 300  # characters of a problem an error echoes (values are excerpted)
 
@@ -238,10 +250,10 @@ def _checked_value(key: str, value: Any, where: str, error: _FileError) -> Any:
         raise error(where, f"TrainConfig rejects it: {exc}") from exc
 
 
-def _parse_param(key: str, spec: Any, error: _FileError) -> _Param:
+def _parse_param(key: str, spec: Any, error: _FileError, kind: str = "YAML") -> _Param:
     where = f"params.{key}"
-    kind = _FIELD_KINDS.get(key)
-    if kind is None:
+    field_kind = _FIELD_KINDS.get(key)
+    if field_kind is None:
         raise error(where, f"not a TrainConfig field; allowed: {', '.join(_FIELD_KINDS)}")
     spec = _mapping(spec, where, error)
     ptype = spec.get("type")
@@ -261,12 +273,12 @@ def _parse_param(key: str, spec: Any, error: _FileError) -> _Param:
         if len(set(checked)) < len(checked):
             raise error(f"{where}.choices", f"got {choices!r}, which repeats a value")
         return _Param(key, ptype, choices=tuple(checked))
-    if ptype == "float" and kind is not float:
+    if ptype == "float" and field_kind is not float:
         raise error(
             f"{where}.type",
-            f"float does not fit {key} (type {kind.__name__}); use int or categorical",
+            f"float does not fit {key} (type {field_kind.__name__}); use int or categorical",
         )
-    low, high = (_number(spec.get(b), ptype, f"{where}.{b}", error) for b in ("low", "high"))
+    low, high = (_number(spec.get(b), ptype, f"{where}.{b}", error, kind) for b in ("low", "high"))
     if low >= high:
         raise error(f"{where}.low", f"got {low!r}, expected below high ({high!r})")
     log = spec.get("log", False)
@@ -275,7 +287,9 @@ def _parse_param(key: str, spec: Any, error: _FileError) -> _Param:
     if log and low <= 0:
         raise error(f"{where}.low", f"got {low!r}; a log scale needs low > 0")
     step = (
-        None if spec.get("step") is None else _number(spec["step"], ptype, f"{where}.step", error)
+        None
+        if spec.get("step") is None
+        else _number(spec["step"], ptype, f"{where}.step", error, kind)
     )
     if step is not None:
         _check_step(low, high, step, log, f"{where}.step", error)
@@ -284,12 +298,18 @@ def _parse_param(key: str, spec: Any, error: _FileError) -> _Param:
     return _Param(key, ptype, low=low, high=high, log=log, step=step)
 
 
-def _number(value: Any, ptype: str, where: str, error: _FileError) -> float:
+_QUOTED_NUMBER = {
+    "YAML": " (YAML reads 1e-4 as a string: write 1.0e-4)",
+    "TOML": " (TOML reads a quoted value as a string: write the number without quotes)",
+}
+
+
+def _number(value: Any, ptype: str, where: str, error: _FileError, kind: str = "YAML") -> float:
     expected = (int,) if ptype == "int" else (int, float)
     if value is None:
         raise error(where, "missing; float and int parameters need low and high")
     if isinstance(value, bool) or not isinstance(value, expected):
-        hint = " (YAML reads 1e-4 as a string: write 1.0e-4)" if isinstance(value, str) else ""
+        hint = _QUOTED_NUMBER[kind] if isinstance(value, str) else ""
         raise error(
             where, f"got {value!r}, expected {'an integer' if ptype == 'int' else 'a number'}{hint}"
         )

@@ -62,6 +62,7 @@ import gridsearch
 import storage
 import trainables
 from gridsearch._outcome import Outcome
+from gridsearch._space_file import SPACE_NAME
 from gridsearch._store import using_tracking_uri
 from gridsearch._tags import TRIAL_TAG
 from gridsearch.summary import TrialOutcome, best_trial, pareto_front
@@ -131,7 +132,10 @@ def _sentences(model_input: Any) -> list[str]:
 
 
 def model_name(space: str) -> str:
-    """The registered model of a search space: ``grounded-margin_sweep``."""
+    """The registered model of a search space: ``grounded-margin_sweep``. A space name
+    that cannot name one (checked when a space file is read) is a ValueError."""
+    if not SPACE_NAME.fullmatch(space):
+        raise ValueError(f"space name {space[:60]!r}: cannot name a registered model")
     return f"grounded-{space}"
 
 

@@ -171,7 +171,7 @@ def _split_from_dict(raw: Any, where: str, name: str) -> SplitInfo:
             f"{describe(where, f'{prefix}.skipped_images')}: expected a list of image ids "
             f"(strings), got {type(skipped).__name__}"
         )
-    return SplitInfo(
+    info = SplitInfo(
         images=_count(raw, "images", where, prefix),
         captions=_count(raw, "captions", where, prefix),
         image_shards=shards("image_shards", "images"),
@@ -179,6 +179,27 @@ def _split_from_dict(raw: Any, where: str, name: str) -> SplitInfo:
         skipped_images=tuple(skipped),
         truncated_images=_count(raw, "truncated_images", where, prefix, default=0),
     )
+    _check_counts(info, where, prefix)
+    return info
+
+
+def _check_counts(info: SplitInfo, where: str, prefix: str) -> None:
+    """A split's counts agree with each other and with its shards' rows (each shard's
+    rows are checked against the file as it is read): every reader sizes its arrays from
+    them, so a manifest that disagrees is refused when it is parsed, before any work."""
+    per_image = f"{CAPTIONS_PER_IMAGE} per image"
+    agree = (
+        ("images", info.images, sum(s.rows for s in info.image_shards), "its image_shards"),
+        ("captions", info.captions, sum(s.rows for s in info.caption_shards), "its caption_shards"),
+        ("captions", info.captions, info.images * CAPTIONS_PER_IMAGE, per_image),
+    )
+    for key, listed, expected, source in agree:
+        if listed != expected:
+            raise StoreError(
+                f"{describe(where, f'{prefix}.{key}')}: lists {listed:,}, but {source} "
+                f"make {expected:,}; the manifest was edited or belongs to another store "
+                "(rebuild the store with `python -m storage.build`)"
+            )
 
 
 def _check_split_name(name: str, where: str) -> None:

@@ -171,7 +171,7 @@ def _read_state_dict(path: Path) -> Mapping[str, torch.Tensor]:
         with open_regular(path) as handle:
             state = torch.load(handle, map_location="cpu", weights_only=True)
     except Exception as exc:  # torch.load raises many types for a foreign or damaged file
-        reason = one_line(exc)[:500] or type(exc).__name__
+        reason = _load_reason(exc)
         raise StoreError(
             f"--weights {path}: cannot be read as {_EXPECTED_STATE}: {reason}"
         ) from exc
@@ -182,6 +182,20 @@ def _read_state_dict(path: Path) -> Mapping[str, torch.Tensor]:
             f"--weights {path}: holds a {type(state).__name__}, expected {_EXPECTED_STATE}"
         )
     return state
+
+
+_UNPICKLER = "WeightsUnpickler error:"
+
+
+def _load_reason(exc: Exception) -> str:
+    """Why ``torch.load(weights_only=True)`` refused a file, without torch's advice to
+    load it with ``weights_only=False`` (which would run whatever pickle it holds: this
+    reader never does)."""
+    text = one_line(exc)
+    if _UNPICKLER in text:  # torch wraps the unpickler's reason in paragraphs of advice
+        cause = text.split(_UNPICKLER, 1)[1].split("Check the documentation", 1)[0].strip()
+        return f"not a state dict torch.save wrote ({cause or 'refused by the safe unpickler'})"
+    return (text[:500] and f"{type(exc).__name__}: {text[:500]}") or type(exc).__name__
 
 
 def _load_state_dict(model: torch.nn.Module, state: Mapping[str, torch.Tensor], path: Path) -> None:

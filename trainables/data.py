@@ -17,7 +17,7 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from storage import CAPTIONS_PER_IMAGE, FeatureStore, SplitData
+from storage import CAPTIONS_PER_IMAGE, FeatureStore, SplitData, StoreError
 from trainables.model import CharEncoding
 from trainables.vocabulary import Tokenizer
 
@@ -104,10 +104,10 @@ class TrainingData:
         the hashing (see BENCHMARKS.md for what it costs)."""
         store = FeatureStore.open(where)
         encoding = CharEncoding()
-        splits = {
-            name: EncodedSplit.from_split(store.read_split(name, verify=verify), encoding)
-            for name in ("train", "val", "test")
-        }
+        read = {name: store.read_split(name, verify=verify) for name in ("train", "val", "test")}
+        for split in read.values():
+            check_caption_lengths(split, where)
+        splits = {name: EncodedSplit.from_split(split, encoding) for name, split in read.items()}
         if encoding.unknown_count:
             logger.warning(
                 "%d caption characters are outside the alphabet and were mapped to "
@@ -115,6 +115,33 @@ class TrainingData:
                 encoding.unknown_count,
             )
         return cls(**splits, unknown_chars=encoding.unknown_count, source=where)
+
+
+# Captions are padded to the longest of their split, one byte per character for each of
+# the split's captions (and the encoders' memory grows with it): the longest caption of
+# the paper's datasets is a few hundred characters, so a longer one is a broken store.
+MAX_CAPTION_CHARS = 2_000
+
+
+def check_caption_lengths(split: SplitData, where: str) -> None:
+    """Refuse a split whose longest caption exceeds ``MAX_CAPTION_CHARS``, naming it and
+    what padding every caption of the split to its length would cost."""
+    captions = split.captions.reshape(-1)
+    if not len(captions):
+        return
+    lengths = np.fromiter((len(c) for c in captions), dtype=np.int64, count=len(captions))
+    longest = int(lengths.argmax())
+    if lengths[longest] <= MAX_CAPTION_CHARS:
+        return
+    image = split.image_ids[longest // CAPTIONS_PER_IMAGE]
+    cost = int(lengths[longest]) * len(captions)
+    raise StoreError(
+        f"{where}: caption {longest % CAPTIONS_PER_IMAGE} of image {image!r} in split "
+        f"{split.name!r} has {int(lengths[longest]):,} characters; captions are at most "
+        f"{MAX_CAPTION_CHARS:,} (padding the split's {len(captions):,} captions to it would "
+        f"take {cost / 2**30:.1f} GiB before the encoders' own memory): shorten it in the "
+        "source and rebuild the store"
+    )
 
 
 def epoch_batches(num_images: int, batch_size: int, seed: int, epoch: int) -> np.ndarray:

@@ -99,7 +99,9 @@ def test_weights_that_are_not_weights(
     weights = tmp_path / "resnet152-394f9c45.pth"
     weights.write_bytes(content)
     argv = [*karpathy_args(json_path, images, tmp_path / "o"), "--weights", str(weights)]
-    assert_refused(run_main(build.main, argv, capfd), f"--weights {weights}", says)
+    outcome = run_main(build.main, argv, capfd)
+    assert_refused(outcome, f"--weights {weights}", says)
+    assert "weights_only" not in outcome.err  # never advice to run the file's pickle
 
 
 @pytest.mark.parametrize(
@@ -165,7 +167,11 @@ TAMPERING: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
         "'splits.train.image_shards[0].rows': expected int, got str",
     ),
     "rows beyond memory": (
-        lambda m: (_split(m).update(images=2**50), _split(m)["image_shards"][0].update(rows=2**50)),
+        lambda m: (
+            _split(m).update(images=2**50, captions=5 * 2**50),
+            _split(m)["image_shards"][0].update(rows=2**50),
+            _split(m)["caption_shards"][0].update(rows=5 * 2**50),
+        ),
         "split 'train' lists 1,125,899,906,842,624 images of 2,048 features",
     ),
     "skipped a string": (
