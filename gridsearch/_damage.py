@@ -1,0 +1,255 @@
+"""A ``--resume``'s state files checked before Ray starts: each damaged one (truncated,
+emptied, overwritten: a disk that filled, a crash mid-write, a bad copy) is named in one
+line with how to recover, instead of a traceback from deep inside Tune, Optuna or MLflow.
+
+One function per state file, each reading only (sqlite opened read-only, pickles walked
+with ``pickletools``, which runs nothing):
+
+- ``check_study``: the Optuna study (sqlite): a database, intact, holding the study;
+- ``check_tracking``: the MLflow tracking store (sqlite), when it exists: a database,
+  intact, with MLflow's tables;
+- ``check_tune_state``: the Tune experiment: its newest ``experiment_state-*.json``
+  parses, its ``tuner.pkl``, newest ``searcher-state-*.pkl`` and newest
+  ``search_gen_state-*.json`` (a pickle, despite its name) are whole pickles;
+- ``repair_error_files``: a trial's ``error.pkl`` cut short (Tune writes it in place, and
+  reads it back with the results) is removed; its ``error.txt`` keeps the error.
+
+The search record is checked where it is read (``settings``). ``check_resume_state``
+runs them all, once, where a ``--resume`` begins.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import pickletools
+import sqlite3
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gridsearch.settings import SearchSettings
+
+__all__ = [
+    "DamagedState",
+    "check_resume_state",
+    "check_study",
+    "check_tracking",
+    "check_tune_state",
+    "drop_cut_short_pickle",
+    "repair_error_files",
+]
+
+logger = logging.getLogger(__name__)
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+_MAX_STATE_BYTES = 1 << 30  # Tune's state files are KB to MB; larger is not read
+_MLFLOW_TABLES = ("experiments", "runs", "metrics", "params", "tags")
+
+
+class DamagedState(ValueError):
+    """A state file a ``--resume`` needs is damaged; the message is one line: the file,
+    what is wrong with it, and how to recover."""
+
+
+def check_resume_state(settings: SearchSettings) -> None:
+    """Every state file a ``--resume`` of ``settings`` reads, before Ray starts: raises
+    ``SearchError`` (one line) for the first damaged one. Trial error files cut short
+    are removed (``repair_error_files``)."""
+    from gridsearch.settings import SearchError
+
+    try:
+        study = _sqlite_path(settings.optuna_storage)
+        if study is not None:
+            check_study(study, settings.experiment, settings.experiment)
+        tracking = _sqlite_path(settings.tracking_uri)
+        if tracking is not None:
+            check_tracking(tracking, settings.experiment)
+        if "://" not in settings.storage_path:
+            folder = Path(settings.experiment_path)
+            check_tune_state(folder, settings.experiment)
+            for removed in repair_error_files(folder):
+                logger.warning("removed %s: cut short (its error.txt keeps the error)", removed)
+    except DamagedState as err:
+        raise SearchError(str(err)) from None
+
+
+def check_study(path: Path, study: str, experiment: str) -> None:
+    """The Optuna study ``study`` in the sqlite file ``path``: an intact database that
+    holds it. ``DamagedState`` otherwise."""
+    how = (
+        f"restore it from a backup, or salvage it with `sqlite3 {path} .recover | sqlite3 "
+        f"{path}.recovered` and move {path.name}.recovered in its place; every finished "
+        f"trial's parameters and results are also in MLflow (experiment {experiment!r})"
+    )
+    problem = _sqlite_problem(path, lambda db: _has_study(db, study))
+    if problem is not None:
+        raise DamagedState(f"the Optuna study {path} is damaged ({problem}): {how}")
+
+
+def check_tracking(path: Path, experiment: str) -> None:
+    """The MLflow tracking store at the sqlite file ``path``, when there is one: an
+    intact database with MLflow's tables. ``DamagedState`` otherwise."""
+    if not path.exists():
+        return  # MLflow creates it; the resume records what Tune holds
+    how = (
+        f"restore it from a backup, or salvage it with `sqlite3 {path} .recover | sqlite3 "
+        f"{path}.recovered` and move that in its place; or move it aside and `--resume` "
+        f"records every epoch Tune holds of {experiment!r} into a new one (other "
+        "experiments' runs stay in the old file)"
+    )
+    problem = _sqlite_problem(path, _has_mlflow_tables)
+    if problem is not None:
+        raise DamagedState(f"the MLflow tracking store {path} is damaged ({problem}): {how}")
+
+
+def check_tune_state(folder: Path, experiment: str) -> None:
+    """The Tune experiment at ``folder`` (local): its newest state files parse and its
+    pickles are whole. A missing experiment is left to the resume to report."""
+    if not folder.is_dir():
+        return
+    states = sorted(folder.glob("experiment_state-*.json"))
+    if not states:
+        return
+    newest = states[-1]
+    problem = _json_problem(newest)
+    if problem is not None:
+        older = next((s for s in reversed(states[:-1]) if _json_problem(s) is None), None)
+        how = (
+            f"move it aside (e.g. `mv {newest} {newest}.damaged`) and `--resume` continues "
+            f"from the previous state, {older.name} (the trials of the run after it start "
+            "again from their checkpoints)"
+            if older is not None
+            else "no earlier state file is left to fall back to: start a new search with "
+            f"`--warm-start {experiment}`, which begins from its finished trials"
+        )
+        raise DamagedState(f"the Tune experiment state {newest} is damaged ({problem}): {how}")
+    # Tune pickles the search generator's state, though it names the file .json
+    for pattern in ("search_gen_state-*.json", "tuner.pkl", "searcher-state-*.pkl"):
+        _check_newest(folder, pattern, _pickle_problem, experiment)
+
+
+def repair_error_files(folder: Path) -> list[Path]:
+    """Remove the trials' ``error.pkl`` files under the Tune experiment ``folder`` that
+    are cut short (Tune would fail reading them back); returns them. A trial's
+    ``error.txt`` keeps the error's text, which Tune reports instead."""
+    found = folder.glob("*/error.pkl") if folder.is_dir() else ()
+    return [path for path in found if drop_cut_short_pickle(path)]
+
+
+def drop_cut_short_pickle(path: Path) -> bool:
+    """Remove the pickle at ``path`` when it is not whole (empty, cut short, not a
+    pickle); True when removed."""
+    if not path.is_file() or _pickle_problem(path) is None:
+        return False
+    try:
+        path.unlink()
+    except OSError:
+        return False
+    return True
+
+
+def _check_newest(folder: Path, pattern: str, problem_of: object, experiment: str) -> None:
+    found = sorted(folder.glob(pattern))
+    if not found:
+        return
+    assert callable(problem_of)
+    problem = problem_of(found[-1])
+    if problem is not None:
+        raise DamagedState(
+            f"the Tune experiment file {found[-1]} is damaged ({problem}): restore it from a "
+            f"backup, or start a new search with `--warm-start {experiment}`, which begins "
+            "from its finished trials"
+        )
+
+
+def _sqlite_path(url: str) -> Path | None:
+    """The file of a ``sqlite:///`` URL; None for other databases."""
+    return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
+
+
+def _sqlite_problem(path: Path, content_problem: object) -> str | None:
+    """What is wrong with the sqlite file ``path`` (opened read-only), or None."""
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(len(SQLITE_MAGIC))
+    except FileNotFoundError:
+        return "missing"
+    except OSError as err:
+        return f"cannot be read: {err.strerror or err}"
+    if not head:
+        return "empty: 0 bytes"
+    if head != SQLITE_MAGIC:
+        return "not an sqlite database"
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as err:
+        return f"sqlite: {err}"
+    try:
+        row = db.execute("PRAGMA quick_check").fetchone()
+        if row is None or row[0] != "ok":
+            return f"sqlite's integrity check: {str(row[0] if row else 'no answer')[:120]}"
+        assert callable(content_problem)
+        result: str | None = content_problem(db)
+        return result
+    except sqlite3.Error as err:
+        return f"sqlite: {err}"
+    finally:
+        db.close()
+
+
+def _has_study(db: sqlite3.Connection, study: str) -> str | None:
+    try:
+        row = db.execute("SELECT 1 FROM studies WHERE study_name = ?", (study,)).fetchone()
+    except sqlite3.OperationalError:
+        return "no Optuna tables"
+    return None if row is not None else f"no study named {study!r}"
+
+
+def _has_mlflow_tables(db: sqlite3.Connection) -> str | None:
+    names = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    missing = [t for t in _MLFLOW_TABLES if t not in names]
+    return f"no MLflow table {missing[0]!r}" if missing else None
+
+
+def _read_state(path: Path) -> bytes | str:
+    """The bytes of a state file, or what is wrong with reading it."""
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return "empty: 0 bytes"
+        if size > _MAX_STATE_BYTES:
+            return f"{size:,} bytes, larger than a state file can be"
+        return path.read_bytes()
+    except OSError as err:
+        return f"cannot be read: {err.strerror or err}"
+
+
+def _json_problem(path: Path) -> str | None:
+    data = _read_state(path)
+    if isinstance(data, str):
+        return data
+    try:
+        json.loads(data)
+    except (ValueError, RecursionError) as err:
+        if _cut_short(data):
+            return f"cut short at {len(data):,} bytes"
+        return f"not valid JSON: {str(err)[:120]}"
+    return None
+
+
+def _cut_short(data: bytes) -> bool:
+    return not data.rstrip().endswith((b"}", b"]"))
+
+
+def _pickle_problem(path: Path) -> str | None:
+    """What is wrong with the pickle at ``path`` (its opcodes walked, nothing run)."""
+    data = _read_state(path)
+    if isinstance(data, str):
+        return data
+    try:
+        for _ in pickletools.genops(data):
+            pass
+    except Exception as err:  # genops raises ValueError and others on a broken stream
+        return f"not a whole pickle: {str(err)[:120] or type(err).__name__}"
+    return None
