@@ -21,9 +21,19 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m gridsearch.run",
         description="Hyperparameter search with Ray Tune + Optuna, tracked in MLflow.",
     )
-    for group in (_what_to_search, _data, _resources, _where_results_go):
+    for group in (_what_to_search, _data, _resources, _where_results_go, _output):
         group(p)
     return p
+
+
+def _output(p: argparse.ArgumentParser) -> None:
+    out = p.add_argument_group("output")
+    out.add_argument(
+        "--quiet",
+        action="store_true",
+        help="for scripts: print only errors and the final summary (no progress lines, no "
+        "library warnings, no closing commands); the exit status as without it",
+    )
 
 
 def _what_to_search(p: argparse.ArgumentParser) -> None:
@@ -109,7 +119,13 @@ def _what_to_search(p: argparse.ArgumentParser) -> None:
     what.add_argument(
         "--full-size", action="store_true", help="keep the paper's model size even without a GPU"
     )
-    what.add_argument("--smoke-test", action="store_true", help="the same path, tiny, for CI")
+    what.add_argument(
+        "--smoke-test",
+        action="store_true",
+        help="the same path, tiny, for CI: the 120-image world, n = 8 (also where a space or "
+        "preset sets a bigger model), batch 8 unless the space sets one, 2 epochs, 2 trials "
+        "(a grid keeps its first 2 points; --num-samples N keeps its first N), no baselines",
+    )
 
 
 def _data(p: argparse.ArgumentParser) -> None:

@@ -11,16 +11,38 @@
       world/, world-smoke/         the embedded world, built once and reused
       reports/NAME/                ``analysis.report``'s default output
 
+A runs directory may be copied or moved: what a search recorded under its old place
+names the same files under the new one through ``rebase``. The runs directory is always
+taken by its real path (symbolic links resolved), so a link to it is the same directory.
+
 Dependency-free, so ``analysis`` reads a search's layout without importing Ray.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
-__all__ = ["RunsLayout"]
+__all__ = ["RunsLayout", "rebase"]
+
+
+def rebase(text: str, old: Path, new: Path) -> str:
+    """``text`` with every path under the directory ``old`` (alone, or inside a URI such
+    as ``sqlite:////OLD/mlflow.db`` or ``file:///OLD/tune``) naming the same place under
+    ``new`` (also within JSON or text); anything else in it (``/OLDER``, ``/x/OLD``) as it
+    is."""
+    if str(old) == os.sep:  # everything is under the root: nothing to tell apart
+        return text
+    pairs = [(str(old), str(new))]
+    if quote(str(old)) != str(old):  # a file:// URI's path, percent-encoded
+        pairs.append((quote(str(old)), quote(str(new))))
+    for before, after in pairs:
+        pattern = r"(?<![\w.~%-])" + re.escape(before) + r"(?![\w.~%-])"
+        text = re.sub(pattern, after.replace("\\", r"\\"), text)  # literally
+    return text
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,10 @@
 searcher that survives restores.
 
 The study lives in sqlite (``RunsLayout.optuna_db``), named after the experiment, so it
-can be resumed and inspected with Optuna's own tools.
+can be resumed and inspected with Optuna's own tools. It points at the other tools: its
+objectives carry the search's metric names (``dev/r10_mean_best``, as MLflow names them),
+each trial Tune ran has the user attributes ``tune_trial_id`` and ``mlflow_run_id``, and
+its intermediate values are reported at step = epoch, as MLflow logs them.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import optuna
+from ray.tune.result import TRAINING_ITERATION
 from ray.tune.search import ConcurrencyLimiter
 from ray.tune.search.optuna import OptunaSearch
 
@@ -23,10 +27,14 @@ from trainables.config import TrainConfig, applicable
 ENCODER = TrainConfig.encoder  # the default family
 
 __all__ = [
+    "MLFLOW_RUN_ATTR",
+    "TUNE_TRIAL_ATTR",
     "DefineByRun",
     "ResumableOptunaSearch",
+    "StudyLinks",
     "close_leftovers",
     "make_sampler",
+    "name_metrics",
     "repeats_line",
     "searcher",
 ]
@@ -83,6 +91,8 @@ class DefineByRun:
 MAX_REDRAWS = 50  # draws per trial before a repeated config is trained after all
 REPEAT_OF = "repeat_of"  # user attribute of a study trial that repeated an earlier one
 WARM_START = "warm_start_from"  # user attribute of a trial copied from an earlier study
+TUNE_TRIAL_ATTR = "tune_trial_id"  # user attribute: the Tune trial that trained it
+MLFLOW_RUN_ATTR = "mlflow_run_id"  # user attribute: that trial's MLflow run
 _SPACE_DRAWS = 64  # random draws that map a define-by-run space's distributions
 
 
@@ -111,14 +121,14 @@ class ResumableOptunaSearch(OptunaSearch):
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         if not self.skip_repeats:
-            return super().suggest(trial_id)
+            return self._trained_as(trial_id, super().suggest(trial_id))
         for _ in range(MAX_REDRAWS):
             config = super().suggest(trial_id)
             trial, study = self._ot_trials[trial_id], self._ot_study
             assert study is not None  # suggest() above needs it
             earlier = _earlier_with_params(study, trial)
             if earlier is None:
-                return config
+                return self._trained_as(trial_id, config)
             del self._ot_trials[trial_id]  # the next super().suggest asks a new trial
             trial.set_user_attr(REPEAT_OF, earlier.number)
             if earlier.state == optuna.trial.TrialState.RUNNING:
@@ -127,9 +137,20 @@ class ResumableOptunaSearch(OptunaSearch):
             else:  # ended: the same outcome (a pruned trial has no value)
                 study.tell(trial, earlier.values, state=earlier.state)
                 self.reused += 1
-        return super().suggest(trial_id)
+        return self._trained_as(trial_id, super().suggest(trial_id))
+
+    def _trained_as(self, trial_id: str, config: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Mark the study trial Tune trains as ``trial_id`` with that id."""
+        if trial_id in self._ot_trials:
+            self._ot_trials[trial_id].set_user_attr(TUNE_TRIAL_ATTR, trial_id)
+        return config
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        # Ray's OptunaSearch reports at step = Tune's training_iteration, which counts
+        # reports from 1 (epoch 0, the untrained model, is report 1): the step is the
+        # epoch here, as in MLflow.
+        if "epoch" in result:
+            result = {**result, TRAINING_ITERATION: int(result["epoch"])}
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
             super().on_trial_result(trial_id, result)
 
@@ -196,7 +217,47 @@ def searcher(
         storage=optuna.storages.RDBStorage(storage_url),
     )
     search.skip_repeats = skip_repeats
+    name_metrics(study, storage_url, metric)
     return ConcurrencyLimiter(search, max_concurrent=max_concurrent)
+
+
+def name_metrics(study: str, storage_url: str, metric: str | list[str]) -> None:
+    """Name the study's objectives after the metrics Tune reports (Optuna shows
+    "Objective 0" otherwise)."""
+    loaded = optuna.load_study(study_name=study, storage=storage_url)
+    with warnings.catch_warnings():  # Optuna 5 still marks it experimental (since 3.2)
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        loaded.set_metric_names([metric] if isinstance(metric, str) else list(metric))
+
+
+class StudyLinks:
+    """The links between the study ``study`` in ``storage_url`` and MLflow: the study
+    trial Tune trained as a Tune trial id (``TUNE_TRIAL_ATTR``) gets its MLflow run id
+    (``MLFLOW_RUN_ATTR``). Opened on first use."""
+
+    def __init__(self, study: str, storage_url: str) -> None:
+        self.study, self.storage_url = study, storage_url
+        self._storage: optuna.storages.RDBStorage | None = None
+        self._study_id = -1
+
+    def link(self, tune_trial_id: str, run_id: str) -> int | None:
+        """Give the study trial of ``tune_trial_id`` the attribute ``mlflow_run_id`` (unless
+        it has ended: Optuna keeps an ended trial as it is); its number, or None when the
+        study has no trial of that Tune trial."""
+        if self._storage is None:
+            self._storage = optuna.storages.RDBStorage(self.storage_url)
+            self._study_id = self._storage.get_study_id_from_name(self.study)
+        storage = self._storage
+        for trial in storage.get_all_trials(self._study_id, deepcopy=False):
+            if trial.user_attrs.get(TUNE_TRIAL_ATTR) != tune_trial_id:
+                continue
+            if trial.user_attrs.get(MLFLOW_RUN_ATTR) != run_id and not trial.state.is_finished():
+                stored = storage.get_trial_id_from_study_id_trial_number(
+                    self._study_id, trial.number
+                )
+                storage.set_trial_user_attr(stored, MLFLOW_RUN_ATTR, run_id)
+            return int(trial.number)
+        return None
 
 
 def space_distributions(space: SearchSpace, fixed: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,12 @@ every metric of the best trial on the search's objective under the trials' own n
 (``dev/r10_mean_best``, ``ensemble/r10_mean``, ``test/...``), except that each objective
 metric holds the best value any trial reached on it; a tag per objective,
 ``best_trial.<metric>``, names the trial its value comes from. "Best" is decided on dev
-metrics only (``names.selectable``), as the summary decides it."""
+metrics only (``names.selectable``), as the summary decides it.
+
+These are the search's result, not an epoch of it: they are logged at the step of the
+search's last epoch (its ``epochs`` parameter), so MLflow's charts draw the parent as one
+point where the trials' curves end, never as an epoch-0 point, and a ``--resume`` that
+logs them again at the same step replaces them (the latest timestamp wins)."""
 
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ from gridsearch.summary import TrialOutcome, best_trial
 from storage import FeatureStore
 from trainables import names
 
-__all__ = ["best_values", "close_parent", "code_version", "parent_params"]
+__all__ = ["best_values", "close_parent", "code_version", "parent_params", "summary_step"]
 
 BATCH_LIMIT = 1000  # MLflow's limit on metrics per log_batch call
 
@@ -92,26 +97,38 @@ def close_parent(
     summary: str,
     unfinished: int,
     elapsed_s: float,
+    interrupted: bool = False,
 ) -> str:
     """Record the end of the search; returns the parent's outcome: ``interrupted`` (trials
-    left to run: a ``--resume`` continues), ``failed`` (every trial failed) or
-    ``finished``."""
+    left to run, or ``interrupted`` by a signal or a full disk before its end: a
+    ``--resume`` continues), ``failed`` (every trial failed) or ``finished``."""
     client.log_text(parent, summary + "\n", "summary.txt")
     run = client.get_run(parent)
     objective = run.data.params.get("objective", "retrieval")
     values, tags = best_values(client, run.info.experiment_id, objective, outcomes)
-    stamp = int(time.time() * 1000)
-    metrics = [Metric(k, v, stamp, 0) for k, v in values.items()]
-    metrics.append(Metric("search/elapsed_s", elapsed_s, stamp, 0))
+    stamp, step = int(time.time() * 1000), summary_step(run.data.params, values)
+    metrics = [Metric(k, v, stamp, step) for k, v in values.items()]
+    metrics.append(Metric("search/elapsed_s", elapsed_s, stamp, step))
     for start in range(0, len(metrics), BATCH_LIMIT):
         client.log_batch(parent, metrics=metrics[start : start + BATCH_LIMIT])
     client.log_batch(parent, tags=[RunTag(k, v) for k, v in tags.items()])
     failed_all = bool(outcomes) and all(o.status == "failed" for o in outcomes)
-    status = "KILLED" if unfinished else "FAILED" if failed_all else "FINISHED"
-    outcome = "interrupted" if unfinished else status.lower()
+    stopped = bool(unfinished) or interrupted
+    status = "KILLED" if stopped else "FAILED" if failed_all else "FINISHED"
+    outcome = "interrupted" if stopped else status.lower()
     client.set_tag(parent, "outcome", outcome)
     client.set_terminated(parent, status)
     return outcome
+
+
+def summary_step(params: Mapping[str, str], values: Mapping[str, float]) -> int:
+    """The step of the parent's metrics: the search's last epoch (``epochs``); without
+    that parameter, the last epoch of the best trial's values."""
+    try:
+        return int(params["epochs"])
+    except (KeyError, ValueError):
+        epoch = values.get("epoch", 0.0)
+        return int(epoch) if epoch == epoch else 0  # NaN: no epoch
 
 
 def best_values(

@@ -217,17 +217,34 @@ class TrialRuns:
             )
             self.client.log_artifacts(run_id, folder)
 
+    def _running(self) -> list[Any]:
+        """The runs of this search's trials still RUNNING in MLflow."""
+        return list(
+            self.client.search_runs(
+                [self.experiment_id],
+                f"tags.`{PARENT_TAG}` = '{self.parent_run_id}' and attributes.status = 'RUNNING'",
+                max_results=10_000,
+            )
+        )
+
+    def end_running(self, outcome: Outcome) -> int:
+        """Close every run of this search still RUNNING with ``outcome`` (its tag and
+        status; no artifacts): the driver stopped before Tune ended its trials. Returns
+        how many."""
+        ended = 0
+        for run in self._running():
+            self.client.set_tag(run.info.run_id, OUTCOME_TAG, outcome.value)
+            self.client.set_terminated(run.info.run_id, outcome.status)
+            self._closed.add(run.info.run_id)
+            ended += 1
+        return ended
+
     def abandon_unknown(self, known: Collection[str]) -> int:
         """Close as ``abandoned`` every run of this search still RUNNING whose trial Tune
         no longer knows (its driver died before Tune saved it; the resumed search ran
         another trial in its place). Returns how many."""
-        running = self.client.search_runs(
-            [self.experiment_id],
-            f"tags.`{PARENT_TAG}` = '{self.parent_run_id}' and attributes.status = 'RUNNING'",
-            max_results=10_000,
-        )
         abandoned = 0
-        for run in running:
+        for run in self._running():
             if run.data.tags.get(TRIAL_TAG) in known:
                 continue
             self.client.set_tag(run.info.run_id, OUTCOME_TAG, Outcome.ABANDONED.value)

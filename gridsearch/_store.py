@@ -25,6 +25,7 @@ from mlflow.tracking import MlflowClient
 
 from gridsearch._lineage import log_store_input
 from gridsearch._tags import (
+    CHARTS_VIEW,
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
     OUTCOME_RUNNING,
@@ -34,6 +35,7 @@ from gridsearch._tags import (
     ROLE_TAG,
     VIEW_TAG_PREFIX,
 )
+from gridsearch.curves import charts_url
 from gridsearch.settings import OBJECTIVES
 from trainables import names
 
@@ -180,9 +182,10 @@ def results_url(experiment_id: str, ui: str = LOCAL_UI) -> str:
     return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs?{query}"
 
 
-def results_link(tracking_uri: str, experiment: str) -> str | None:
-    """``results_url`` of ``experiment``, served by the tracking server itself or, for a
-    local store, by ``mlflow ui`` at its default address; None when it cannot be found."""
+def results_link(tracking_uri: str, experiment: str, charts: bool = False) -> str | None:
+    """``results_url`` of ``experiment`` (with ``charts``: the page opened on its chart
+    view, ``curves.charts_url``), served by the tracking server itself or, for a local
+    store, by ``mlflow ui`` at its default address; None when it cannot be found."""
     try:
         found = MlflowClient(tracking_uri=tracking_uri).get_experiment_by_name(experiment)
     except Exception:  # MLflow raises many kinds for a store that is away
@@ -190,7 +193,10 @@ def results_link(tracking_uri: str, experiment: str) -> str | None:
     if found is None:
         return None
     remote = tracking_uri.startswith(("http://", "https://"))
-    return results_url(str(found.experiment_id), tracking_uri if remote else LOCAL_UI)
+    ui = tracking_uri if remote else LOCAL_UI
+    if charts:
+        return charts_url(str(found.experiment_id), ui, CHARTS_VIEW)
+    return results_url(str(found.experiment_id), ui)
 
 
 @contextmanager

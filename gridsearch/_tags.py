@@ -5,9 +5,12 @@ from __future__ import annotations
 
 __all__ = [
     "BEST_TRIAL_TAG",
+    "CHARTS_VIEW",
     "ERROR_TAG",
     "EXPERIMENT_KIND",
     "EXPERIMENT_KIND_TAG",
+    "OPTUNA_STUDY_TAG",
+    "OPTUNA_TRIAL_TAG",
     "OUTCOME_RUNNING",
     "OUTCOME_TAG",
     "PARENT_TAG",
@@ -25,6 +28,10 @@ ROLE_TAG = "search.role"  # ROLE_SEARCH (the parent run) or ROLE_TRIAL
 ROLE_SEARCH = "search"
 ROLE_TRIAL = "trial"
 TRIAL_TAG = "tune.trial_id"  # a trial's run is found again by its Tune trial id
+# A trial's run names its Optuna study and trial (whose user attributes name the run and
+# the Tune trial back: gridsearch._optuna).
+OPTUNA_STUDY_TAG = "optuna.study"
+OPTUNA_TRIAL_TAG = "optuna.trial_number"
 # a trial's Outcome value (gridsearch._outcome); the parent's finished, failed or
 # interrupted (gridsearch._parent); OUTCOME_RUNNING on either while it runs
 OUTCOME_TAG = "outcome"
@@ -43,6 +50,7 @@ EXPERIMENT_KIND = "custom_model_development"
 # from the URL parameter ``viewStateShareKey`` and lists it under "Views".
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 RESULTS_VIEW = "search-results"  # the key of the view a search writes
+CHARTS_VIEW = "search-charts"  # the key of its chart view (gridsearch.curves.charts_view)
 
 
 def best_trial_tag(metric: str) -> str:

@@ -3,7 +3,10 @@ TrainConfig values that follow from the hardware."""
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,15 +44,36 @@ def start_ray(settings: SearchSettings) -> str | None:
                 f"--address {settings.address}: cannot join the Ray cluster ({err})"
             ) from None
     else:
-        context = ray.init(
-            address="local",  # a new local instance, never another process's cluster
-            include_dashboard=settings.dashboard,
-            dashboard_host=settings.dashboard_host,
-            log_to_driver=False,
-            configure_logging=False,
-        )
+        with _quiet_logger(TOKEN_NOTICE_LOGGER):
+            context = ray.init(
+                address="local",  # a new local instance, never another process's cluster
+                include_dashboard=settings.dashboard,
+                dashboard_host=settings.dashboard_host,
+                log_to_driver=False,
+                configure_logging=False,
+            )
     url = context.dashboard_url
     return (url if url.startswith("http") else f"http://{url}") if url else None
+
+
+# Ray 2.60 turns token authentication on for a new local cluster (unless RAY_AUTH_MODE
+# says otherwise) and logs a notice through this logger on every start; on a local start
+# that notice is the only warning it can log, and the driver says how to get the token
+# where it matters (the dashboard's login). RAY_AUTH_MODE cannot be set instead: Ray
+# reads it when imported, and setting it for joining a cluster would break one without.
+TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+@contextmanager
+def _quiet_logger(name: str) -> Iterator[None]:
+    """The logger ``name`` passes errors only, while the block runs."""
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def token_auth_enabled() -> bool:

@@ -1,8 +1,19 @@
 """The trade-off curve of one trial (the paper's Fig. 4): dev retrieval and semantic
-score against epoch on a log axis. Computing apart from drawing."""
+score against epoch on a log axis. Computing apart from drawing. And the same trade-off
+for MLflow's own chart view of a search (``charts_view``).
+
+MLflow 3.17 has no Python API for charts. Its UI builds a chart per metric, in sections
+by prefix, alphabetically, on the experiment page (Chart view) and on a run's "Model
+metrics" tab alike; the experiment page alone can be opened on a saved view (an
+experiment tag ``mlflow.sharedViewState.<key>``, read through the URL parameter
+``viewStateShareKey``), whose state may hold the chart cards (``compareRunCharts``) and
+their sections (``compareRunSections``): the format of the UI's own Share button, read
+from its JavaScript build (mlflow/server/js). A run's page keeps its layout in the
+browser only."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -10,9 +21,13 @@ from typing import NamedTuple
 
 __all__ = [
     "TradeoffCurve",
+    "charts_url",
+    "charts_view",
     "draw_tradeoff",
     "tradeoff_curve",
 ]
+
+CHARTS_SECTION = "Trade-off (dev, per epoch)"
 
 
 class TradeoffCurve(NamedTuple):
@@ -62,3 +77,72 @@ def draw_tradeoff(curve: TradeoffCurve, path: Path, title: str) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def charts_view(retrieval_key: str, semantic_key: str, order_by: str, now_ms: int) -> str:
+    """The value of the experiment tag that saves the search's chart view (``CHARTS_VIEW``):
+    a first section with the trade-off (each run a line through its epochs, one point per
+    epoch, ``retrieval_key`` across and ``semantic_key`` up), then each of the two against
+    epoch; the runs sorted by the metric ``order_by``, best first, which lists the trials
+    flat (nested under the search's run they are collapsed, and not drawn), every one
+    drawn (the UI draws the first 10 otherwise); MLflow's own sections, one per metric
+    prefix, follow."""
+    section = "tradeoff"
+    common = {"metricSectionId": section, "isGenerated": False, "deleted": False}
+    line = {
+        **common,
+        "type": "LINE",
+        "runsCountToCompare": 100,
+        "lineSmoothness": 0,
+        "scaleType": "linear",
+        "xAxisScaleType": "linear",
+        "yAxisKey": "metric",
+        "yAxisExpressions": [],
+        "ignoreOutliers": False,
+        "useGlobalLineSmoothing": True,
+        "displayPoints": True,
+    }
+    cards = [
+        {
+            **line,
+            "uuid": "tradeoff-curve",
+            "displayName": f"{semantic_key} against {retrieval_key} (one point per epoch)",
+            "metricKey": semantic_key,
+            "selectedMetricKeys": [semantic_key],
+            "xAxisKey": "metric",
+            "selectedXAxisMetricKey": retrieval_key,
+            "useGlobalXaxisKey": False,
+        },
+        *(
+            {
+                **line,
+                "uuid": f"tradeoff-{key.replace('/', '-')}",
+                "displayName": f"{key} per epoch",
+                "metricKey": key,
+                "selectedMetricKeys": [key],
+                "xAxisKey": "step",
+                "selectedXAxisMetricKey": "",
+                "useGlobalXaxisKey": False,
+            }
+            for key in (retrieval_key, semantic_key)
+        ),
+    ]
+    state = {
+        "orderByKey": f"metrics.`{order_by}`",
+        "orderByAsc": False,
+        "compareRunCharts": cards,
+        "compareRunSections": [
+            {"uuid": section, "name": CHARTS_SECTION, "display": True, "isReordered": True}
+        ],
+        "isAccordionReordered": True,
+        "runsHiddenMode": "SHOW_ALL",
+        "hideEmptyCharts": True,
+    }
+    envelope = {"name": "search charts", "createdAt": now_ms, "updatedAt": now_ms}
+    return json.dumps({**envelope, "state": json.dumps(state)})
+
+
+def charts_url(experiment_id: str, ui: str, key: str) -> str:
+    """The MLflow UI's page of a search opened on its chart view (saved under ``key``)."""
+    query = f"workflowType=machine_learning&compareRunsMode=CHART&viewStateShareKey={key}"
+    return f"{ui.rstrip('/')}/#/experiments/{experiment_id}/runs?{query}"

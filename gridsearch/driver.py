@@ -8,16 +8,20 @@ see goes to ``write`` (``gridsearch.run`` passes ``print``).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import ray
 from ray import tune
+from ray.tune import Callback
 
-from gridsearch import _extend, _optuna
+from gridsearch import _damage, _extend, _optuna
 from gridsearch._inputs import (
     check_experiment_path,
     load_baselines,
@@ -28,7 +32,7 @@ from gridsearch._inputs import (
 )
 from gridsearch._interrupt import DiskGuard, Interruption, is_disk_full
 from gridsearch._lock import ExperimentLock, LockHeld, setup_lock
-from gridsearch._outcome import classify
+from gridsearch._outcome import Outcome, classify
 from gridsearch._parent import close_parent, parent_params
 from gridsearch._reconcile import ReconcileReport
 from gridsearch._scheduler import asha_rungs, cycle_epochs, describe_rungs, make_scheduler
@@ -41,7 +45,7 @@ from gridsearch.cluster import (
     start_ray,
     token_auth_enabled,
 )
-from gridsearch.progress import ProgressPrinter
+from gridsearch.progress import ProgressPrinter, progress_dir, shown_keys
 from gridsearch.registry import register_best
 from gridsearch.settings import SearchError, SearchSettings
 from gridsearch.spaces import SearchSpace, load_space
@@ -73,6 +77,8 @@ class SearchResult:
     reconciled: ReconcileReport  # what MLflow lacked and was written from Tune's results
     # why trials were left: "SIGINT", "SIGTERM", "time budget", or "no space left on ..."
     stopped_by: str | None = None
+    # False when it stopped before Tune saved anything: the same command starts it again
+    resumable: bool = True
 
     @property
     def interrupted(self) -> bool:
@@ -91,13 +97,18 @@ def run_search(
     space = space or load_space(settings)
     check_experiment_path(settings)
     prepare_runs_dir(settings)  # a runs directory that takes no files fails first
+    if settings.resume:  # every file a resume writes to, before it writes any
+        _extend.check_writable(settings)
     lock = ExperimentLock(
         settings.layout.lock(settings.experiment), f"--experiment {settings.experiment}"
     )
     try:
         with lock:  # before the experiment is read: another driver may be writing it
             check_experiment_path(settings)  # again, now that no other driver can start it
+            if settings.moved_from is not None:  # a copied or moved runs directory
+                write(_extend.relocate(settings))
             if settings.resume:  # nothing left to run, or fewer trials than recorded
+                _damage.check_resume_state(settings)  # a damaged state file: one line, before Ray
                 _extend.check_resume(settings)
             # before Ray: forked workers must not read the store again
             store, senteval, data = load_data(settings, write)
@@ -122,33 +133,105 @@ class _Inputs:
     baselines: dict[str, dict[str, float]] | None  # trainables.baselines, by baseline
 
 
+class Signals:
+    """SIGINT and SIGTERM while a search runs, handled one way (``with Signals(...)``).
+
+    While Tune runs (``tune_running``), the first signal is Tune's graceful stop
+    (``Interruption.request``: Tune ends the trials, saves the experiment and returns);
+    Tune's own SIGINT handler is kept out (``TUNE_DISABLE_SIGINT_HANDLER``), so that
+    Ctrl+C is recorded as the reason like SIGTERM. Any other signal (before Tune runs,
+    after it returned, or a second one while it stops) stops the driver where it is
+    (``KeyboardInterrupt``); the driver then closes what it opened as interrupted.
+    Once ``done`` (everything recorded), signals are ignored: the driver is exiting."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, interruption: Interruption) -> None:
+        self.interruption = interruption
+        self.tune_running = False
+        self.done = False
+        self.received = 0
+        self._previous: dict[int, Any] = {}
+        self._env: str | None = None
+
+    def install(self) -> None:
+        """(Again) make this the handler: ``ray.init`` sets its own for SIGTERM."""
+        for signum in self.SIGNALS:
+            previous = signal.signal(signum, self._on_signal)
+            self._previous.setdefault(signum, previous)
+
+    def __enter__(self) -> Signals:
+        self._env = os.environ.get(_TUNE_SIGINT)
+        os.environ[_TUNE_SIGINT] = "1"
+        self.install()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        if self._env is None:
+            os.environ.pop(_TUNE_SIGINT, None)
+        else:
+            os.environ[_TUNE_SIGINT] = self._env
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.done:
+            return
+        name = signal.Signals(signum).name
+        self.received += 1
+        if self.tune_running and self.received == 1:
+            self.interruption.request(name)  # Tune's graceful stop
+            return
+        if self.interruption.reason is None:
+            self.interruption.reason = name
+        raise KeyboardInterrupt(name)
+
+
+_TUNE_SIGINT = "TUNE_DISABLE_SIGINT_HANDLER"  # read by tune.run when it starts
+
+
 def _with_ray(
     settings: SearchSettings, inputs: _Inputs, write: Write, started: float
 ) -> SearchResult:
-    dashboard = start_ray(settings)
-    if dashboard:
-        write(f"Ray dashboard: {dashboard}")
-        if token_auth_enabled():
-            write(
-                "  token authentication is on: `ray get-auth-token` prints the token to paste "
-                "into the dashboard's login"
+    interruption = Interruption()
+    with Signals(interruption) as signals:
+        dashboard = start_ray(settings)
+        signals.install()  # ray.init set its own SIGTERM handler
+        run: _Run | None = None
+        try:
+            if dashboard:
+                write(f"Ray dashboard: {dashboard}")
+                if token_auth_enabled():
+                    write(
+                        "  token authentication is on: `ray get-auth-token` prints the token "
+                        "to paste into the dashboard's login"
+                    )
+            resources = resources_for(settings)
+            fixed, note = fixed_settings(settings, resources)
+            if note:
+                write(note)
+            rungs = stopping_epochs(settings, inputs.space, fixed)
+            trainable = _trainable(
+                settings, inputs.space, resources, inputs.data, inputs.benchmark, rungs
             )
-    try:
-        resources = resources_for(settings)
-        fixed, note = fixed_settings(settings, resources)
-        if note:
-            write(note)
-        rungs = stopping_epochs(settings, inputs.space, fixed)
-        trainable = _trainable(
-            settings, inputs.space, resources, inputs.data, inputs.benchmark, rungs
-        )
-        run = _Run(settings, inputs, resources, fixed, write)
-        with Interruption() as interruption:
-            results = _fit(run.tuner(trainable, interruption), settings)
-        return run.finish(results, dashboard, time.perf_counter() - started, interruption)
-    finally:
-        if not settings.address:
-            ray.shutdown()
+            run = _Run(settings, inputs, resources, fixed, write)
+            tuner = run.tuner(trainable, interruption)
+            signals.tune_running = True
+            try:
+                results = _fit(tuner, settings)
+            finally:
+                signals.tune_running = False
+            result = run.finish(results, dashboard, time.perf_counter() - started, interruption)
+        except KeyboardInterrupt:
+            signals.done = True  # closing what was opened: not to be cut short again
+            if run is None:  # nothing recorded yet: run.py says how to start again
+                raise
+            result = run.stopped(dashboard, time.perf_counter() - started, interruption)
+        finally:
+            signals.done = True  # recorded (or not started): a late signal changes nothing
+            if not settings.address:
+                ray.shutdown()
+    return result
 
 
 def _fit(tuner: tune.Tuner, settings: SearchSettings) -> Any:
@@ -211,10 +294,12 @@ class _Run:
             storage_url=settings.optuna_storage,
             max_concurrent=resources.concurrent,
         )
-        self.searched = space.searched_keys()
+        self.shown = shown_keys(space)  # what a trial tried, as the summary names it
         self.epochs = int(fixed["epochs"])
         self.cycle = cycle_epochs(space.fixed, fixed)
         self.baselines = inputs.baselines
+        self.ended = _Ended()  # trials Tune ended (ran out or stopped by the scheduler)
+        self.results: Any = None  # Tune's, once it returned
         self._start_tracking(resources, fixed, inputs.store, inputs.senteval)
 
     def _warm_start(self, fixed: dict[str, Any]) -> None:
@@ -276,10 +361,19 @@ class _Run:
         self.tracker.interruption = interruption
         callbacks = [
             self.tracker,
-            ProgressPrinter(self.searched, self.epochs, self.write),
+            ProgressPrinter(
+                self.space,
+                self.num_samples,
+                self.epochs,
+                settings.metric,
+                self.write,
+                progress_dir=progress_dir(settings.layout.root, settings.experiment),
+            ),
             guard,
+            self.ended,
         ]
         if settings.resume:  # the experiment keeps its own scheduler and searcher
+            self.ended.ids |= _extend.ended_trials(settings)  # before this driver
             restored = tune.Tuner.restore(
                 settings.experiment_path,
                 trainable=trainable,
@@ -338,13 +432,22 @@ class _Run:
         self, results: Any, dashboard: str | None, elapsed_s: float, interruption: Interruption
     ) -> SearchResult:
         """After Tune: every epoch Tune holds is in MLflow, no run is left RUNNING, no
-        Optuna trial is left RUNNING once the search is complete; the parent closed."""
-        unfinished = max(self.num_samples - results.num_terminated - results.num_errors, 0)
+        Optuna trial is left RUNNING once the search is complete; the best models
+        registered (unless it was interrupted); the parent closed. An interrupted search
+        (a signal, a full disk) is complete in nothing: Tune ends its trials when it stops
+        (TERMINATED, like trials that ran out), so only those it ended before count."""
+        self.results = results
         stopped_by = interruption.reason
-        if unfinished and stopped_by is None:
-            budget = self.settings.time_budget_s
-            stopped_by = "time budget" if budget and elapsed_s >= budget else "SIGINT"
-        complete = unfinished == 0
+        interrupted = stopped_by is not None
+        if interrupted:
+            ended = [r for r in results if r.error is not None or _trial_id(r) in self.ended.ids]
+            unfinished = max(self.num_samples - len(ended), 0)
+        else:
+            unfinished = max(self.num_samples - results.num_terminated - results.num_errors, 0)
+            if unfinished:
+                budget = self.settings.time_budget_s
+                stopped_by = "time budget" if budget and elapsed_s >= budget else "Tune stopped it"
+        complete = unfinished == 0 and not interrupted
         self._flush()
         reconciled = self.tracker.reconcile(results, complete=complete)
         if reconciled:
@@ -357,10 +460,9 @@ class _Run:
             self.write(repeats)
         if complete:
             _optuna.close_leftovers(self.settings.experiment, self.settings.optuna_storage)
-        outcomes = _outcomes(results, self.searched, complete)
+        outcomes = _outcomes(results, self.shown, complete, self.ended.ids)
         summary = format_summary(outcomes, self.settings.objective, self.baselines)
-        outcome = close_parent(self.client, self.parent, outcomes, summary, unfinished, elapsed_s)
-        if stopped_by in (None, "time budget"):  # not after Ctrl+C, SIGTERM, a full disk
+        if not interrupted:  # before the parent is closed: a signal now leaves it open
             register_best(
                 outcomes,
                 tracking_uri=self.settings.tracking_uri,
@@ -369,6 +471,9 @@ class _Run:
                 objective=self.settings.objective,
                 write=self.write,
             )
+        outcome = close_parent(
+            self.client, self.parent, outcomes, summary, unfinished, elapsed_s, interrupted
+        )
         return SearchResult(
             self.settings,
             outcomes,
@@ -381,9 +486,51 @@ class _Run:
             stopped_by,
         )
 
+    def stopped(
+        self, dashboard: str | None, elapsed_s: float, interruption: Interruption
+    ) -> SearchResult:
+        """A signal stopped the driver where it was (before Tune ran, a second signal
+        while Tune stopped, or after it returned): every run of the search still open is
+        closed ``search_ended``, the parent ``interrupted`` (KILLED); the outcomes are
+        Tune's results when it returned, else what its saved experiment holds."""
+        stopped_by = interruption.reason or "SIGINT"
+        results = self.results
+        if results is None:
+            results = _extend.saved_results(self.settings)
+        outcomes = _outcomes(results, self.shown, False, self.ended.ids)
+        done = sum(o.status in _ENDED for o in outcomes)
+        unfinished = max(self.num_samples - done, 0)
+        summary = format_summary(outcomes, self.settings.objective, self.baselines)
+        self.tracker.flush(wait_s=min(self.settings.tracking_wait_s, 30.0))
+        self.tracker.runs.end_running(Outcome.SEARCH_ENDED)
+        outcome = close_parent(
+            self.client, self.parent, outcomes, summary, unfinished, elapsed_s, True
+        )
+        resumable = _extend.resumable(self.settings)
+        return SearchResult(
+            self.settings,
+            outcomes,
+            summary,
+            unfinished,
+            outcome,
+            elapsed_s,
+            dashboard,
+            ReconcileReport(),
+            stopped_by,
+            resumable,
+        )
+
     def _flush(self) -> None:
         settings = self.settings
         if self.tracker.pending and not self.tracker.flush():
+            queue = self.tracker.queue
+            if queue.disk_full is not None:
+                raise SearchError(
+                    f"{queue.why_pending(settings.tracking_wait_s)}: {queue.pending} "
+                    "record(s) are not in MLflow yet. No training is lost: Tune keeps every "
+                    f"result under {settings.experiment_path}. Free some space, then run "
+                    f"`{settings.resume_command}` to record them."
+                )
             raise SearchError(
                 f"the MLflow tracking store at {settings.tracking_uri} did not come back within "
                 f"--tracking-wait {settings.tracking_wait_s:g} s; {self.tracker.pending} "
@@ -437,6 +584,7 @@ def _trainable(
             helpers=tuple(space.helpers()),
             seeds_per_config=settings.seeds_per_config,
             complete_at=tuple(complete_at),
+            progress_dir=str(progress_dir(settings.layout.root, settings.experiment)),
         ),
         {"cpu": resources.cpu, "gpu": resources.gpu},
     )
@@ -451,13 +599,44 @@ def _first(value: Any) -> Any:
     return value[0] if isinstance(value, list) else value
 
 
-def _outcomes(results: Any, searched: Sequence[str], complete: bool) -> list[TrialOutcome]:
+# the outcomes of trials that need nothing more (a --resume leaves them as they are)
+_ENDED = (Outcome.FINISHED.value, Outcome.STOPPED_EARLY.value, Outcome.FAILED.value)
+
+
+class _Ended(Callback):
+    """The ids of the trials Tune completed: ran to their end, or stopped by the
+    scheduler (not those it ended because the search was interrupted)."""
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+
+    def on_trial_complete(self, iteration: int, trials: list[Any], trial: Any, **info: Any) -> None:
+        self.ids.add(str(trial.trial_id))
+
+
+def _trial_id(result: Any) -> str:
+    return str((result.metrics or {}).get("trial_id", "?"))
+
+
+def _outcomes(
+    results: Any,
+    searched: Sequence[str],
+    complete: bool,
+    ended: set[str] | frozenset[str] = frozenset(),
+) -> list[TrialOutcome]:
+    """One per trial of Tune's ``results``. ``complete``: no trial is left to run;
+    ``ended``: trials Tune completed (a trial without its ensemble among them was
+    stopped early, not by the search's end)."""
     outcomes = []
     for result in results:
         metrics = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
-        status = classify(metrics, error=result.error is not None, search_complete=complete)
+        trial_id = _trial_id(result)
+        status = classify(
+            metrics,
+            error=result.error is not None,
+            search_complete=complete or trial_id in ended,
+        )
         config = result.config or {}
         shown = {k: config[k] for k in searched if k in config}
-        trial_id = str((result.metrics or {}).get("trial_id", "?"))
         outcomes.append(TrialOutcome(trial_id, shown, metrics, status.value))
     return outcomes

@@ -1,41 +1,112 @@
-"""A readable progress view: one line per reported epoch and per finished trial, handed
-to a ``write`` function (``gridsearch.run`` passes ``print``; a library caller passes its
-own, or nothing)."""
+"""The search's live progress, as lines handed to a ``write`` function (``gridsearch.run``
+passes ``print``, or nothing with ``--quiet``; a library caller passes its own, or
+nothing). A Tune callback:
+
+    [   0:14] start 1/4  2c67bc1a  margin=0.3875
+    [   0:19]       1/4  2c67bc1a  epoch 1/4  dev R@10 mean 60.0  dev semantic 0.167
+    [   0:31] done  1/4  2c67bc1a  test R@10 mean 87.5 (ensemble); best dev R@10 mean 62.5
+    [   0:31] 1 of 4 trials done, 2 running, 1 left | best dev R@10 mean 62.5: 2c67bc1a
+              margin=0.3875 | 0:31 elapsed, about 1:10 left
+
+(the status line is one line). A trial's start line names what it tried (the space's own
+parameters, not every key a preset sets); its other lines name it by number and id. The
+status line comes after every trial that ends and, while trials run, every
+``status_every_s`` (with each running trial's epoch and, from the trainable's side channel
+``trainables.tune``, the share of it done). "Best" is the search's selection metric: the
+best dev value over a trial's epochs so far. The estimate assumes every trial left trains
+all its epochs at the pace of this run so far (a scheduler stopping trials early makes it
+shorter).
+
+``quiet_libraries`` keeps the libraries' own noise out of the same terminal.
+"""
 
 from __future__ import annotations
 
+import json
+import logging
+import math
+import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
+from gridsearch._space import SearchSpace
 from trainables import names
+from trainables.config import TrainConfig
 
-__all__ = ["ProgressPrinter"]
+__all__ = ["STATUS_EVERY_S", "ProgressPrinter", "progress_dir", "quiet_libraries", "shown_keys"]
+
+STATUS_EVERY_S = 30.0  # a status line at least this often while trials run
+# how the selection metrics are named on screen
+LABELS = {
+    names.selectable(names.BEST_RETRIEVAL): ("dev R@10 mean", ".1f"),
+    names.selectable(names.BEST_SEMANTIC): ("dev semantic", ".3f"),
+}
+EPOCH_METRICS = (
+    ("dev R@10 mean", names.PRIMARY_RETRIEVAL, ".1f"),
+    ("dev semantic", names.PRIMARY_SEMANTIC, ".3f"),
+)
+ENDED = (Trial.TERMINATED, Trial.ERROR)
 
 
 class ProgressPrinter(Callback):
-    def __init__(self, searched: list[str], epochs: int, write: Callable[[str], None]) -> None:
-        self.searched = searched  # the parameters worth showing per trial
+    """Progress lines of one search (module docstring). ``total``: the trials the search
+    runs; ``epochs``: each trial's; ``metric``: the selection metric(s) (one, or a list for
+    two objectives); ``progress_dir``: where trials write their within-epoch progress
+    (made here, removed at the end; None: none shown); ``clock``: seconds (monotonic)."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        total: int,
+        epochs: int,
+        metric: str | Sequence[str],
+        write: Callable[[str], None],
+        *,
+        progress_dir: Path | None = None,
+        status_every_s: float = STATUS_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.space = space
+        self.shown = shown_keys(space)
+        self.total = total
         self.epochs = epochs
+        self.metrics = [metric] if isinstance(metric, str) else list(metric)
         self.write = write
-        self.started = time.perf_counter()
+        self.progress_dir = progress_dir
+        self.status_every_s = status_every_s
+        self.clock = clock
+        self.started = clock()
+        self.last_status = self.started
+        self.numbers: dict[str, int] = {}  # trial id -> its number, in starting order
+        self.ended: set[str] = set()
+        self.units_at_start: float | None = None  # work done before this driver (a resume)
+        if progress_dir is not None:  # a stopped search's files are stale
+            shutil.rmtree(progress_dir, ignore_errors=True)
+            progress_dir.mkdir(parents=True, exist_ok=True)
 
-    def _print(self, text: str) -> None:
-        self.write(f"[{time.perf_counter() - self.started:6.1f}s] {text}")
+    # -- Tune's callback API --------------------------------------------------
 
-    def _label(self, trial: Trial) -> str:
-        shown = " ".join(
-            _format(k, trial.config.get(k)) for k in self.searched if k in trial.config
-        )
-        return f"{trial.trial_id} {shown}".rstrip()
+    def setup(
+        self,
+        stop: Any = None,
+        num_samples: int | None = None,
+        total_num_samples: int | None = None,
+        **info: Any,
+    ) -> None:
+        quiet_libraries()
+        note = getattr(self.space, "note", "")
+        if note:
+            self._print(note)
 
     def on_trial_start(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
     ) -> None:
-        self._print(f"start   {self._label(trial)}")
+        self._print(f"start {self._number(trial)}  {trial.trial_id}  {self.label(trial)}".rstrip())
 
     def on_trial_result(
         self, iteration: int, trials: list[Trial], trial: Trial, result: dict[str, Any], **info: Any
@@ -43,37 +114,222 @@ class ProgressPrinter(Callback):
         if "epoch" not in result:
             return
         parts = [f"epoch {int(result['epoch'])}/{self.epochs}"]
-        for label, key in (
-            ("dev R@10", names.PRIMARY_RETRIEVAL),
-            ("semantic", names.PRIMARY_SEMANTIC),
-        ):
-            if key in result:
-                parts.append(
-                    f"{label} {result[key]:.3f}"
-                    if "semantic" in key
-                    else f"{label} {result[key]:.1f}"
-                )
-        self._print(f"        {trial.trial_id} " + "  ".join(parts))
+        parts += [
+            f"{label} {result[key]:{spec}}" for label, key, spec in EPOCH_METRICS if key in result
+        ]
+        self._print(f"      {self._number(trial)}  {trial.trial_id}  " + "  ".join(parts))
 
     def on_trial_complete(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
     ) -> None:
+        self.ended.add(trial.trial_id)
         result = trial.last_result or {}
-        done = names.is_finished(result)
-        status = (
-            f"done    test R@10 mean {result[names.FINISHED]:.1f} (ensemble)"
-            if done
-            else f"stopped early after epoch {int(result.get('epoch', 0))}"
-        )
-        self._print(f"{status}  {self._label(trial)}")
+        if names.is_finished(result):
+            status = f"test R@10 mean {result[names.FINISHED]:.1f} (ensemble)"
+        else:
+            status = f"stopped early after epoch {int(result.get('epoch', 0))}"
+        best = [self._value(m, result) for m in self.metrics if _number(result.get(m)) is not None]
+        tail = f"; best {', '.join(best)}" if best else ""
+        self._print(f"done  {self._number(trial)}  {trial.trial_id}  {status}{tail}")
+        self._status(trials)
 
     def on_trial_error(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
     ) -> None:
+        self.ended.add(trial.trial_id)
         error = trial.get_error()
         reason = str(error).strip().splitlines()[-1][:200] if error else "unknown error"
-        self._print(f"FAILED  {self._label(trial)}: {reason}")
+        self._print(f"FAILED {self._number(trial)}  {trial.trial_id}  {reason}")
+        self._status(trials)
+
+    def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
+        if self.units_at_start is None and trials:
+            self.units_at_start = self._units(trials, self._in_epoch())
+        running = any(t.status == Trial.RUNNING for t in trials)
+        if running and self.clock() - self.last_status >= self.status_every_s:
+            self._status(trials, detail=True)
+
+    def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
+        if self.progress_dir is not None:
+            shutil.rmtree(self.progress_dir, ignore_errors=True)
+
+    # -- the lines --------------------------------------------------------------
+
+    def label(self, trial: Trial) -> str:
+        """What the trial tried: the space's own parameters (``shown_keys``)."""
+        config = trial.config or {}
+        return " ".join(_format(k, config[k]) for k in self.shown if k in config)
+
+    def status_line(self, trials: Sequence[Trial], detail: bool = False) -> str:
+        """k of N trials done / running / left, the best so far, elapsed and an estimate;
+        ``detail``: each running trial's epoch (and the share of it done)."""
+        done = sum(1 for t in trials if t.trial_id in self.ended or t.status in ENDED)
+        running = [t for t in trials if t.status == Trial.RUNNING and t.trial_id not in self.ended]
+        left = max(self.total - done - len(running), 0)
+        counts = f"{done} of {self.total} trials done, {len(running)} running, {left} left"
+        in_epoch = self._in_epoch()
+        if detail and running:
+            counts += " (" + ", ".join(self._running(t, in_epoch) for t in running) + ")"
+        parts = [counts, *self._best(trials)]
+        elapsed = self.clock() - self.started
+        estimate = self._estimate(trials, in_epoch, elapsed) if done < self.total else "done"
+        parts.append(f"{_clock(elapsed)} elapsed, {estimate}")
+        return " | ".join(parts)
+
+    def _status(self, trials: Sequence[Trial], detail: bool = False) -> None:
+        self.last_status = self.clock()
+        self._print(self.status_line(trials, detail))
+
+    def _print(self, text: str) -> None:
+        self.write(f"[{_clock(self.clock() - self.started):>7}] {text}")
+
+    def _number(self, trial: Trial) -> str:
+        number = self.numbers.setdefault(trial.trial_id, len(self.numbers) + 1)
+        return f"{number}/{self.total}"
+
+    def _value(self, metric: str, result: Mapping[str, Any]) -> str:
+        label, spec = LABELS.get(metric, (metric, ".4g"))
+        return f"{label} {float(result[metric]):{spec}}"
+
+    def _best(self, trials: Sequence[Trial]) -> list[str]:
+        """The best trial so far per selection metric (dev only), with what it tried."""
+        found = []
+        for metric in self.metrics:
+            scored = [
+                (value, t)
+                for t in trials
+                if (value := _number((t.last_result or {}).get(metric))) is not None
+            ]
+            if scored:
+                value, best = max(scored, key=lambda pair: pair[0])
+                label = " ".join(filter(None, (best.trial_id, self.label(best))))
+                found.append(f"best {self._value(metric, {metric: value})}: {label}")
+        return found
+
+    def _running(self, trial: Trial, in_epoch: Mapping[str, Mapping[str, float]]) -> str:
+        now = in_epoch.get(trial.trial_id)
+        reported = int((trial.last_result or {}).get("epoch", -1))
+        if now is not None and int(now["epoch"]) == reported + 1 and reported < self.epochs:
+            return f"{trial.trial_id} epoch {int(now['epoch'])}/{self.epochs} {now['done']:.0%}"
+        if reported < 0:
+            return f"{trial.trial_id} starting"
+        return f"{trial.trial_id} epoch {min(reported + 1, self.epochs)}/{self.epochs}"
+
+    # -- the estimate -----------------------------------------------------------
+
+    def _units(self, trials: Sequence[Trial], in_epoch: Mapping[str, Mapping[str, float]]) -> float:
+        """Work done, in reported epochs (epoch 0, the untrained evaluation, counts as
+        one): an ended trial counts all of its own; a running one, its reports and the
+        share of the epoch it trains."""
+        units = 0.0
+        for trial in trials:
+            if trial.trial_id in self.ended or trial.status in ENDED:
+                units += self.epochs + 1
+                continue
+            reported = int((trial.last_result or {}).get("epoch", -1)) + 1
+            units += reported
+            now = in_epoch.get(trial.trial_id)
+            if now is not None and int(now["epoch"]) == reported and reported <= self.epochs:
+                units += float(now["done"])
+        return units
+
+    def _estimate(
+        self,
+        trials: Sequence[Trial],
+        in_epoch: Mapping[str, Mapping[str, float]],
+        elapsed: float,
+    ) -> str:
+        units = self._units(trials, in_epoch)
+        left = self.total * (self.epochs + 1) - units
+        if left <= 0:
+            return "finishing"
+        since = units - self.units_at_start if self.units_at_start is not None else 0.0
+        if since <= 0 or elapsed <= 0:
+            return "an estimate after the first epoch"
+        return f"about {_clock(left * elapsed / since)} left"
+
+    def _in_epoch(self) -> dict[str, dict[str, float]]:
+        """The running trials' within-epoch progress from their side channel files."""
+        found: dict[str, dict[str, float]] = {}
+        if self.progress_dir is None:
+            return found
+        for path in self.progress_dir.glob("*.json"):
+            try:
+                value = json.loads(path.read_text(encoding="utf-8"))
+                found[path.stem] = {"epoch": float(value["epoch"]), "done": float(value["done"])}
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # written while read, or gone: the next status line has it
+        return found
+
+
+def progress_dir(runs_dir: Path, experiment: str) -> Path:
+    """Where the trials of ``experiment`` write their within-epoch progress (the driver
+    makes it; a node that does not see it writes nothing)."""
+    return runs_dir / ".progress" / experiment
+
+
+def shown_keys(space: SearchSpace) -> list[str]:
+    """The keys of a trial's config that say what it tried: the space's own parameters
+    (``family``, ``system``, ``variant``, ``margin``...), not every key a preset or a
+    variant sets. A numeric helper parameter (``lr_min_position``, ``lr_max_sum``) is
+    shown through the TrainConfig keys the space decodes it into (``lr_min``,
+    ``lr_max``)."""
+    params = space.to_dict()["params"]
+    fields = set(TrainConfig.field_names())
+    numeric_helpers = {
+        p
+        for p, described in params.items()
+        if p not in fields and described["type"] != "categorical"
+    }
+    keys = [p for p in params if p not in numeric_helpers]
+    if numeric_helpers:
+        keys += [k for k in space.searched_keys() if k not in params]
+    return keys
+
+
+class _GridSamplerStop(logging.Filter):
+    """Optuna's grid sampler calls ``Study.stop`` once the grid is done, which raises
+    outside ``Study.optimize`` (Tune tells the study its results from outside); Ray's
+    OptunaSearch logs that error as a warning after the trial's result was stored. This
+    filter drops that one record, and only it."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.msg
+        return not (
+            isinstance(message, RuntimeError)
+            and str(message).startswith("`Study.stop` is supposed to be invoked")
+        )
+
+
+_OPTUNA_SEARCH_LOGGER = "ray.tune.search.optuna.optuna_search"
+
+
+def quiet_libraries() -> None:
+    """Keep the libraries' noise out of the terminal through their own settings: Tune's
+    warnings that a loop step was slow (``TUNE_WARN_THRESHOLD_S``, read when Tune is
+    imported: ``gridsearch.run`` sets it, this checks it), and the grid sampler's
+    ``Study.stop`` error (``_GridSamplerStop``). Ray's token-authentication notice is
+    answered where Ray starts (``cluster.start_ray``). Idempotent."""
+    logger = logging.getLogger(_OPTUNA_SEARCH_LOGGER)
+    if not any(isinstance(f, _GridSamplerStop) for f in logger.filters):
+        logger.addFilter(_GridSamplerStop())
+
+
+def _number(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
 
 
 def _format(key: str, value: Any) -> str:
     return f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
+
+
+def _clock(seconds: float) -> str:
+    """``m:ss``, or ``h:mm:ss`` from an hour on."""
+    seconds = max(round(seconds), 0)
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

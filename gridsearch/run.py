@@ -25,6 +25,9 @@ from typing import TYPE_CHECKING
 # expected (every epoch reports a checkpoint and only the last two are kept).
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+# Tune warns when one step of its loop took over 0.5 s ("may be a performance bottleneck"),
+# which the callbacks' MLflow writes do on a busy machine; read when Tune is imported.
+os.environ.setdefault("TUNE_WARN_THRESHOLD_S", "10")
 # MLflow sets its logger to INFO when imported; its database set-up lines are not ours.
 os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
@@ -42,6 +45,10 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
+def _silent(line: str) -> None:
+    """``--quiet``: no progress lines."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parse_args(argv)
@@ -52,7 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(list_spaces())
         return 0
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    quiet = bool(args.quiet)
+    logging.basicConfig(
+        level=logging.ERROR if quiet else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
     for noisy in ("mlflow", "alembic"):  # their INFO lines (database set-up) are not ours
         logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = None
@@ -63,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         space = load_space(settings)  # a bad space file fails here, before Ray is imported
         from gridsearch.driver import run_search
 
-        result = run_search(settings, write=say, space=space)
+        result = run_search(settings, write=_silent if quiet else say, space=space)
     except SearchError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -71,24 +82,62 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(done, file=sys.stderr)
         return 0
     except KeyboardInterrupt:
-        resume = settings.resume_command if settings else "the same command with --resume"
-        print(f"interrupted before the search ran: continue it with `{resume}`", file=sys.stderr)
+        print(_before_it_ran(settings), file=sys.stderr)
         return 130
-    return _report(result)
+    return _report(result, quiet)
 
 
-def _report(result: SearchResult) -> int:
+def _before_it_ran(settings: SearchSettings | None) -> str:
+    """What an interruption before any trial was recorded says: a search whose record
+    exists (a --resume, or one Tune saved) continues with --resume; a new one that
+    recorded nothing starts again with the same command."""
+    if settings is not None and settings.layout.record(settings.experiment).exists():
+        return f"interrupted before the search ran: continue it with `{settings.resume_command}`"
+    return "interrupted before the search ran: nothing was recorded; run the same command again"
+
+
+def _report(result: SearchResult, quiet: bool = False) -> int:
     """Print what the search found and how to go on; the exit status: 0 finished (or at
-    its time budget), 130 interrupted (Ctrl+C, SIGTERM), 2 stopped by a full disk."""
+    its time budget), 130 interrupted (Ctrl+C, SIGTERM), 2 stopped by a full disk. With
+    ``quiet`` (for scripts): the summary, and on stderr how it stopped and how to go on."""
     settings = result.settings
-    say("\n" + result.summary)
-    if result.unfinished:
-        say(
-            f"\nthe search stopped ({result.stopped_by}) with {result.unfinished} trial(s) not "
-            f"finished after {result.elapsed_s:.0f} s: continue it with the --resume command below"
-        )
+    say(result.summary if quiet else "\n" + result.summary)
+    left = bool(result.unfinished or result.interrupted)  # an interrupted one is never done
+    if quiet:
+        if left:
+            print(_stopped(result).strip(), file=sys.stderr)
+            if result.resumable:
+                print(f"continue it:  {settings.resume_command}", file=sys.stderr)
+        return _status(result)
+    if left:
+        say(_stopped(result))
     else:
         say(f"\nfinished in {result.elapsed_s:.0f} s ({result.elapsed_s / 60:.1f} min)")
+    _closing(result, left)
+    return _status(result)
+
+
+def _stopped(result: SearchResult) -> str:
+    """How an unfinished search stopped, and whether --resume continues it."""
+    if not result.resumable:
+        return (
+            f"\nthe search stopped ({result.stopped_by}) after {result.elapsed_s:.0f} s, before "
+            "Tune saved anything: run the same command again to start it"
+        )
+    what = (
+        f"with {result.unfinished} trial(s) not finished"
+        if result.unfinished
+        else "before it registered its best models"
+    )
+    return (
+        f"\nthe search stopped ({result.stopped_by}) {what} after {result.elapsed_s:.0f} s: "
+        "continue it with the --resume command below"
+    )
+
+
+def _closing(result: SearchResult, left: bool) -> None:
+    """Where to look at the results, and the command that continues or extends it."""
+    settings = result.settings
     from gridsearch._store import results_link  # MLflow: imported once a search ran
     from gridsearch.summary import closing_commands
 
@@ -97,6 +146,8 @@ def _report(result: SearchResult) -> int:
     say(f"{runs}:  {mlflow_ui}")
     if (link := results_link(settings.tracking_uri, settings.experiment)) is not None:
         say(f"  and open {link}")
+    if (charts := results_link(settings.tracking_uri, settings.experiment, True)) is not None:
+        say(f"  retrieval against semantic, per epoch: {charts}")
     for what, command in others:  # the report, the Optuna study
         say(f"{what}:  {command}")
     if result.dashboard:
@@ -104,18 +155,21 @@ def _report(result: SearchResult) -> int:
             f"Ray dashboard:  {result.dashboard} (live while a search runs; for one that stays "
             "up, `ray start --head` and pass --address auto)"
         )
-    if result.unfinished:
+    if left and result.resumable:
         say(f"continue it:  {settings.resume_command}")
-    else:
+    elif not left:
         say(
             f"extend it to N > {len(result.outcomes)} trials (the same Optuna study):  "
             f"{settings.resume_command} --num-samples N"
         )
+
+
+def _status(result: SearchResult) -> int:
     if not result.interrupted:
         return 0
     if result.stopped_by and result.stopped_by.startswith("no space"):
         print(
-            f"error: {result.stopped_by}; free some space, then `{settings.resume_command}`",
+            f"error: {result.stopped_by}; free some space, then `{result.settings.resume_command}`",
             file=sys.stderr,
         )
         return 2

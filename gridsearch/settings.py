@@ -14,9 +14,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from gridsearch._arguments import build_parser
-from gridsearch._layout import RunsLayout
+from gridsearch._layout import RunsLayout, rebase
 from gridsearch._record import STARTED, write_record
 from trainables import names
 from trainables.config import CPU_SIZED, SMOKE
@@ -114,6 +115,10 @@ class SearchSettings:
     warm_start: str | None = None  # an earlier search whose trials start the study
     seeds_per_config: int = 1  # each trial trains at this many seeds, reports their mean
     sampler: str = "tpe"  # after the space-filling starts: "tpe" or "gp" (_sampler.MODELS)
+    # a --resume of a runs directory copied or moved since the search started: where it
+    # was (its record's paths under it now name the same files under layout.root); not
+    # recorded (the record is rewritten with the new paths)
+    moved_from: Path | None = None
 
     @property
     def space_name(self) -> str:
@@ -198,12 +203,15 @@ class SearchSettings:
 
     def to_record(self) -> dict[str, Any]:
         """``asdict(self)``, JSON-able: what ``--resume`` reads back."""
-        return json.loads(json.dumps(dataclasses.asdict(self), default=str))
+        record = json.loads(json.dumps(dataclasses.asdict(self), default=str))
+        record.pop("moved_from")
+        return dict(record)
 
     @classmethod
     def from_record(cls, record: Mapping[str, Any]) -> SearchSettings:
         values = dict(record)
         values.pop(STARTED, None)  # the record's start time (gridsearch._record)
+        values.pop("moved_from", None)
         values["layout"] = RunsLayout(Path(values["layout"]["root"]))
         if values.get("space_file"):
             values["space_file"] = Path(values["space_file"])
@@ -380,6 +388,8 @@ def _resumed(args: argparse.Namespace) -> SearchSettings:
             f"--resume: {path} records the search {settings.experiment!r}, not "
             f"{args.experiment!r}; the file was moved or edited"
         )
+    if settings.layout.root != layout.root:  # copied or moved since the search started
+        settings = _moved(settings, layout)
     now = {
         "resume": True,
         "num_samples": _resumed_trials(args, settings),
@@ -393,6 +403,36 @@ def _resumed(args: argparse.Namespace) -> SearchSettings:
     }
     assert tuple(now) == RESUME_KEEPS
     return dataclasses.replace(settings, **now)
+
+
+# the settings that name files; those under the recorded runs directory move with it
+_PATHS = ("storage_path", "tracking_uri", "optuna_storage", "data", "senteval", "space_file")
+
+
+def _moved(settings: SearchSettings, layout: RunsLayout) -> SearchSettings:
+    """The settings of a search whose runs directory was at ``settings.layout.root``
+    when it started and is at ``layout.root`` now (a copy, or moved): every path under
+    the old place names the same file under the new one; paths given outside it (a
+    --storage-path elsewhere, a tracking server) stay as they are. A local one that
+    does not exist is refused, naming where the record came from."""
+    old = settings.layout.root
+    values: dict[str, Any] = {}
+    for name in _PATHS:
+        value = getattr(settings, name)
+        if value is not None:
+            moved = rebase(str(value), old, layout.root)
+            values[name] = Path(moved) if isinstance(value, Path) else moved
+    moved_settings = dataclasses.replace(settings, layout=layout, moved_from=old, **values)
+    experiment = moved_settings.experiment_path
+    local = unquote(urlparse(experiment).path) if experiment.startswith("file://") else experiment
+    if "://" not in local and not Path(local).is_dir():
+        raise SearchError(
+            f"--resume: the search {settings.experiment!r} started in the runs directory "
+            f"{old} (its record {layout.record(settings.experiment)} says so), which is now "
+            f"--runs-dir {layout.root}; its Tune experiment {experiment} is not there: "
+            "copy or move the whole runs directory (and a --storage-path outside it)"
+        )
+    return moved_settings
 
 
 def _resumed_trials(args: argparse.Namespace, settings: SearchSettings) -> int | None:

@@ -7,25 +7,31 @@ ones); ``load_space_file(path)`` reads a user's YAML or TOML space (``_space_fil
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from optuna.trial import BaseTrial
 
-from gridsearch._space import SearchSpace, sample_config
+from gridsearch._space import SearchSpace, Suggest, sample_config
 from gridsearch._space_file import load_space_file
-from gridsearch.settings import SearchError, SearchSettings
+from gridsearch.settings import SMOKE, SearchError, SearchSettings
 from trainables.config import APPLIES_TO, NEGATIVES, POOLINGS, REDUCTIONS, RNN_TYPES, TrainConfig
 from trainables.presets import PRESETS, SEED_SYSTEMS
 
 __all__ = [
     "PAPER_VARIANTS",
+    "SMOKE_SIZES",
+    "SMOKE_TRIALS",
     "SPACES",
     "SearchSpace",
+    "SmokeSpace",
     "get_space",
     "list_spaces",
     "load_space",
     "load_space_file",
     "sample_config",
+    "smoke_space",
 ]
 
 
@@ -217,12 +223,101 @@ def list_spaces() -> str:
 
 
 def load_space(settings: SearchSettings) -> SearchSpace:
-    """The space a search's settings name (``--space`` or ``--space-file``); a bad one is
-    a ``SearchError`` naming it."""
+    """The space a search's settings name (``--space`` or ``--space-file``), cut for a
+    ``--smoke-test`` (``smoke_space``); a bad one is a ``SearchError`` naming it."""
     try:
         if settings.space_file is not None:
-            return load_space_file(settings.space_file)
-        assert settings.space is not None
-        return get_space(settings.space)
+            space = load_space_file(settings.space_file)
+        else:
+            assert settings.space is not None
+            space = get_space(settings.space)
     except ValueError as err:
         raise SearchError(str(err)) from None
+    if settings.smoke_test:
+        return smoke_space(space, settings.num_samples or SMOKE_TRIALS)
+    return space
+
+
+# -- the smoke test: the same path, tiny, on every space --
+
+SMOKE_TRIALS = 2  # a smoke test's trials, unless --num-samples says otherwise
+# The model sizes a smoke test caps wherever a space, a preset or a space file sets them
+# (seeds_presets trains the seed systems at their papers' n = 1,024): at the smoke n.
+# The batch size is left alone: a larger batch means fewer steps per epoch.
+SMOKE_SIZES: dict[str, int] = {
+    "hidden_size": SMOKE["hidden_size"],
+    "word_embedding_dim": SMOKE["hidden_size"],
+}
+
+
+@dataclass(frozen=True)
+class SmokeSpace(SearchSpace):
+    """A space cut for a smoke test (``smoke_space``); ``note`` says how, in one line."""
+
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class _SmallerSuggest:
+    """A space's define-by-run function with the model sizes capped (a class, so that
+    the space pickles into Tune's experiment checkpoints)."""
+
+    suggest: Suggest
+    fixed: Mapping[str, Any]
+
+    def __call__(self, trial: BaseTrial) -> dict[str, Any]:
+        return _smaller(self.suggest(trial), self.fixed)
+
+
+def _smaller(values: Mapping[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
+    """``values`` with each of ``SMOKE_SIZES`` it sets capped; the word embedding keeps
+    its size where pretrained vectors (``word_vectors``) fix it."""
+    capped = dict(values)
+    pretrained = bool({**context, **values}.get("word_vectors"))
+    for key, size in SMOKE_SIZES.items():
+        if key in capped and not (key == "word_embedding_dim" and pretrained):
+            capped[key] = min(int(capped[key]), size)
+    return capped
+
+
+def cut_grid(grid: Mapping[str, Sequence[Any]], trials: int) -> dict[str, tuple[Any, ...]]:
+    """At most ``trials`` points of a grid, the same ones every time: the first axis keeps
+    its first ``trials`` values (all, if fewer), the next axis its first values within what
+    is left (``trials`` // kept so far), and so on; every axis keeps at least its first."""
+    cut: dict[str, tuple[Any, ...]] = {}
+    room = max(1, trials)
+    for key, values in grid.items():
+        keep = max(1, min(len(values), room))
+        cut[key] = tuple(values[:keep])
+        room //= keep
+    return cut
+
+
+def smoke_space(space: SearchSpace, trials: int = SMOKE_TRIALS) -> SmokeSpace:
+    """``space`` for a smoke test: a grid cut to its first ``trials`` points
+    (``cut_grid``), and every model size it sets capped at the smoke n (``SMOKE_SIZES``);
+    the run's own smoke settings (``SMOKE``: n, batch size, epochs; the smoke world)
+    apply as for any space."""
+    grid = None if space.grid is None else cut_grid(space.grid, trials)
+    fixed = _smaller(space.fixed, {})
+    sizes = ", ".join(f"{k} <= {v}" for k, v in SMOKE_SIZES.items())
+    note = f"smoke test: {_grid_note(space, grid, trials)}; model sizes capped ({sizes})"
+    return SmokeSpace(
+        space.name,
+        f"{space.description} [{note}]",
+        _SmallerSuggest(space.suggest, fixed),
+        fixed=fixed,
+        grid=grid,
+        note=note,
+    )
+
+
+def _grid_note(space: SearchSpace, grid: Mapping[str, Sequence[Any]] | None, trials: int) -> str:
+    full = space.grid_size()
+    if grid is None or full is None:
+        return f"{trials} trial{'s' if trials != 1 else ''}"
+    kept = SearchSpace(space.name, "", space.suggest, grid=grid).grid_size()
+    if kept == full:
+        return f"all {full} grid points"
+    axes = "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in grid.items())
+    return f"the grid cut to its first {kept} of {full} points ({axes})"

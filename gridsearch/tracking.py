@@ -5,23 +5,37 @@ driver's :class:`TrialTracker` (a Tune callback) turns Tune's events into writes
 ``_runs.TrialRuns`` (a trial's run, each epoch once, closed once with its true outcome)
 queued in a ``_write_queue.WriteQueue``, so a tracking store that goes away never stops
 training; ``reconcile`` writes whatever the queue could not, from Tune's experiment.
+
+The tools point at each other: a trial's run carries its Tune trial id (``tune.trial_id``)
+and its Optuna study and trial number (``optuna.study``, ``optuna.trial_number``); the
+Optuna trial carries the Tune trial id and the run id (``gridsearch._optuna``). Tune's
+own trials have no public place for attributes: the Tune trial id is the key the other
+two hold. The experiment gets a chart view that opens on the trade-off per epoch
+(``gridsearch.curves.charts_view``).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from mlflow.entities import RunTag
 from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
+from gridsearch._artifacts import CURVE_KEYS
 from gridsearch._interrupt import Interruption
+from gridsearch._optuna import StudyLinks
 from gridsearch._outcome import Outcome, classify
 from gridsearch._reconcile import ReconcileReport, epoch_metrics, reconcile
 from gridsearch._runs import TrialRuns
+from gridsearch._store import objective_metrics
+from gridsearch._tags import CHARTS_VIEW, OPTUNA_STUDY_TAG, OPTUNA_TRIAL_TAG, VIEW_TAG_PREFIX
 from gridsearch._write_queue import WriteQueue
+from gridsearch.curves import charts_view
 from trainables import names
 
 __all__ = ["TrialTracker"]
@@ -53,6 +67,10 @@ class TrialTracker(Callback):
         self.interruption: Interruption | None = None
         self._seen: set[str] = set()  # trial ids with any event
         self._closing: set[str] = set()  # trial ids whose run has been asked to close
+        self._linked: set[str] = set()  # trial ids whose run names its Optuna trial
+        self._study: StudyLinks | None = None  # where the parent run says the study is
+        self._no_study = False  # the parent run names no study: nothing to link
+        self.queue.submit("the chart view", lambda: self._save_charts_view(experiment_id))
 
     @property
     def pending(self) -> int:
@@ -119,12 +137,11 @@ class TrialTracker(Callback):
                 self._close(trial, Outcome.SEARCH_ENDED)
         if self.queue.pending and not self.queue.flush(wait_s=self.wait_s):
             logger.error(
-                "MLflow at %s did not come back within %.0f s: %d write(s) not recorded; "
-                "the trials' results are safe in the Tune experiment, and --resume records "
-                "them once the tracking store answers again",
-                self.uri,
-                self.wait_s,
+                "%s: %d write(s) not recorded; the trials' results are safe in the Tune "
+                "experiment, and --resume records them once the tracking store %s",
+                self.queue.why_pending(self.wait_s),
                 self.queue.pending,
+                "has space again" if self.queue.disk_full is not None else "answers again",
             )
 
     # -- runs ---------------------------------------------------------------------
@@ -134,6 +151,40 @@ class TrialTracker(Callback):
         self._seen.add(trial_id)
         self._closing.discard(trial_id)  # a trial restored by --resume runs again
         self.queue.submit(f"the run of {trial_id}", lambda: self.runs.reopen(trial_id, config))
+        if trial_id not in self._linked:
+            self.queue.submit(
+                f"the Optuna links of {trial_id}", lambda: self._link(trial_id, config)
+            )
+
+    def _save_charts_view(self, experiment_id: str) -> None:
+        order_by = objective_metrics(self.runs.tags.get("objective", "retrieval"))[0]
+        view = charts_view(*CURVE_KEYS, order_by, int(time.time() * 1000))
+        self._client.set_experiment_tag(experiment_id, VIEW_TAG_PREFIX + CHARTS_VIEW, view)
+
+    def _link(self, trial_id: str, config: Mapping[str, Any]) -> None:
+        """Link the trial's run and its Optuna trial both ways (see the module docstring).
+        The study is where the parent run's parameters ``optuna_study`` and
+        ``optuna_storage`` say; a study that cannot be read leaves the run unlinked,
+        with a warning, and never stops a trial."""
+        if self._no_study:
+            return
+        run_id = self.runs.run_of(trial_id, config)
+        if self._study is None:
+            params = self._client.get_run(self.runs.parent_run_id).data.params
+            if "optuna_study" not in params or "optuna_storage" not in params:
+                self._no_study = True
+                return
+            self._study = StudyLinks(params["optuna_study"], params["optuna_storage"])
+        try:
+            number = self._study.link(trial_id, run_id)
+        except Exception as err:  # Optuna's storage raises many kinds; a link is not vital
+            logger.warning("could not link %s to its Optuna trial: %s", trial_id, err)
+            return
+        if number is None:
+            return
+        tags = [RunTag(OPTUNA_STUDY_TAG, self._study.study), RunTag(OPTUNA_TRIAL_TAG, str(number))]
+        self._client.log_batch(run_id, tags=tags)
+        self._linked.add(trial_id)
 
     def _close(self, trial: Trial, outcome: Outcome, error: str | None = None) -> None:
         trial_id, config, checkpoint = trial.trial_id, dict(trial.config), trial.checkpoint
@@ -147,5 +198,12 @@ class TrialTracker(Callback):
     # -- after the search ------------------------------------------------------------
 
     def reconcile(self, results: Iterable[Any], *, complete: bool) -> ReconcileReport:
-        """See ``_reconcile.reconcile``."""
-        return reconcile(self.runs, results, complete=complete)
+        """See ``_reconcile.reconcile``; and the links of runs that have none yet (the
+        store was away while their trial ran)."""
+        results = list(results)
+        report = reconcile(self.runs, results, complete=complete)
+        for result in results:
+            trial_id = (result.metrics or {}).get("trial_id")
+            if trial_id and trial_id not in self._linked:
+                self._link(trial_id, dict(result.config or {}))
+        return report

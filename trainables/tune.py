@@ -12,27 +12,40 @@ checkpoint, and resumes from ``tune.get_checkpoint()``::
 :class:`~storage.senteval.SemanticBenchmark` (shipped the same way) or a directory
 every node can read. With ``seeds_per_config`` k > 1 the trial trains its configuration
 at k seeds side by side and reports their mean and spread (``trainables.seeds``).
+
+With ``progress_dir`` (a directory the driver made; on a node where it does not exist,
+nothing is written) a thread writes ``<progress_dir>/<trial id>.json`` every few seconds:
+the epoch being trained and the fraction of its steps done. It is a side channel for the
+search's progress display, not a Tune result: epochs are reported only by ``tune.report``.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import tempfile
-from collections.abc import Collection
+import threading
+from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 from ray import tune
 
+from storage import write_text_atomic
 from storage.senteval import SemanticBenchmark
 from trainables.config import TrainConfig
 from trainables.data import TrainingData
 from trainables.seeds import SeedGroup
 
 __all__ = [
+    "PROGRESS_EVERY_S",
+    "epoch_progress",
     "grounded_trainable",
 ]
+
+PROGRESS_EVERY_S = 5.0  # how often a trial writes its within-epoch progress
 
 
 def grounded_trainable(
@@ -44,6 +57,7 @@ def grounded_trainable(
     helpers: Collection[str] = (),
     seeds_per_config: int = 1,
     complete_at: Collection[int] = (),
+    progress_dir: str | None = None,
 ) -> None:
     """``gpu_share``: this trial's fraction of a GPU packed with others; its memory is
     capped to that share so one trial cannot starve the rest. ``verify``: check a store
@@ -54,7 +68,8 @@ def grounded_trainable(
     (``seed``, ``seed + 1``, ...) and report their mean (``trainables.seeds``).
     ``complete_at``: the epochs where the scheduler may stop the trial (ASHA's rungs),
     whose reports must hold their own test battery (``trainables.loop``: elsewhere an
-    epoch's battery may come with the next report)."""
+    epoch's battery may come with the next report). ``progress_dir``: where to write the
+    within-epoch progress (module docstring)."""
     train_config = TrainConfig.from_dict({k: v for k, v in config.items() if k not in helpers})
     if gpu_share is not None and torch.cuda.is_available():
         torch.cuda.set_per_process_memory_fraction(gpu_share)
@@ -65,10 +80,46 @@ def grounded_trainable(
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
             group.load(Path(folder))
-    for metrics in group.run():
-        with tempfile.TemporaryDirectory() as folder:
-            group.save(Path(folder))
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
+    with _epoch_progress(group, progress_dir):
+        for metrics in group.run():
+            with tempfile.TemporaryDirectory() as folder:
+                group.save(Path(folder))
+                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
+
+
+def epoch_progress(group: SeedGroup) -> dict[str, float]:
+    """The epoch ``group`` is training (1-based) and the fraction of its steps done, over
+    all its seeds (they train one after the other)."""
+    trainers = group.trainers
+    per_epoch = trainers[0].steps_per_epoch * len(trainers)
+    epoch = min(t.epoch for t in trainers)
+    done = sum(t.step for t in trainers) - epoch * per_epoch
+    return {"epoch": epoch + 1, "done": min(max(done / max(per_epoch, 1), 0.0), 1.0)}
+
+
+@contextmanager
+def _epoch_progress(group: SeedGroup, progress_dir: str | None) -> Iterator[None]:
+    """Write ``epoch_progress`` every ``PROGRESS_EVERY_S`` while the block runs."""
+    if not progress_dir or not Path(progress_dir).is_dir():
+        yield
+        return
+    path = Path(progress_dir) / f"{tune.get_context().get_trial_id()}.json"
+    stop = threading.Event()
+
+    def write() -> None:
+        while not stop.wait(PROGRESS_EVERY_S):
+            try:
+                write_text_atomic(path, json.dumps(epoch_progress(group)))
+            except OSError:  # a display's side channel: never fails the trial
+                return
+
+    thread = threading.Thread(target=write, name="epoch-progress", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 @functools.lru_cache(maxsize=1)

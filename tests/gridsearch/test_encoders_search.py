@@ -13,6 +13,7 @@ import pytest
 from analysis.compare import main as compare_main
 from analysis.report import main as report_main
 from gridsearch.run import main
+from gridsearch.spaces import SMOKE_SIZES
 from trainables import names
 from trainables.config import TrainConfig
 from trainables.encoder import SentenceEncoder
@@ -22,11 +23,12 @@ SENTENCES = ["A small red circle.", "two blue squares left of a green star"]
 
 
 def _family(params: dict[str, str]) -> str:
-    """The PRESETS name whose settings a trial's params hold (n aside: the run's)."""
+    """The PRESETS name whose settings a trial's params hold (the model sizes aside: the
+    smoke test's)."""
     matches = [
         name
         for name, values in PRESETS.items()
-        if all(params[k] == str(v) for k, v in values.items() if k != "hidden_size")
+        if all(params[k] == str(v) for k, v in values.items() if k not in SMOKE_SIZES)
         and params["attention_heads"] == str(values.get("attention_heads", 1))
         and params["pairing"] == values.get("pairing", "image")
     ]
@@ -38,11 +40,12 @@ def _family(params: dict[str, str]) -> str:
 def test_an_encoders_search_trains_every_family_through_the_same_paths(
     tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["--space", "encoders", "--smoke-test", "--no-dashboard", "--scheduler", "fifo",
-            "--epochs", "1", "--runs-dir", str(tmp_path), "--experiment", "families"]  # fmt: skip
+    grid = 3 * len(PRESETS)  # --smoke-test keeps the grid's first 2 points unless told more
+    args = ["--space", "encoders", "--smoke-test", "--num-samples", str(grid), "--no-dashboard",
+            "--scheduler", "fifo", "--epochs", "1", "--runs-dir", str(tmp_path),
+            "--experiment", "families"]  # fmt: skip
     assert main(args) == 0
     out = capsys.readouterr().out
-    grid = 3 * len(PRESETS)
     assert f"{grid} trials: {grid} finished" in out
     assert "registered models:/grounded-encoders@best-retrieval" in out
     client, runs = mlflow_runs(tmp_path, "families")
@@ -53,6 +56,7 @@ def test_an_encoders_search_trains_every_family_through_the_same_paths(
         config = TrainConfig.from_dict({k: params[k] for k in TrainConfig.field_names()})
         # the smoke run's n reaches the families that have one, and only those
         assert config.hidden_size == (1024 if config.encoder == "word_bow" else 8)
+        assert config.word_embedding_dim == (300 if config.encoder == "char_rnn" else 8)
         assert run.data.tags["outcome"] == "finished"
         assert names.PRIMARY_RETRIEVAL in run.data.metrics
         folder = client.download_artifacts(run.info.run_id, "ensemble.pt", str(tmp_path))

@@ -206,3 +206,81 @@ def test_a_warm_started_config_is_trained_again_not_reused(tmp_path: Path) -> No
     config = search.suggest("t0")
     assert config in ({"rnn": "gru"}, {"rnn": "lstm"})
     assert search.reused == search.redrawn == 0  # the other search's result is not ours
+
+
+# -- links to Tune and MLflow, names and steps -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("objective", "names"),
+    [
+        ("retrieval", ["dev/r10_mean_best"]),
+        ("semantic", ["dev/semantic_best"]),
+        ("both", ["dev/r10_mean_best", "dev/semantic_best"]),
+    ],
+)
+def test_the_study_names_its_objectives_after_the_metrics(
+    tmp_path: Path, objective: str, names: list[str]
+) -> None:
+    from gridsearch.settings import OBJECTIVES
+    from gridsearch.spaces import get_space
+
+    _optuna.quiet()
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    metric, mode = OBJECTIVES[objective]
+    sampler = optuna.samplers.RandomSampler(seed=0)
+    space = get_space("margin_sweep")
+    for _ in range(2):  # created, then loaded again by a --resume
+        _optuna.searcher(
+            space, _FIXED, sampler, metric=metric, mode=mode, study="s",
+            storage_url=storage, max_concurrent=1,
+        )  # fmt: skip
+        study = optuna.load_study(study_name="s", storage=storage)
+        assert study.metric_names == names
+
+
+def test_each_trained_trial_names_its_tune_trial_and_a_repeat_does_not(tmp_path: Path) -> None:
+    search = _search(tmp_path, _stepped, seed=0)
+    for k in range(3):
+        search.suggest(f"t{k}")
+        search.on_trial_complete(f"t{k}", {"score": float(k)})
+    trials = search._ot_study.get_trials()
+    tune_ids = [t.user_attrs.get(_optuna.TUNE_TRIAL_ATTR) for t in _trained(search)]
+    assert tune_ids == ["t0", "t1", "t2"]
+    repeats = [t for t in trials if _optuna.REPEAT_OF in t.user_attrs]
+    assert repeats and all(_optuna.TUNE_TRIAL_ATTR not in t.user_attrs for t in repeats)
+
+    (tmp_path / "off").mkdir()
+    off = _search(tmp_path / "off", _two)
+    off.skip_repeats = False
+    off.suggest("x")
+    assert off._ot_study.get_trials()[0].user_attrs[_optuna.TUNE_TRIAL_ATTR] == "x"
+
+
+def test_intermediate_values_are_reported_at_step_equal_to_epoch(tmp_path: Path) -> None:
+    search = _search(tmp_path, _two)
+    search.suggest("t0")
+    for epoch in range(3):  # as Tune reports them: epoch 0 (untrained) is iteration 1
+        search.on_trial_result("t0", {"score": 10.0 + epoch, "epoch": epoch,
+                                      "training_iteration": epoch + 1})  # fmt: skip
+    search.on_trial_result("t0", {"score": 99.0, "epoch": 2, "training_iteration": 4})  # again
+    search.on_trial_complete("t0", {"score": 12.0, "epoch": 2})
+    [trial] = search._ot_study.get_trials()
+    assert trial.intermediate_values == {0: 10.0, 1: 11.0, 2: 12.0}  # the first report wins
+
+
+def test_the_link_gives_a_running_trial_its_mlflow_run_and_leaves_an_ended_one(
+    tmp_path: Path,
+) -> None:
+    search = _search(tmp_path, _two)
+    search.suggest("t0")
+    search.suggest("t1")
+    search.on_trial_complete("t1", {"score": 1.0})
+    links = _optuna.StudyLinks("s", f"sqlite:///{tmp_path / 'study.db'}")
+    assert links.link("t0", "run-0") == 0
+    assert links.link("t0", "run-0") == 0  # again (a --resume): the same
+    assert links.link("t1", "run-1") == 1  # its number, but Optuna keeps it as it ended
+    assert links.link("nobody", "run-2") is None
+    attrs = [t.user_attrs for t in search._ot_study.get_trials()]
+    assert attrs[0] == {_optuna.TUNE_TRIAL_ATTR: "t0", _optuna.MLFLOW_RUN_ATTR: "run-0"}
+    assert attrs[1] == {_optuna.TUNE_TRIAL_ATTR: "t1"}

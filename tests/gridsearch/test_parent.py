@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 
 from analysis import load_search
 from gridsearch._outcome import Outcome
-from gridsearch._parent import close_parent
+from gridsearch._parent import close_parent, summary_step
 from gridsearch._runs import TrialRuns
 from gridsearch._store import ensure_experiment, results_link, results_url, start_parent_run
 from gridsearch._tags import (
@@ -27,6 +27,7 @@ from gridsearch.summary import TrialOutcome
 from trainables import names
 
 R10, SEM = names.BEST_RETRIEVAL, names.BEST_SEMANTIC
+EPOCHS = 2  # the search's epochs: trials report epochs 0 (untrained) to 2
 TEST_R10 = names.key(names.TEST, "r10_mean")
 # Per trial: its outcome and per epoch its metrics. "b" is best on dev retrieval, "c" on
 # the dev semantic score; "a" has by far the best test values, which must not count.
@@ -48,7 +49,7 @@ TRIALS: dict[str, tuple[Outcome, list[dict[str, float]]]] = {
 def _search(tmp_path: Path, objective: str) -> tuple[MlflowClient, str, str, TrialRuns]:
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = ensure_experiment(client, "sweep", tmp_path / "artifacts")
-    params = {"objective": objective, "searched": ["margin", "rnn_type"]}
+    params = {"objective": objective, "searched": ["margin", "rnn_type"], "epochs": EPOCHS}
     parent = start_parent_run(client, experiment, "sweep", params, {}, {})
     return client, experiment, parent, TrialRuns(client, experiment, parent, {})
 
@@ -169,3 +170,33 @@ def test_a_search_resumed_is_running_again_in_its_tags(tmp_path: Path) -> None:
     assert client.get_run(parent).data.tags[OUTCOME_TAG] == "interrupted"
     resumed = start_parent_run(client, runs.experiment_id, "sweep", {}, {}, {})
     assert resumed == parent and client.get_run(parent).data.tags[OUTCOME_TAG] == "running"
+
+
+def test_the_parents_summary_is_drawn_at_the_last_epoch_never_as_an_epoch_0_point(
+    tmp_path: Path,
+) -> None:
+    client, _, parent, runs = _search(tmp_path, "retrieval")
+    outcomes = _record(runs)
+    close_parent(client, parent, outcomes, "summary", 0, 12.5)
+    metrics = client.get_run(parent).data.metrics
+    assert metrics  # the row holds the best trial's values ...
+    for key in metrics:  # ... each once, at the search's last epoch: not an epoch-0 point
+        assert [m.step for m in client.get_metric_history(parent, key)] == [EPOCHS], key
+    # the trials' own curves keep step = epoch
+    best = runs.run_of("b", {})
+    assert [m.step for m in client.get_metric_history(best, R10)] == [0, 1]
+    assert [m.value for m in client.get_metric_history(best, "epoch")] == [0.0, 1.0]
+
+    # resumed, with a better trial that got fewer epochs: at the same step, its values win
+    runs.log_epoch("f", {"margin": 0.9}, 0, {R10: 50.0, SEM: 0.7, TEST_R10: 1.0})
+    runs.close("f", {"margin": 0.9}, Outcome.FINISHED, checkpoint=None)
+    more = [*outcomes, TrialOutcome("f", {}, {R10: 50.0, SEM: 0.7, TEST_R10: 1.0}, "finished")]
+    close_parent(client, parent, more, "summary", 0, 20.0)
+    assert client.get_run(parent).data.metrics[R10] == 50.0
+    assert {m.step for m in client.get_metric_history(parent, R10)} == {EPOCHS}
+
+
+def test_the_summary_step_without_the_epochs_parameter_is_the_best_trials_last_epoch() -> None:
+    assert summary_step({"epochs": "8"}, {"epoch": 3.0}) == 8
+    assert summary_step({}, {"epoch": 3.0}) == 3
+    assert summary_step({}, {"epoch": float("nan")}) == 0 == summary_step({}, {})

@@ -1,0 +1,109 @@
+"""A search stopped by a signal says so everywhere: exit status 130, the summary's
+"search_ended" trials and "the search stopped (SIGNAL)" line, the resume command, the
+MLflow parent run KILLED with outcome "interrupted", no run left RUNNING, and trials
+that ran out "finished" (never "stopped_early": FIFO stops no trial). Every signal at
+several phases of a real search (the CLI in a subprocess, a real local Ray, a real
+MLflow sqlite store); one of them is then resumed to its end."""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.gridsearch.test_drivers import Driver
+
+pytestmark = pytest.mark.slow
+SEARCH = ["--space", "margin_sweep", "--smoke-test", "--no-dashboard", "--scheduler", "fifo"]
+
+
+def _interrupted(mlflow_runs, runs: Path, experiment: str) -> Counter[str]:
+    """The parent is KILLED and "interrupted"; nothing RUNNING; the trials' outcomes."""
+    _, found = mlflow_runs(runs, experiment)
+    assert not [r for r in found if r.info.status == "RUNNING"], "a run was left RUNNING"
+    (parent,) = [r for r in found if r.data.tags.get("search.role") == "search"]
+    assert parent.info.status == "KILLED" and parent.data.tags["outcome"] == "interrupted"
+    trials = [r for r in found if r.data.tags.get("search.role") == "trial"]
+    for run in trials:
+        expected = {"finished": "FINISHED", "search_ended": "KILLED"}[run.data.tags["outcome"]]
+        assert run.info.status == expected, run.data.tags
+    return Counter(r.data.tags["outcome"] for r in trials)
+
+
+@pytest.mark.parametrize(
+    ("signals", "when", "more"),
+    [
+        (["SIGINT"], "epoch 1/2", []),  # one Ctrl+C mid-trial: Tune's graceful stop
+        (["SIGINT", "SIGINT"], "epoch 1/2", []),  # twice: the driver stops at once
+        (["SIGTERM"], "start 1/", []),  # before the first result
+        (["SIGTERM"], "done  1/", ["--max-concurrent", "1"]),  # at a trial's end
+    ],
+    ids=["sigint-once", "sigint-twice", "sigterm-at-start", "sigterm-at-a-trial-end"],
+)
+def test_a_signal_is_an_interruption_everywhere(
+    tmp_path: Path, mlflow_runs, signals: list[str], when: str, more: list[str]
+) -> None:
+    runs = tmp_path / "runs"
+    args = [*SEARCH, "--num-samples", "2", *more, "--runs-dir", str(runs), "--experiment", "x"]
+    driver = Driver(*args)
+    driver.wait_for(when)
+    for name in signals:
+        driver.process.send_signal(getattr(signal, name))
+        time.sleep(0.3)
+    code, out = driver.finish(timeout_s=300)
+    assert code == 130, out
+    assert "Traceback" not in out and "finished in" not in out
+    lines = out.splitlines()
+    counts = [line for line in lines if re.match(r"\d+ trials: ", line)]
+    assert len(counts) == 1 and "stopped_early" not in counts[0], out
+    stopped = [line for line in lines if line.startswith(f"the search stopped ({signals[0]})")]
+    assert len(stopped) == 1 and "not finished" in stopped[0], out
+    resume = f"python -m gridsearch.run --experiment x --resume --runs-dir {runs.resolve()}"
+    assert f"continue it:  {resume}" in lines, out
+    outcomes = _interrupted(mlflow_runs, runs, "x")
+    assert set(outcomes) <= {"finished", "search_ended"}
+    assert _summary_counts(counts[0]) == dict(outcomes)  # the summary says what MLflow holds
+    assert not (runs / "locks" / "x.lock").exists()
+    if signals == ["SIGTERM"] and when.startswith("done"):
+        assert outcomes["finished"] == 1  # the trial that had ended keeps its end
+        assert "with 1 trial(s) not finished" in stopped[0]
+    else:  # trials were running: cut short, and said so
+        assert outcomes["search_ended"] >= 1
+        assert "with 2 trial(s) not finished" in stopped[0]
+        return
+    resumed = Driver("--experiment", "x", "--resume", "--runs-dir", str(runs), "--no-dashboard")
+    code, out = resumed.finish()  # the trial left is run; the parent finished
+    assert code == 0 and "2 trials: 2 finished" in out, out
+    _, found = mlflow_runs(runs, "x")
+    (parent,) = [r for r in found if r.data.tags.get("search.role") == "search"]
+    assert parent.info.status == "FINISHED" and parent.data.tags["outcome"] == "finished"
+
+
+def _summary_counts(line: str) -> dict[str, int]:
+    """``2 trials: 1 finished, 1 search_ended`` -> {"finished": 1, "search_ended": 1}."""
+    parts = line.split(": ", 1)[1].split(", ")
+    return {part.split(" ", 1)[1]: int(part.split(" ", 1)[0]) for part in parts}
+
+
+def test_an_interrupted_end_closes_everything_as_interrupted(tmp_path: Path) -> None:
+    """A driver stopped after its trials ended (before it registered the best models),
+    or before Tune ended them: the parent KILLED "interrupted" though no trial is left,
+    and every run still RUNNING closed "search_ended"."""
+    from gridsearch._outcome import Outcome
+    from gridsearch._parent import close_parent
+    from tests.gridsearch.test_parent import _search
+
+    client, _, parent, runs = _search(tmp_path, "retrieval")
+    runs.log_epoch("a", {"margin": 0.2}, 0, {"dev/r10_mean": 3.0})
+    runs.log_epoch("b", {"margin": 0.3}, 0, {"dev/r10_mean": 4.0})
+    runs.close("a", {"margin": 0.2}, Outcome.FINISHED, checkpoint=None)
+    assert runs.end_running(Outcome.SEARCH_ENDED) == 1
+    ended = client.get_run(runs.run_of("b", {}))
+    assert (ended.info.status, ended.data.tags["outcome"]) == ("KILLED", "search_ended")
+    assert client.get_run(runs.run_of("a", {})).info.status == "FINISHED"
+    assert close_parent(client, parent, [], "summary", 0, 1.0, interrupted=True) == "interrupted"
+    assert client.get_run(parent).info.status == "KILLED"

@@ -1,0 +1,205 @@
+"""The live progress display: k of N trials, the best so far (dev selection metric) with
+what it tried, elapsed and an estimate, within-epoch progress from the trainable's side
+channel, start lines that name only what a trial tried; and the libraries' noise kept
+out. Driven with real Tune ``Trial`` objects and a stepped clock, and once through a real
+smoke search on a real local Ray."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import optuna
+import pytest
+from ray.tune.experiment import Trial
+
+from gridsearch.progress import ProgressPrinter, quiet_libraries, shown_keys
+from gridsearch.run import main
+from gridsearch.spaces import SPACES
+from trainables import names
+
+RETRIEVAL = names.selectable(names.BEST_RETRIEVAL)
+SEMANTIC = names.selectable(names.BEST_SEMANTIC)
+
+
+class Clock:
+    """Seconds that the test moves on."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _trial(trial_id: str, **config: object) -> Trial:
+    return Trial("grounded_trainable", config=dict(config), trial_id=trial_id, stub=True)
+
+
+def _report(trial: Trial, epoch: int, r10: float, finished: bool = False) -> dict:
+    result = {"epoch": epoch, names.PRIMARY_RETRIEVAL: r10, RETRIEVAL: r10}
+    if finished:
+        result[names.FINISHED] = 80.0
+    trial.update_last_result(result)
+    return result
+
+
+def test_status_line_counts_trials_names_the_best_and_estimates(tmp_path: Path) -> None:
+    lines: list[str] = []
+    clock = Clock()
+    printer = ProgressPrinter(
+        SPACES["margin_sweep"], 4, 2, RETRIEVAL, lines.append,
+        progress_dir=tmp_path / "progress", clock=clock,
+    )  # fmt: skip
+    first, second, third = _trial("aaa", margin=0.1625), _trial("bbb", margin=0.3), _trial("ccc")
+    trials = [first, second, third]
+    printer.on_step_end(0, trials)  # before any work: the estimate's starting point
+    for trial in (first, second):
+        trial.set_status(Trial.RUNNING)
+        printer.on_trial_start(0, trials, trial)
+    assert lines[-2:] == [
+        "[   0:00] start 1/4  aaa  margin=0.1625",
+        "[   0:00] start 2/4  bbb  margin=0.3",
+    ]
+    clock.now += 40
+    for epoch, r10 in enumerate((50.0, 62.5, 61.0)):
+        printer.on_trial_result(0, trials, first, _report(first, epoch, r10, finished=epoch == 2))
+    assert lines[-1] == "[   0:40]       1/4  aaa  epoch 2/2  dev R@10 mean 61.0"
+    printer.on_trial_result(0, trials, second, _report(second, 1, 55.0))
+    first.set_status(Trial.TERMINATED)
+    clock.now += 15
+    # the running trial has trained half of its epoch 2 (the trainable's side channel)
+    (tmp_path / "progress" / "bbb.json").write_text(json.dumps({"epoch": 2, "done": 0.5}))
+    printer.on_trial_complete(0, trials, first)
+    done, status = lines[-2:]
+    assert done == (
+        "[   0:55] done  1/4  aaa  test R@10 mean 80.0 (ensemble); best dev R@10 mean 61.0"
+    )
+    # 5.5 of 12 epochs (3 per trial with the untrained epoch 0) in 55 s: 6.5 left, 65 s
+    assert status == (
+        "[   0:55] 1 of 4 trials done, 1 running, 2 left | best dev R@10 mean 61.0: aaa "
+        "margin=0.1625 | 0:55 elapsed, about 1:05 left"
+    )
+    clock.now += 29
+    printer.on_step_end(0, trials)
+    assert lines[-1] == status  # nothing new within status_every_s
+    clock.now += 1
+    printer.on_step_end(0, trials)  # a periodic status line says where the running trials are
+    assert "1 running, 2 left (bbb epoch 2/2 50%)" in lines[-1] and "1:25 elapsed" in lines[-1]
+    second.set_status(Trial.ERROR)
+    printer.on_trial_error(0, trials, second)
+    assert lines[-2].endswith("FAILED 2/4  bbb  unknown error")
+    assert lines[-1].startswith("[   1:25] 2 of 4 trials done, 0 running, 2 left")
+    assert lines[-1].endswith("about 1:25 left")  # 6 of 12 epochs done in 85 s
+    printer.on_experiment_end(trials)
+    assert not (tmp_path / "progress").exists()
+
+
+def test_two_objectives_show_the_best_of_each(tmp_path: Path) -> None:
+    lines: list[str] = []
+    printer = ProgressPrinter(SPACES["margin_sweep"], 2, 2, [RETRIEVAL, SEMANTIC], lines.append)
+    a, b = _trial("aaa", margin=0.2), _trial("bbb", margin=0.4)
+    for trial in (a, b):
+        trial.set_status(Trial.RUNNING)
+    a.update_last_result({"epoch": 1, RETRIEVAL: 70.0, SEMANTIC: 0.1})
+    b.update_last_result({"epoch": 1, RETRIEVAL: 60.0, SEMANTIC: 0.3})
+    line = printer.status_line([a, b])
+    assert "best dev R@10 mean 70.0: aaa margin=0.2" in line
+    assert "best dev semantic 0.300: bbb margin=0.4" in line
+    assert line.startswith("0 of 2 trials done, 2 running, 0 left")
+    assert line.endswith("an estimate after the first epoch")  # no work seen since it began
+
+
+@pytest.mark.parametrize(
+    ("space", "expected"),
+    [
+        ("margin_sweep", ["margin"]),
+        ("encoders", ["family", "lr_max"]),  # not the preset's dozen keys
+        ("seeds_presets", ["system"]),
+        ("paper_grid", ["variant"]),
+        ("lr_bounds", ["lr_max", "lr_min"]),  # lr_min, not its helper lr_min_position
+    ],
+)
+def test_a_trial_is_named_by_what_it_tried(space: str, expected: list[str]) -> None:
+    assert shown_keys(SPACES[space]) == expected
+
+
+def test_full_shows_the_learning_rates_not_their_helpers() -> None:
+    keys = shown_keys(SPACES["full"])
+    assert {"lr_max", "lr_min", "margin", "reduction", "batch_size"} <= set(keys)
+    assert not {"lr_min_position", "lr_max_sum", "lr_max_mean"} & set(keys)
+
+
+def test_the_grid_samplers_stop_error_is_kept_out_and_nothing_else(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """What Ray's OptunaSearch does when Optuna's grid sampler stops the study from
+    outside Study.optimize: log the RuntimeError as a warning. That record is dropped;
+    the same logger's other warnings are not."""
+    quiet_libraries()
+    quiet_libraries()  # idempotent
+    logger = logging.getLogger("ray.tune.search.optuna.optuna_search")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        optuna.create_study().stop()
+    except RuntimeError as exc:
+        stop_error = exc
+    with caplog.at_level(logging.WARNING):
+        logger.warning(stop_error)
+        logger.warning(ValueError("The reported value is NaN"))
+    assert [r.getMessage() for r in caplog.records] == ["The reported value is NaN"]
+
+
+@pytest.mark.slow
+def test_a_smoke_search_of_seeds_presets_is_small_and_shows_its_progress(
+    tmp_path: Path, mlflow_runs, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The space that ran 14.5 minutes as a smoke test: 2 trials (its first two seed
+    systems) at the smoke sizes; the progress says k of N, the best so far and an
+    estimate; Ray's token notice and the grid sampler's Study.stop error stay out."""
+    args = ["--space", "seeds_presets", "--smoke-test", "--no-dashboard",
+            "--runs-dir", str(tmp_path), "--experiment", "seeds"]  # fmt: skip
+    assert main(args) == 0
+    out, err = capfd.readouterr()
+    assert "smoke test: the grid cut to its first 2 of 4 points (system char_rnn, word_bow)" in out
+    assert "start 1/2" in out and "start 2/2" in out and "system=word_bow" in out
+    assert "1 of 2 trials done" in out and "about " in out and " left" in out
+    assert "2 of 2 trials done, 0 running, 0 left | best dev R@10 mean " in out
+    assert "2 trials: 2 finished" in out
+    both = out + err
+    assert "Token authentication is enabled" not in both and "Study.stop" not in both
+    assert not (tmp_path / ".progress" / "seeds").exists()
+    _, runs = mlflow_runs(tmp_path, "seeds")
+    trials = {r.data.params["encoder"]: r.data.params for r in runs if "encoder" in r.data.params}
+    assert set(trials) == {"char_rnn", "word_bow"}
+    assert trials["char_rnn"]["hidden_size"] == "8"
+    assert trials["word_bow"]["word_embedding_dim"] == "8"
+
+
+@pytest.mark.slow
+def test_quiet_prints_the_summary_only(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """--quiet, for scripts: the summary and nothing else (no progress lines, no closing
+    commands, no library warnings); the exit status as without it."""
+    args = ["--space", "margin_sweep", "--smoke-test", "--no-dashboard", "--quiet",
+            "--runs-dir", str(tmp_path), "--experiment", "q"]  # fmt: skip
+    assert main(args) == 0
+    out, err = capfd.readouterr()
+    assert out.splitlines()[0] == "2 trials: 2 finished" and "best retrieval" in out
+    assert "start 1/" not in out and "trials done" not in out and "mlflow ui" not in out
+    assert err.strip() == ""
+
+
+def test_tunes_slow_step_warning_is_raised_past_a_busy_machines_mlflow_writes() -> None:
+    """Tune reads its "may be a performance bottleneck" threshold when imported, so
+    gridsearch.run sets it first (a fresh interpreter: these tests imported Tune already)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gridsearch.run\n"
+        "from ray.tune.utils.util import warn_if_slow\n"
+        "print(warn_if_slow.DEFAULT_THRESHOLD)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert float(done.stdout.strip()) == 10.0
