@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-from storage.cli import OneLineParser
+from storage.cli import ExamplesHelpFormatter, OneLineParser
 
 
 class Main(Protocol):
@@ -35,7 +35,7 @@ class BadInput(Exception):
     it and what was expected. :func:`entry` prints it and returns 2, without a traceback."""
 
 
-class _Help(argparse.RawDescriptionHelpFormatter):
+class _Help(ExamplesHelpFormatter):
     """The description as written, and every option's default after its help (unless the
     help names it, or there is none to show)."""
 

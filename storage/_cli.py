@@ -8,14 +8,15 @@ import sys
 from collections.abc import Callable
 
 from storage._errors import StoreError, one_line, os_reason
-from storage.cli import OneLineParser
+from storage.cli import ExamplesHelpFormatter, OneLineParser
 
-__all__ = ["Parser", "run_cli"]
+__all__ = ["HelpFormatter", "Parser", "run_cli"]
 
 logger = logging.getLogger(__name__)
 
 
 Parser = OneLineParser  # the storage commands' name for it
+HelpFormatter = ExamplesHelpFormatter  # their help keeps its examples' lines
 
 
 def run_cli(body: Callable[[], int]) -> int:

@@ -21,10 +21,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
-from storage._cli import Parser, run_cli
+from storage._cli import HelpFormatter, Parser, run_cli
 from storage._errors import StoreError, os_reason
 from storage._extractors import FeatureExtractor
 from storage._fs import Location
@@ -204,36 +205,88 @@ def _writer(
     )
 
 
-def _common_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", required=True, help="the store directory (or URI) to write")
+DESCRIPTION = "Build a feature store from real data or the embedded world."
+EPILOG = """examples:
+  python -m storage.build karpathy --json dataset_flickr8k.json --images Flicker8k_Dataset \\
+      --out stores/flickr8k
+  python -m storage.build synthetic --out stores/world
+
+A build writes shard by shard and the manifest last: run the same command again after an
+interruption and it resumes where it stopped (adding --skip-unreadable, as the error after
+an unreadable image advises, is allowed); run it on a finished store and it does nothing.
+An --out that holds a different store is refused, and so is a data set that leaves a split
+(train, val or test) without images.
+
+Exit status: 0, 2 with one 'error:' line naming the option or file, 130 interrupted."""
+
+
+def _common_options(parser: argparse.ArgumentParser, resnet_only: str = "") -> None:
+    """The options both builds take; ``resnet_only`` marks those only ResNet features use."""
+    parser.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        help="the store directory (or URI) to write; required",
+    )
     parser.add_argument(
         "--weights",
         default=None,
-        help="ResNet-152 weights file (default: torchvision's cache), or 'random'",
+        metavar="FILE",
+        help=f"ResNet-152 weights file, or 'random'{resnet_only} (default: torchvision's cache)",
     )
-    parser.add_argument("--device", default=None, help="torch device (default: cuda if available)")
-    parser.add_argument("--batch-size", type=int, default=32, help="images per forward pass")
-    parser.add_argument("--workers", type=int, default=2, help="image decoding processes")
-    parser.add_argument("--shard-size", type=int, default=1024, help="images per Parquet shard")
     parser.add_argument(
-        "--dtype", choices=FEATURE_DTYPES, default="float32", help="stored feature precision"
+        "--device",
+        default=None,
+        help=f"auto, cpu, cuda or cuda:N{resnet_only} (default: auto, cuda if available)",
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=32,
+        metavar="N",
+        help=f"images per forward pass{resnet_only} (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=2,
+        metavar="N",
+        help=f"image decoding processes, 0 to {MAX_WORKERS}{resnet_only} (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--shard-size", type=int, default=1024, metavar="N",
+        help="images per Parquet shard (default: %(default)s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--dtype",
+        choices=FEATURE_DTYPES,
+        default="float32",
+        help="stored feature precision (default: %(default)s)",
     )
     parser.add_argument(
         "--feature-compression",
         choices=FEATURE_COMPRESSIONS,
         default="none",
-        help="Parquet codec of the feature column (see BENCHMARKS.md)",
+        help="Parquet codec of the feature column; BENCHMARKS.md compares them "
+        "(default: %(default)s)",
     )
 
 
 def _karpathy_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", required=True, help="dataset_{flickr8k,flickr30k,coco}.json")
-    parser.add_argument("--images", required=True, help="directory holding the images")
+    parser.add_argument(
+        "--json",
+        required=True,
+        metavar="FILE",
+        help="Karpathy's dataset_{flickr8k,flickr30k,coco}.json; required",
+    )
+    parser.add_argument(
+        "--images", required=True, metavar="DIR", help="directory holding the images; required"
+    )
     parser.add_argument(
         "--dataset",
         choices=KNOWN_DATASETS,
         default=None,
-        help="data set name (default: from the JSON or its file name)",
+        help="data set name (default: from the JSON, else its file name)",
     )
     parser.add_argument(
         "--skip-unreadable",
@@ -248,25 +301,44 @@ def _synthetic_options(parser: argparse.ArgumentParser) -> None:
         "--images",
         type=int,
         default=2000,
-        help=f"number of scenes (images), {MIN_SCENES} to {MAX_SCENES:,}",
+        metavar="N",
+        help=f"number of scenes (images), {MIN_SCENES} to {MAX_SCENES:,} (default: %(default)s)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="world seed, 0 to 2**63-1")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="world seed, 0 to 2**63-1 (default: %(default)s)"
+    )
     parser.add_argument(
         "--features",
         choices=("scene", "resnet"),
         default="scene",
-        help="scene projection (default) or ResNet-152 on the rendered images",
+        help="the scenes' projection, or ResNet-152 on the rendered images (default: %(default)s)",
     )
-    _common_options(parser)
+    _common_options(parser, resnet_only="; --features resnet only")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="python -m storage.build", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="source", required=True)
-    _karpathy_options(
-        sub.add_parser("karpathy", help="Flickr8k/Flickr30k/COCO from Karpathy's JSON")
+    parser = Parser(
+        prog="python -m storage.build",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=HelpFormatter,
     )
-    _synthetic_options(sub.add_parser("synthetic", help="the embedded grounded world"))
+    sub = parser.add_subparsers(dest="source", required=True)
+    karpathy = "Flickr8k/Flickr30k/COCO from Karpathy's JSON (ResNet-152 ten-crop features)"
+    synthetic = "the embedded grounded world (generated scenes, images, captions, semantic sets)"
+    for name, what, options in (
+        ("karpathy", karpathy, _karpathy_options),
+        ("synthetic", synthetic, _synthetic_options),
+    ):
+        options(
+            sub.add_parser(
+                name,
+                help=what,
+                description=textwrap.fill(f"{DESCRIPTION} This one: {what}.", 88),
+                epilog=EPILOG.split("\n\n", 1)[1],
+                formatter_class=HelpFormatter,
+            )
+        )
     return parser
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from storage.cli import OneLineParser, one_line
+from storage.cli import HelpFormatter, OneLineParser, one_line
 from trainables.checkpoint import CheckpointError
 from trainables.embedding import SPACES
 from trainables.encoder import Progress, SentenceEncoder
@@ -45,40 +45,53 @@ class _BadInput(Exception):
 def _parser() -> OneLineParser:
     p = OneLineParser(
         prog="python -m trainables.encode",
+        formatter_class=HelpFormatter,
         description="Embed sentences with a trained model (one vector per sentence).",
+        epilog="Exit status: 0, or 2 with one 'error:' line naming the option or file.",
     )
     p.add_argument(
         "--model",
         required=True,
-        help="checkpoint/ensemble file, run or trial id, "
-        "run name, models:/NAME@ALIAS or runs:/ URI",
+        metavar="MODEL",
+        help="checkpoint/ensemble file, Tune checkpoint folder, run or trial id, run name, "
+        "models:/NAME@ALIAS or runs:/ URI; required",
     )
     p.add_argument(
         "--input",
         default="-",
-        help="sentences: .txt (one per line), .parquet, or - for stdin (default: -)",
+        metavar="FILE",
+        help="sentences: .txt (UTF-8, one per line), .parquet, or - for stdin (default: -)",
     )
     p.add_argument(
         "--column",
         default="sentence",
+        metavar="NAME",
         help="the string column of a Parquet input (default: sentence)",
     )
     p.add_argument(
         "--output",
         default="-",
-        help="embeddings: .npy, .parquet, or - for text on stdout (default: -)",
+        metavar="FILE",
+        help="embeddings by suffix: .npy (float32), .parquet (sentence, embedding), or - for "
+        "text on stdout; a file is written whole or not at all (default: -)",
     )
     p.add_argument(
         "--tracking-uri",
         default=None,
-        help="where run ids and models:/ URIs "
-        "are looked up (default: sqlite in ./runs, the search's)",
+        metavar="URI",
+        help="where run ids and models:/ URIs are looked up (default: the search's "
+        "sqlite store, runs/mlflow.db under the working directory)",
     )
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default: auto)")
+    p.add_argument(
+        "--device",
+        default="auto",
+        help="auto (cuda if available), cpu, cuda or cuda:N (default: auto)",
+    )
     p.add_argument(
         "--batch-size",
         type=int,
         default=0,
+        metavar="N",
         help="sentences encoded at once; 0 = by device (default: 0)",
     )
     p.add_argument(

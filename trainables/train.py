@@ -39,9 +39,9 @@ from typing import Any
 import torch
 
 from storage import StoreError, write_bytes_atomic
-from storage.cli import OneLineParser
+from storage.cli import HelpFormatter, OneLineParser
 from trainables import checkpoint, names
-from trainables.config import CHOICES, DEVICE_FORMS, ConfigError, TrainConfig
+from trainables.config import CHOICES, CPU_SIZED, DEVICE_FORMS, ConfigError, TrainConfig
 from trainables.data import TrainingData, default_senteval
 from trainables.loop import NonFiniteLossError, Trainer, check_resumable
 from trainables.semantic import make_semantic
@@ -55,24 +55,48 @@ logger = logging.getLogger(__name__)
 COMMAND = "python -m trainables.train"
 INTERRUPTED = 130  # the shell's status for a process stopped by SIGINT
 OUTPUT_CLOSED = 141  # ... and by SIGPIPE
-# what --help says of the options whose values are not plain sizes
+# what --help says of each TrainConfig option (its default follows)
 _MEANINGS = {
+    "hidden_size": "n: RNN units per direction; both embeddings have 2n dimensions",
+    "rnn_type": "the caption RNN",
+    "pooling": "pooling over time: vectorial attention or max (both masked)",
+    "char_embedding_dim": "size of the learned character embedding",
+    "attention_hidden": "hidden units of the vectorial attention (of each head)",
+    "rnn_layers": "vete_rnn: stacked RNN layers",
+    "dropout": "cap2img: dropout on the sentence encoding",
+    "pairing": "what a caption is matched with: its image, or (the text-only control) "
+    "another caption of the same image",
+    "loss": "hinge: bidirectional with in-batch negatives; pearson: VETE's",
+    "margin": "hinge margin alpha",
+    "reduction": "hinge: summed (the paper's formula) or averaged over the batch",
+    "negatives": "hinge: every in-batch negative, or the hardest per query (VSE++)",
+    "lr_min": "lower bound of the cyclic cosine learning rate",
+    "lr_max": "upper bound of the cyclic cosine learning rate",
+    "cycle_epochs": "epochs per learning-rate cycle",
+    "batch_size": "image-caption pairs per minibatch",
+    "epochs": "training epochs (epoch 0 is the untrained model, evaluated)",
+    "snapshot_interval": "keep a snapshot every this-many epochs",
+    "ensemble_size": "snapshots with the best dev R@10 mean summed into the ensemble",
+    "stsb_encoding": "STS-B's 0-5 scores as SentEval feeds them, or mapped onto 1-5 first",
+    "precision": "bf16: autocast (on the CPU: the recurrence's products in bfloat16)",
     "device": DEVICE_FORMS,
-    "seed": "0 to 2**63 - 1",
+    "seed": "seeds the initialisation and the batch order, 0 to 2**63 - 1",
     "threads": "torch CPU threads, 0 = torch's default, at most 1024",
-    "eval_batch_size": "0 = 1024 on a GPU, 256 on a CPU",
-    "semantic_every": "0 = no semantic evaluation",
-    "clip_image": "gradient-norm clip, 0 = off",
-    "clip_caption": "gradient-norm clip, 0 = off",
+    "eval_batch_size": "sentences encoded at once in evaluation; 0 = 1024 on a GPU, 256 on a CPU",
+    "semantic_every": "the test battery every this-many epochs (the dev semantic score: "
+    "every epoch); 0 = no semantic evaluation",
+    "clip_image": "gradient-norm clip of the image encoder, 0 = off",
+    "clip_caption": "gradient-norm clip of the caption encoder, 0 = off",
     "encoder": "the caption encoder family (README: Encoder families)",
-    "attention_heads": "concatenated; embeddings have 2n x heads dimensions",
-    "attention_penalty": "weight of the heads' diversity penalty, 0 = off",
-    "word_embedding_dim": "word families; word_bow: also the embeddings' size",
+    "attention_heads": "attention heads, concatenated; embeddings have 2n x heads dimensions",
+    "attention_penalty": "weight of the heads' diversity penalty (more than 1 head), 0 = off",
+    "word_embedding_dim": "word families: size of a word embedding (word_bow: also the "
+    "embeddings' size)",
     "vocab_min_count": "word families: training-caption count a word needs",
     "vocab_max_size": "word families: most words kept, 0 = no cap",
     "word_vectors": "word families: local GloVe-format text file, '' = none",
     "word_vectors_update": "word families: frozen_map needs --word-vectors",
-    "bow_pooling": "word_bow: after it, L2 normalisation",
+    "bow_pooling": "word_bow: sum or mean of the word embeddings, then L2 normalisation",
 }
 
 
@@ -97,11 +121,14 @@ class _Progress:
 def _parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog=COMMAND,
-        description="Train one model without Ray, printing every epoch's metrics.",
+        formatter_class=HelpFormatter,
+        description="Train one model without Ray, printing every epoch's metrics. The "
+        "training config's defaults are the paper's Flickr8k sizes (n = 1024, 32 epochs) on "
+        f"every device, a CPU too, where they take hours; a CPU-sized run: {_cpu_sized()}.",
         epilog="Exit status: 0 finished (or the checkpoint already was), 2 bad input (one "
         "'error:' line), 130 interrupted (Ctrl+C; the line says how to resume).",
     )
-    parser.add_argument("--data", required=True, help="feature store (path or URI)")
+    parser.add_argument("--data", required=True, help="feature store (path or URI); required")
     parser.add_argument(
         "--senteval",
         type=_non_empty,
@@ -123,22 +150,38 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="save the training state to FILE after every epoch, and resume from it when it "
         "exists (its folder must exist; same config, only --epochs, --device, --threads "
-        "and --eval-batch-size may change)",
+        "and --eval-batch-size may change) (default: none, nothing saved)",
     )
-    group = parser.add_argument_group("training config (TrainConfig)")
+    group = parser.add_argument_group("training config (TrainConfig; defaults: the paper's)")
     for field in dataclasses.fields(TrainConfig):
         allowed = CHOICES.get(field.name)
         kind = str(field.type).upper()
         metavar = "|".join(allowed) if allowed else _METAVARS.get(field.name, kind)
-        what = f"{_MEANINGS[field.name]}; " if field.name in _MEANINGS else ""
+        default = field.default if field.default != "" else repr("")
         group.add_argument(
             f"--{field.name.replace('_', '-')}",
             dest=field.name,
             default=None,
             metavar=metavar,
-            help=f"{what}default: {field.default if field.default != '' else repr('')}",
+            help=f"{_MEANINGS[field.name]} (default: {default})",
         )
     return parser
+
+
+def _cpu_sized() -> str:
+    """The options of the search's CPU-sized run (``trainables.config.CPU_SIZED``)."""
+    return " ".join(f"--{k.replace('_', '-')} {v}" for k, v in CPU_SIZED.items())
+
+
+def _paper_sizes_on_cpu(overrides: dict[str, Any], device: torch.device) -> str | None:
+    """The line said when a CPU run trains the paper's sizes (none of CPU_SIZED's size
+    options given), else None."""
+    if device.type != "cpu" or any(k in overrides for k in ("hidden_size", "epochs")):
+        return None
+    return (
+        f"note: the paper's sizes (--hidden-size {TrainConfig.hidden_size}, --epochs "
+        f"{TrainConfig.epochs}) on the CPU take hours; a CPU-sized run: {_cpu_sized()}"
+    )
 
 
 def _file_path(text: str) -> Path:
@@ -260,6 +303,8 @@ def _train(args: argparse.Namespace, progress: _Progress) -> int:
         trainer.load_state_dict(state)
         logger.info("resumed from %s at epoch %d", args.checkpoint, trainer.epoch)
     del state  # the trainer holds its own copy
+    if (note := _paper_sizes_on_cpu(overrides, trainer.device)) is not None:
+        print(note, file=sys.stderr)
     logger.info(
         "training on %s: %d train images, device %s, %s",
         args.data,
