@@ -8,28 +8,7 @@ import re
 import pytest
 
 from gridsearch.run import main
-
-
-def _options(help_text: str) -> dict[str, tuple[bool, str]]:
-    """``{"--epochs": (True, "epochs per trial (default: ...)")}`` from argparse's help:
-    whether the option takes a value, and its description. An entry starts on a line
-    indented by two spaces and a dash (``--epochs N``, ``-h, --help``); its description
-    follows on that line (after two spaces) and on the more deeply indented lines."""
-    entries: dict[str, tuple[bool, str]] = {}
-    flag = ""
-    for line in help_text.splitlines():
-        if re.match(r"^  -", line):
-            invocation, _, description = line.strip().partition("  ")
-            words = invocation.replace(",", " ").split()
-            flag = [w for w in words if w.startswith("--")][-1]
-            takes_value = any(not w.startswith("-") for w in words)
-            entries[flag] = (takes_value, description.strip())
-        elif flag and line.startswith("    "):
-            takes_value, description = entries[flag]
-            entries[flag] = (takes_value, f"{description} {line.strip()}".strip())
-        else:
-            flag = ""
-    return entries
+from tests.help_text import options as _options
 
 
 @pytest.fixture(scope="module")
