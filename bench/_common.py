@@ -7,14 +7,9 @@ from __future__ import annotations
 import os
 import platform
 import resource
-import sys
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-
-if not __package__:  # imported as plain ``_common`` by a script not yet in the package
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
 
@@ -26,21 +21,10 @@ from trainables.device import resolve_device
 
 __all__ = [
     "REPO", "BadInput", "build_world", "device", "head", "load", "machine", "peak_rss_mib",
-    "run", "sync", "world",
+    "sync", "world",
 ]  # fmt: skip
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def run(main: Callable[[], int | None]) -> None:
-    """The ``__main__`` of a script whose ``main`` takes no argv yet: ``main()``, with bad
-    input as one line and status 2 (the others use ``bench._cli.entry``)."""
-    try:
-        code = main()
-    except BadInput as e:
-        print(e, file=sys.stderr)
-        raise SystemExit(2) from None
-    raise SystemExit(code)
 
 
 def world(store: str | None, images: int, scratch: str = "/tmp") -> str:

@@ -30,24 +30,29 @@ critical path"), with today's path as the baseline in the same run. First the ba
 alone, on the untrained model's embeddings: embedding its sentences, then scoring them
 (STS12-16 cosines and the supervised SICK-R and STS-B regressions) with the reference
 regression engine (``engine="loop"``: one 64-row step per Python iteration, a task at a
-time: today's path) and with the batched one (the two tasks stacked, on the device, CUDA
+time: the first path) and with the batched one (the two tasks stacked, on the device, CUDA
 graphs on a GPU); both on the same seed and shuffles, so their SICK-R / STS-B numbers
-agree to rounding. Then ``--epochs`` epochs (and the snapshot ensemble at the end) four
-ways, each from the same fresh model: training only (no evaluation at all), the first path
-(the battery in place, reference engine), today's (the battery in a background worker,
-batched engine, the ensemble embedding its snapshots again: ``Trainer(reuse=False)``) and
-the new one (today's, with the ensemble summing the embeddings its snapshots got at their
-epochs and the battery started before the in-place evaluation: ``reuse``, the default).
-The evaluation's share of a run is (run - training only) / run, so whatever the
-background worker takes from training counts as evaluation; each run's CPU time (the
-process's, every thread) is printed beside it, a figure that load on the machine
-disturbs less than wall time. The first path's run is measured (``--baseline run``, the
-CPU's default) or put together from its measured parts (``parts``, the GPU's default: at
-the paper's size each of its batteries takes half a minute): training only + every
-epoch's in-place evaluation (dev and test retrieval, dev semantic score) + each battery
-(embedding + reference scoring) + the ensemble's. The new run's epochs are also
-extrapolated to a whole run of ``--whole-epochs`` (its first epoch, its middle epochs'
-mean and its last, which waits for its battery).
+agree to rounding. On a CPU the sentences are embedded both ways: padded (the earlier
+paths) and packed (``trainables.embedding.PACKED``: no padding, the training
+recurrence, each fixed set packed once). Then ``--epochs`` epochs (and the snapshot
+ensemble at the end) four ways, each from the same fresh model: training only (no
+evaluation at all), the first path (the battery in place, reference engine, the ensemble
+embedding its snapshots again: ``Trainer(reuse=False)``), today's (the battery in a
+background worker started before the in-place evaluation, batched engine, the ensemble
+summing the embeddings its snapshots got at their epochs: ``reuse``, the default;
+padded embeddings) and the new one (today's with the packed embeddings; on a GPU, where
+nothing is packed, it is today's again). The evaluation's share of a run is (run -
+training only) / run, so whatever the background worker takes from training counts as
+evaluation; each run's CPU time (the process's, every thread) is printed beside it, a
+figure that load on the machine disturbs less than wall time. The first path's run is
+measured (``--baseline run``, the CPU's default) or put together from its measured parts
+(``parts``, the GPU's default: at the paper's size each of its batteries takes half a
+minute): training only + every epoch's in-place evaluation (dev and test retrieval, dev
+semantic score) + each battery (embedding + reference scoring) + the ensemble's. The new
+run's epochs are also extrapolated to a whole run of ``--whole-epochs`` (its first epoch,
+its middle epochs' mean and its last, which waits for its battery). Today's and the new
+run must report the same metrics at the same epochs, equal to the reordered-sums bound
+(their largest difference is printed).
 
 Sizes follow the device: on a GPU the paper's run (n=1024, attention, batch 32, 6,000
 training and 1,000 dev images of the 10,000-image world, the battery every epoch, 3
@@ -64,16 +69,24 @@ as a search's trial has), measured whole.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
+import sys
 import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
-import _common
+if not __package__:  # run as a file: the repository first on sys.path (see bench/__init__.py)
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+
 import numpy as np
 import torch
 
+from bench import _common
+from bench._cli import entry, parser
 from storage import FeatureStore
-from trainables import names
+from trainables import embedding, names
 from trainables.config import CPU_SIZED, TrainConfig
 from trainables.data import TrainingData, epoch_batches
 from trainables.loop import Trainer
@@ -240,38 +253,53 @@ def _semantic(
     return semantic
 
 
+@contextlib.contextmanager
+def _embedding_path(packed: bool) -> Iterator[None]:
+    """``trainables.embedding.PACKED`` set to ``packed`` for the block."""
+    before = embedding.PACKED
+    embedding.PACKED = packed
+    try:
+        yield
+    finally:
+        embedding.PACKED = before
+
+
 def _timed_run(
     config: TrainConfig,
     data: TrainingData,
     semantic: SemanticEvaluation | None,
-    device,
+    device: torch.device,
+    *,
     reuse: bool = True,
+    packed: bool = False,
 ) -> tuple[list[float], list[dict[str, float]], float]:
     """A fresh Trainer's epochs: the wall time of each (from the end of the one before;
     epoch 0's is its evaluation alone), its reports, and the process's CPU seconds over
     the run (all threads: the background worker's too). ``semantic`` None: training
     only, nothing evaluated. ``reuse``: the Trainer's (False: the path before the
-    ensemble reused its snapshots' embeddings)."""
-    trainer = Trainer(config, data, semantic, reuse=reuse)
-    walls: list[float] = []
-    reports: list[dict[str, float]] = []
-    _common.sync(device)
-    cpu = time.process_time()
-    started = time.perf_counter()
-    if semantic is None:
-        walls.append(0.0)  # epoch 0 is only evaluated
-        for _ in range(config.epochs):
-            trainer.train_one_epoch()
+    ensemble reused its snapshots' embeddings); ``packed``: the CPU's packed
+    embeddings (False: padded)."""
+    with _embedding_path(packed):
+        trainer = Trainer(config, data, semantic, reuse=reuse)
+        walls: list[float] = []
+        reports: list[dict[str, float]] = []
+        _common.sync(device)
+        cpu = time.process_time()
+        started = time.perf_counter()
+        if semantic is None:
+            walls.append(0.0)  # epoch 0 is only evaluated
+            for _ in range(config.epochs):
+                trainer.train_one_epoch()
+                _common.sync(device)
+                walls.append(time.perf_counter() - started)
+                started = time.perf_counter()
+            return walls, reports, time.process_time() - cpu
+        for report in trainer.run():
             _common.sync(device)
             walls.append(time.perf_counter() - started)
+            reports.append(report)
             started = time.perf_counter()
         return walls, reports, time.process_time() - cpu
-    for report in trainer.run():
-        _common.sync(device)
-        walls.append(time.perf_counter() - started)
-        reports.append(report)
-        started = time.perf_counter()
-    return walls, reports, time.process_time() - cpu
 
 
 def _warm_up(config: TrainConfig, data: TrainingData, senteval: str) -> None:
@@ -279,11 +307,103 @@ def _warm_up(config: TrainConfig, data: TrainingData, senteval: str) -> None:
     trainer = Trainer(config, data, _semantic(senteval, config, background=False, engine="batched"))
     plan = epoch_batches(data.train.num_images, config.batch_size, config.seed, 0)
     trainer.train_batches(plan[:2]).cpu()
-    trainer.embed_fn([trainer.model])(["a warm-up sentence."])
+    for packed in (False, True):
+        with _embedding_path(packed):
+            trainer.embed_fn([trainer.model])(["a warm-up sentence."])
+
+
+def _battery_alone(
+    trainer: Trainer, probe: SemanticEvaluation, device: torch.device
+) -> tuple[dict[str, float], str]:
+    """The battery on the untrained model: its embedding (padded, and on a CPU packed: the
+    second time, as an epoch after the first finds the set packed), its scoring by each
+    engine (the padded embeddings'); the seconds of each, and the engines' numbers."""
+    seconds: dict[str, float] = {}
+    ways = {"embed_s": False}
+    if device.type == "cpu":
+        ways["embed_packed_s"] = True
+    table = None
+    for name, packed in ways.items():
+        with _embedding_path(packed):
+            embed = trainer.embed_fn([trainer.model])
+            if packed:
+                embed(probe.test.sentences)  # packs the set, as the first epoch does
+            _common.sync(device)
+            started = time.perf_counter()
+            built = EmbeddingTable.build(embed, probe.test.sentences)
+            _common.sync(device)
+            seconds[name] = time.perf_counter() - started
+            table = table or built
+    assert table is not None
+    scored = {}
+    engines = {"loop": RelatednessProtocol(engine="loop"), "batched": RelatednessProtocol()}
+    if device.type == "cuda":  # what the CUDA graphs add
+        engines["eager"] = RelatednessProtocol(cuda_graph=False)
+    for engine, protocol in engines.items():
+        probe.test.protocol = protocol
+        _common.sync(device)
+        started = time.perf_counter()
+        scored[engine] = probe.test(table)
+        _common.sync(device)
+        seconds[engine] = time.perf_counter() - started
+    agree = " ".join(
+        f"{k} {scored['loop'][k]:.4f} / {scored['batched'][k]:.4f}"
+        for k in ("sickr_pearson", "stsb_pearson")
+        if k in scored["loop"]
+    )
+    return seconds, agree
+
+
+def _in_place(trainer: Trainer, device: torch.device, packed: bool) -> float:
+    """Seconds of one epoch's in-place evaluation (dev and test retrieval, the dev
+    semantic score), with the sets already packed where ``packed``."""
+    with _embedding_path(packed), torch.inference_mode():
+        for _ in range(2 if packed else 1):  # packed: time the second, the sets packed
+            started = time.perf_counter()
+            trainer._retrieval(trainer.val_split, [trainer.model], names.DEV)
+            trainer._retrieval(trainer.test_split, [trainer.model], names.TEST)
+            trainer._semantic([trainer.model], dev=True, battery=None)
+            _common.sync(device)
+            took = time.perf_counter() - started
+    return took
+
+
+def _without_times(reports: Sequence[dict[str, float]]) -> list[dict[str, float]]:
+    """The reports without what timing decides (seconds, speeds)."""
+    return [
+        {k: v for k, v in r.items() if not k.startswith("time/") and k != names.CAPTIONS_PER_S}
+        for r in reports
+    ]
+
+
+def _largest_difference(
+    ours: Sequence[dict[str, float]], theirs: Sequence[dict[str, float]]
+) -> tuple[bool, float, str]:
+    """Whether the two runs report the same metrics at the same epochs, and their largest
+    absolute difference (and its metric); timings left out."""
+    mine, other = _without_times(ours), _without_times(theirs)
+    same = len(mine) == len(other) and all(
+        a.keys() == b.keys() for a, b in zip(mine, other, strict=False)
+    )
+    largest, where = 0.0, "none"
+    for a, b in zip(mine, other, strict=False):
+        for key in a.keys() & b.keys():
+            gap = _gap(a[key], b[key])
+            if gap > largest:
+                largest, where = gap, f"{key} at epoch {int(a['epoch'])}"
+    return same, largest, where
+
+
+def _gap(a: float, b: float) -> float:
+    """|a - b|; two NaNs agree, a NaN against a number is infinitely far."""
+    if math.isnan(a) and math.isnan(b):
+        return 0.0
+    gap = abs(a - b)
+    return math.inf if math.isnan(gap) else gap
 
 
 def offpath(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
-    """(c): the battery alone, then the three runs (module docstring); returns the
+    """(c): the battery alone, then the four runs (module docstring); returns the
     figures it printed (for the tests)."""
     config, data, senteval = _sizes(args, device)
     baseline = args.baseline or ("parts" if device.type == "cuda" else "run")
@@ -303,43 +423,27 @@ def offpath(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
 
     # 1. the battery alone, on the untrained model's embeddings
     trainer = Trainer(config, data, probe)
-    _common.sync(device)
-    started = time.perf_counter()
-    table = EmbeddingTable.build(trainer.embed_fn([trainer.model]), probe.test.sentences)
-    _common.sync(device)
-    embed_s = time.perf_counter() - started
-    scored, seconds = {}, {}
-    engines = {"loop": RelatednessProtocol(engine="loop"), "batched": RelatednessProtocol()}
-    if device.type == "cuda":  # what the CUDA graphs add
-        engines["eager"] = RelatednessProtocol(cuda_graph=False)
-    for engine, protocol in engines.items():
-        probe.test.protocol = protocol
-        _common.sync(device)
-        started = time.perf_counter()
-        scored[engine] = probe.test(table)
-        _common.sync(device)
-        seconds[engine] = time.perf_counter() - started
-    agree = " ".join(
-        f"{k} {scored['loop'][k]:.4f} / {scored['batched'][k]:.4f}"
-        for k in ("sickr_pearson", "stsb_pearson")
-        if k in scored["loop"]
+    seconds, agree = _battery_alone(trainer, probe, device)
+    embed_s = seconds["embed_s"]
+    packed_note = (
+        f" (packed {seconds['embed_packed_s']:.2f} s)" if "embed_packed_s" in seconds else ""
     )
     print(
-        f"the battery alone: embedding {embed_s:.2f} s; scoring with the reference engine "
-        f"(today) {seconds['loop']:.2f} s, batched {seconds['batched']:.2f} s "
-        f"({seconds['loop'] / seconds['batched']:.1f}x)"
+        f"the battery alone: embedding {embed_s:.2f} s{packed_note}; scoring with the "
+        f"reference engine (the first path) {seconds['loop']:.2f} s, batched "
+        f"{seconds['batched']:.2f} s ({seconds['loop'] / seconds['batched']:.1f}x)"
         + (f", batched without CUDA graphs {seconds['eager']:.2f} s" if "eager" in seconds else "")
         + f"; loop / batched: {agree}",
         flush=True,
     )
-    started = time.perf_counter()
-    with torch.inference_mode():
-        trainer._retrieval(trainer.val_split, [trainer.model], names.DEV)
-        trainer._retrieval(trainer.test_split, [trainer.model], names.TEST)
-        trainer._semantic([trainer.model], dev=True, battery=None)
-    _common.sync(device)
-    in_place_s = time.perf_counter() - started
-    del trainer, table
+    in_place_s = _in_place(trainer, device, packed=False)
+    in_place_packed_s = _in_place(trainer, device, packed=True)
+    print(
+        f"one epoch's in-place evaluation (dev and test retrieval, dev semantic score): "
+        f"padded {in_place_s:.2f} s, packed {in_place_packed_s:.2f} s",
+        flush=True,
+    )
+    del trainer
 
     # 2. the runs
     train_walls, _, train_cpu = _timed_run(config, data, None, device)
@@ -349,25 +453,19 @@ def offpath(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
         f"({train_s / config.epochs:.2f} s per epoch), CPU {train_cpu:.1f} s; {_load_average()}",
         flush=True,
     )
-    new_walls, new_reports, new_cpu = _timed_run(
-        config, data, _semantic(senteval, config, background=True, engine="batched"), device
-    )
-    today_walls, today_reports, today_cpu = _timed_run(
-        config,
-        data,
-        _semantic(senteval, config, background=True, engine="batched"),
-        device,
-        reuse=False,
-    )
+
+    def background() -> SemanticEvaluation:
+        return _semantic(senteval, config, background=True, engine="batched")
+
+    new_walls, new_reports, new_cpu = _timed_run(config, data, background(), device, packed=True)
+    today_walls, today_reports, today_cpu = _timed_run(config, data, background(), device)
     batteries = sum(1 for e in range(config.epochs + 1) if e % every == 0)
     old_cpu = math.nan
+    old_reports: list[dict[str, float]] = []
     if baseline == "run":
+        old_semantic = _semantic(senteval, config, background=False, engine="loop")
         old_walls, old_reports, old_cpu = _timed_run(
-            config,
-            data,
-            _semantic(senteval, config, background=False, engine="loop"),
-            device,
-            reuse=False,
+            config, data, old_semantic, device, reuse=False
         )
         old_s = sum(old_walls)
         how = "measured"
@@ -380,7 +478,6 @@ def offpath(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
             + models * embed_s
             + seconds["loop"]
         )
-        old_walls = []
         how = "from its parts"
     new_s, today_s = sum(new_walls), sum(today_walls)
     share_old = (old_s - train_s) / old_s
@@ -389,18 +486,20 @@ def offpath(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
     figures = {"train_s": train_s, "old_s": old_s, "today_s": today_s, "new_s": new_s}
     figures.update(share_old=share_old, share_today=share_today, share_new=share_new)
     figures.update(embed_s=embed_s, loop_s=seconds["loop"], batched_s=seconds["batched"])
+    figures.update(embed_packed_s=seconds.get("embed_packed_s", math.nan))
+    figures.update(in_place_s=in_place_s, in_place_packed_s=in_place_packed_s)
     figures.update(train_cpu_s=train_cpu, old_cpu_s=old_cpu, today_cpu_s=today_cpu)
     figures.update(new_cpu_s=new_cpu)
     waited = new_reports[-1][names.EVAL_SECONDS]
     print(
-        f"the first path (battery in place, reference engine), {how}: {old_s:.1f} s, "
-        f"evaluation {100 * share_old:.1f}% of the run; CPU {old_cpu:.1f} s\n"
-        f"today's path (battery in the background, batched engine, the ensemble embedding "
-        f"again): {today_s:.1f} s, evaluation {100 * share_today:.1f}% of the run; CPU "
-        f"{today_cpu:.1f} s; the last epoch's evaluation "
-        f"{today_reports[-1][names.EVAL_SECONDS]:.2f} s\n"
-        f"new path (today's, the ensemble reusing its snapshots' embeddings, the battery "
-        f"started before the in-place evaluation): {new_s:.1f} s, evaluation "
+        f"the first path (battery in place, reference engine, the ensemble embedding again, "
+        f"padded), {how}: {old_s:.1f} s, evaluation {100 * share_old:.1f}% of the run; CPU "
+        f"{old_cpu:.1f} s\n"
+        f"today's path (battery in the background, batched engine, the ensemble reusing its "
+        f"snapshots' embeddings, padded): {today_s:.1f} s, evaluation "
+        f"{100 * share_today:.1f}% of the run; CPU {today_cpu:.1f} s; the last epoch's "
+        f"evaluation {today_reports[-1][names.EVAL_SECONDS]:.2f} s\n"
+        f"new path (today's, with the packed CPU embeddings): {new_s:.1f} s, evaluation "
         f"{100 * share_new:.1f}% of the run; CPU {new_cpu:.1f} s; per epoch "
         + " ".join(f"{w:.2f}" for w in new_walls)
         + " s (training only: "
@@ -428,26 +527,20 @@ def offpath(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
             f"(goal <= {5 if device.type == 'cuda' else 10}%)",
             flush=True,
         )
-    same = (
-        all(
-            math.isclose(a[k], b[k], rel_tol=0, abs_tol=1e-6)
-            for a, b in zip(old_reports, new_reports, strict=True)
+    if old_reports:
+        same_dev = all(
+            a[k] == b[k]
+            for a, b in zip(old_reports, today_reports, strict=True)
             for k in a
             if k.startswith(names.DEV)
         )
-        if old_walls
-        else None
-    )
-    if same is not None:
-        print(f"the first and new runs' dev metrics (what selects) identical: {same}")
-    steady = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in new_reports]
-    today = [{k: v for k, v in r.items() if not k.startswith("time/")} for r in today_reports]
-    speeds = (names.CAPTIONS_PER_S,)
-    for report in (*steady, *today):
-        for key in speeds:
-            report.pop(key, None)
+        print(f"the first and today's runs' dev metrics (what selects) identical: {same_dev}")
+    same, largest, where = _largest_difference(new_reports, today_reports)
+    figures.update(largest_difference=largest)
     print(
-        f"today's and the new run's metrics (every one, every epoch) identical: {steady == today}"
+        f"today's and the new run report the same metrics at the same epochs: {same}; "
+        f"identical: {_without_times(new_reports) == _without_times(today_reports)}; "
+        f"largest difference {largest:.3g} ({where})"
     )
     final = new_reports[-1]
     print(
@@ -457,53 +550,54 @@ def offpath(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
     return figures
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", choices=("retrieval", "epoch", "both", "battery"), default="both")
-    parser.add_argument("--device", default="auto")
-    parser.add_argument("--images", type=int, default=5000, help="(a) images (5 captions each)")
-    parser.add_argument("--dim", type=int, default=2048, help="(a) embedding size")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--reference-repeats", type=int, default=1, help="(a) per-query runs")
-    parser.add_argument("--store", default=None, help="(b) default: the embedded world")
-    parser.add_argument(
-        "--hidden-size", type=int, default=None, help="(b) default: 1024 GPU, 256 CPU"
-    )
-    parser.add_argument("--steps", type=int, default=None, help="(b) default: 100 GPU, 4 CPU")
-    parser.add_argument(
+@entry
+def main(argv: Sequence[str] | None = None) -> int:
+    p = parser(__doc__)
+    p.add_argument("--part", choices=("retrieval", "epoch", "both", "battery"), default="both",
+                   help="(a) retrieval, (b) epoch, both of them, or (c) battery")  # fmt: skip
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--images", type=int, default=5000, help="(a) images (5 captions each)")
+    p.add_argument("--dim", type=int, default=2048, help="(a) embedding size")
+    p.add_argument("--repeats", type=int, default=3, help="(a), (b) best of this many")
+    p.add_argument("--reference-repeats", type=int, default=1, help="(a) per-query runs")
+    p.add_argument("--store", default=None, help="(b), (c) default: the embedded world")
+    p.add_argument("--hidden-size", type=int, default=None,
+                   help="n; default (b) 1024 GPU, 256 CPU; (c) 1024 GPU, 32 CPU")  # fmt: skip
+    p.add_argument("--steps", type=int, default=None, help="(b) default: 100 GPU, 4 CPU")
+    p.add_argument(
         "--semantic-every",
         type=int,
         default=None,
         help="epochs between test batteries; (b) default 4, (c) default 1 GPU, 4 CPU",
     )
-    parser.add_argument(
+    p.add_argument(
         "--engine", choices=ENGINES, default="batched", help="(b) the regressions' engine"
     )
-    parser.add_argument("--epochs", type=int, default=None, help="(c) default 3 GPU, 4 CPU")
-    parser.add_argument("--batch-size", type=int, default=None, help="(c) default 32 GPU, 64 CPU")
-    parser.add_argument(
+    p.add_argument("--epochs", type=int, default=None, help="(c) default 3 GPU, 4 CPU")
+    p.add_argument("--batch-size", type=int, default=None, help="(c) default 32 GPU, 64 CPU")
+    p.add_argument(
         "--world-images", type=int, default=None, help="(c) default 10,000 GPU, 2,000 CPU"
     )
-    parser.add_argument(
-        "--train-images", type=int, default=None, help="(c) default 6,000 GPU, all CPU"
-    )
-    parser.add_argument(
-        "--dev-images", type=int, default=None, help="(c) default 1,000 GPU, all CPU"
-    )
-    parser.add_argument(
+    p.add_argument("--train-images", type=int, default=None, help="(c) default 6,000 GPU, all CPU")
+    p.add_argument("--dev-images", type=int, default=None, help="(c) default 1,000 GPU, all CPU")
+    p.add_argument(
         "--baseline",
         choices=("run", "parts"),
         default=None,
-        help="(c) today's path measured as a run, or from its parts (default: parts on a GPU)",
+        help="(c) the first path measured as a run, or from its parts (default: parts on a "
+        "GPU, run on a CPU)",
     )
-    parser.add_argument(
-        "--whole-epochs", type=int, default=None, help="(c) extrapolate to (default 32 GPU)"
+    p.add_argument(
+        "--whole-epochs",
+        type=int,
+        default=None,
+        help="(c) extrapolate to this many epochs (default 32 GPU, --epochs CPU)",
     )
-    args = parser.parse_args()
+    args = p.parse_args(argv)
     device = _common.device(args.device)
     if args.part == "battery":
         offpath(args, device)
-        return
+        return 0
     args.steps = args.steps or (100 if device.type == "cuda" else 4)
     args.hidden_size = args.hidden_size or (1024 if device.type == "cuda" else 256)
     args.semantic_every = args.semantic_every or 4
@@ -511,7 +605,8 @@ def main() -> None:
         retrieval(args, device)
     if args.part in ("epoch", "both"):
         epoch_share(args, device)
+    return 0
 
 
 if __name__ == "__main__":
-    _common.run(main)
+    raise SystemExit(main())

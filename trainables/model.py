@@ -10,13 +10,17 @@ normalisation. ``word_rnn`` is the same encoder over word embeddings (the author
 RNN (``trainables.final_state``). Image encoder: one linear layer from the CNN feature to
 the caption embedding's size -> L2 normalisation (cap2img: the CNN feature itself).
 Variable-length batches run as packed sequences (cuDNN on GPU; the hand-written
-recurrence when training on a CPU).
+recurrence when training on a CPU). On the CPU, inference can skip the padding altogether
+(``CaptionEncoder.encode_packed``: the training recurrence on captions packed once, the
+attention or max pooling on the packed rows), which ``trainables.embedding`` uses.
 """
 
 from __future__ import annotations
 
 import string
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -42,6 +46,7 @@ __all__ = [
     "GroundedEncoder",
     "ImageEncoder",
     "MultiHeadVectorialAttention",
+    "PackedCaptions",
     "VectorialAttention",
     "padded",
 ]
@@ -83,6 +88,35 @@ class CharEncoding:
         out = np.zeros((len(captions), width), dtype=np.uint8)
         out[np.arange(width) < lengths[:, None]] = codes
         return out, lengths
+
+
+@dataclass(frozen=True)
+class PackedCaptions:
+    """Captions packed time-major without any padding, longest first: the rows of step t
+    are the first ``batch_sizes[t]`` captions (those longer than t), as a
+    ``PackedSequence`` of sorted captions holds them. Depends only on the captions, so a
+    fixed set is packed once (``trainables.embedding`` keeps the packing)."""
+
+    tokens: torch.Tensor  # (sum of lengths,) indices as the captions held them, step by step
+    batch_sizes: torch.Tensor  # (longest length,) int64, on the CPU
+    slots: torch.Tensor  # (sum of lengths,) int32: the caption of each row (0 = the longest)
+
+    @classmethod
+    def of(cls, tokens: torch.Tensor, lengths: torch.Tensor) -> PackedCaptions:
+        """``tokens`` (B, T >= lengths[0]) of captions sorted longest first (``lengths``
+        (B,), non-increasing, each at least 1, on the CPU)."""
+        if len(lengths) == 0 or bool((lengths[1:] > lengths[:-1]).any()) or int(lengths[-1]) < 1:
+            raise ValueError("lengths: expected a non-empty, non-increasing batch, each >= 1")
+        width = int(lengths[0])
+        mask = torch.arange(width)[:, None] < lengths[None, :]  # (T, B): step t of caption b
+        packed = tokens[:, :width].t()[mask.to(tokens.device)]
+        slots = torch.arange(len(lengths), dtype=torch.int32).expand(width, -1)[mask]
+        return cls(packed, mask.sum(dim=1), slots.to(tokens.device))
+
+    @property
+    def count(self) -> int:
+        """The captions packed."""
+        return int(self.batch_sizes[0])
 
 
 class CaptionEncoder(nn.Module):
@@ -155,6 +189,26 @@ class CaptionEncoder(nn.Module):
             pooled = states.masked_fill(~mask.unsqueeze(-1), float("-inf")).amax(dim=1)
         return F.normalize(pooled, dim=-1), None
 
+    def encode_packed(self, captions: PackedCaptions) -> torch.Tensor:
+        """``forward``'s normalised embeddings ``(B, dim)`` of ``captions`` (longest first),
+        computed without padding: the training recurrence (``packed_bidirectional``) on
+        the packed rows, then the attention's softmax over each caption's steps (or their
+        maximum) as sums over the rows of each caption. The same values as ``forward`` up
+        to the order of the sums; no diversity penalty. For inference only (it works in
+        place on what a gradient would need)."""
+        states = packed_bidirectional(
+            self.embedding(captions.tokens.long()), captions.batch_sizes, self.rnn
+        )
+        slots, count = captions.slots.long(), captions.count
+        if isinstance(self.attention, MultiHeadVectorialAttention):
+            heads = [cast(VectorialAttention, head) for head in self.attention.heads]
+            pooled = torch.cat([_attend_packed(h, states, slots, count) for h in heads], dim=-1)
+        elif self.attention is not None:
+            pooled = _attend_packed(self.attention, states, slots, count)
+        else:
+            pooled = _per_caption(states, slots, count, "amax")
+        return F.normalize(pooled, dim=-1)
+
     def _states(self, chars: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """The RNN's outputs ``(B, T, 2n)``, zero on padded steps."""
         embedded = self.embedding(chars)
@@ -171,6 +225,26 @@ class CaptionEncoder(nn.Module):
         else:
             packed_states, _ = self.rnn(packed)
         return padded(packed_states, chars.shape[1])
+
+
+def _per_caption(rows: torch.Tensor, slots: torch.Tensor, count: int, how: str) -> torch.Tensor:
+    """``(count, features)``: the packed ``rows`` reduced over each caption's rows
+    (``slots``), by "sum" or "amax"."""
+    if how == "sum":
+        return rows.new_zeros(count, rows.shape[1]).index_add_(0, slots, rows)
+    start = rows.new_full((count, rows.shape[1]), float("-inf"))
+    return start.scatter_reduce_(0, slots[:, None].expand_as(rows), rows, how)
+
+
+def _attend_packed(
+    head: VectorialAttention, states: torch.Tensor, slots: torch.Tensor, count: int
+) -> torch.Tensor:
+    """``head(padded states, mask)`` on packed ``states``: ``sum_t a_t h_t`` with
+    ``a_t = exp(s_t - max s) / sum_t exp(s_t - max s)`` over each caption's steps."""
+    scores = head.out(head.hidden(states).tanh_())
+    scores.sub_(_per_caption(scores, slots, count, "amax")[slots]).exp_()
+    total = _per_caption(scores, slots, count, "sum")
+    return _per_caption(scores.mul_(states), slots, count, "sum").div_(total)
 
 
 def padded(packed: PackedSequence, total_length: int) -> torch.Tensor:

@@ -1,17 +1,12 @@
-"""The bench tests' shared store, and ``bench/`` on ``sys.path`` for the scripts that still
-import their helpers as plain modules (``bench_eval``, ``bench_fused``); every other script
-is imported as ``bench.<name>``."""
+"""The bench tests' shared store; every script is imported as ``bench.<name>``."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-if str(BENCH) not in sys.path:
-    sys.path.append(str(BENCH))  # after the repository: ``bench`` stays the package
 
 
 @pytest.fixture(scope="session")

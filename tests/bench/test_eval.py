@@ -1,25 +1,25 @@
 """bench_eval.py's part (c), the test battery off the critical path, at tiny sizes: it
-prints the battery's time under both regression engines, the three runs and the
-evaluation's shares, and imports neither Ray, MLflow nor Optuna (it runs on GPU machines
-that have none of them)."""
+prints the battery's time under both regression engines and both embedding paths, the
+four runs and the evaluation's shares, and imports neither Ray, MLflow nor Optuna (it
+runs on GPU machines that have none of them)."""
 
 from __future__ import annotations
 
 import argparse
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from tests.bench.conftest import BENCH
+from bench import bench_eval
+from trainables import embedding
 
 
 def test_the_battery_part_runs_at_tiny_sizes(
     small_store: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import bench_eval
-
     args = _battery_args(
         small_store, batch_size=8, semantic_every=1, epochs=3, baseline="run", whole_epochs=8
     )
@@ -30,13 +30,19 @@ def test_the_battery_part_runs_at_tiny_sizes(
         torch.set_num_threads(before)
     out = capsys.readouterr().out
     assert "(c) the test battery off the critical path: n=8" in out
-    assert "scoring with the reference engine (today)" in out and "batched" in out
-    assert "the first path (battery in place, reference engine), measured" in out
-    assert "today's path (battery in the background, batched engine, the ensemble" in out
-    assert "new path (today's, the ensemble reusing its snapshots' embeddings" in out
+    assert "scoring with the reference engine (the first path)" in out and "batched" in out
+    assert "the battery alone: embedding " in out and " s (packed " in out
+    assert "in-place evaluation (dev and test retrieval, dev semantic score): padded" in out
+    assert "the first path (battery in place, reference engine, the ensemble embedding" in out
+    assert "embedding again, padded), measured: " in out
+    assert "today's path (battery in the background, batched engine, the ensemble reusing" in out
+    assert "new path (today's, with the packed CPU embeddings)" in out
     assert "extrapolated to 8 epochs" in out
-    assert "the first and new runs' dev metrics (what selects) identical: True" in out
-    assert "today's and the new run's metrics (every one, every epoch) identical: True" in out
+    assert "the first and today's runs' dev metrics (what selects) identical: True" in out
+    assert "today's and the new run report the same metrics at the same epochs: True" in out
+    # the packed embeddings differ from the padded ones by reordered float32 sums only
+    assert figures["largest_difference"] < 1e-3, figures["largest_difference"]
+    assert embedding.PACKED  # set back after the runs
     for key in ("share_old", "share_today", "share_new", "share_old_whole", "share_new_whole"):
         assert 0 <= figures[key] < 1, (key, figures[key])
     for key in ("old_cpu_s", "today_cpu_s", "new_cpu_s"):  # the evaluation costs CPU time
@@ -47,8 +53,6 @@ def test_the_battery_part_runs_at_tiny_sizes(
 
 
 def test_the_parts_baseline_and_the_cpu_sizes(small_store: str, capsys) -> None:
-    import bench_eval
-
     from gridsearch.settings import CPU_SIZED
 
     assert bench_eval.CPU_SIZED is CPU_SIZED  # the search's sizes, not a copy
@@ -67,16 +71,25 @@ def test_the_parts_baseline_and_the_cpu_sizes(small_store: str, capsys) -> None:
         torch.set_num_threads(before)
     out = capsys.readouterr().out
     assert "every 4 epoch(s), 2 epochs" in out  # the CPU-sized battery schedule
-    assert "the first path (battery in place, reference engine), from its parts" in out
+    assert "embedding again, padded), from its parts: " in out
 
 
 def test_the_bench_imports_neither_ray_mlflow_nor_optuna() -> None:
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import bench_eval; "
+        "import sys; from bench import bench_eval; "
         "bad = [m for m in ('ray', 'mlflow', 'optuna') if m in sys.modules]; "
         "assert not bad, bad"
     )
-    subprocess.run([sys.executable, "-c", code, str(BENCH)], check=True, timeout=300)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300, cwd=_REPO)
+
+
+def test_a_bad_flag_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench_eval.main(["--part", "nope"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: ") and "--part" in line
+
+
+_REPO = Path(__file__).resolve().parents[2]
 
 
 def _battery_args(store: str, **part: object) -> argparse.Namespace:
