@@ -114,7 +114,9 @@ def _what_to_search(p: argparse.ArgumentParser) -> None:
         metavar="K",
         default=1,
         help="train each configuration at K seeds (--seed, --seed + 1, ...) and select on "
-        "their mean; reports also their spread; costs K times the training (default: 1)",
+        "their mean; reports also their spread; on a GPU the K seeds train as one fused "
+        "model where the configuration allows (GROUNDED_FUSED_SEEDS=sequential|fused|auto "
+        "overrides), else one after the other, K times the training (default: 1)",
     )
     what.add_argument(
         "--full-size", action="store_true", help="keep the paper's model size even without a GPU"

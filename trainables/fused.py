@@ -38,14 +38,17 @@ the ``Trainer`` does, the loss is computed in float32 from the embeddings.
 fused encoder), then scores each member with ``retrieval_metrics``; snapshots are kept
 per member, and a member's last report holds its snapshot ensemble's test retrieval, as
 the ``Trainer``'s does. The semantic evaluation and the test battery are not part of
-the fused trainer: a member's weights (``member_model``) go to the ``Trainer``'s
-evaluators.
+the fused trainer: a member's weights go to the ``Trainer``'s evaluators
+(``member_model``, or ``copy_member_to`` a model kept for it, as ``trainables.seeds``
+does for the seeds of one configuration). A member's training state in the ``Trainer``'s
+checkpoint format is its weights, its Adam moments (``member_moments``) and the step
+count; ``load_member`` and ``resume_at`` put such states back into a group.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -230,6 +233,58 @@ class FusedTrainer:
         """The member as an ordinary ``GroundedEncoder`` on the training device."""
         return self._model_from(self.config(member_id), self.member_state(member_id))
 
+    def copy_member_to(self, member_id: int, model: GroundedEncoder) -> None:
+        """Overwrite ``model``'s weights (a ``GroundedEncoder`` of the member's shapes, on
+        any device) with the member's current ones, in place."""
+        position = self._position(member_id)
+        with torch.no_grad():
+            for name, tensor in model.state_dict().items():
+                tensor.copy_(self.model.param(name)[position])
+
+    def member_moments(self, member_id: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """The member's Adam moments ``(exp_avg, exp_avg_sq)`` by state-dict name of its
+        trainable parameters (copies, on the training device); their step count is
+        ``optimizer.steps``, every member's."""
+        position = self._position(member_id)
+        return {
+            name: (m[position].clone(), v[position].clone())
+            for name, m, v in zip(
+                self._trainable_names(), self.optimizer.exp_avg, self.optimizer.exp_avg_sq,
+                strict=True,
+            )
+        }  # fmt: skip
+
+    def load_member(
+        self,
+        member_id: int,
+        weights: Mapping[str, torch.Tensor],
+        moments: Mapping[str, tuple[torch.Tensor, torch.Tensor]] | None = None,
+    ) -> None:
+        """Set the member's weights (its ``GroundedEncoder`` state dict) and its Adam
+        moments (``member_moments``' form; None: zero, as before a first step)."""
+        position = self._position(member_id)
+        missing = set(self.model.names) ^ set(weights)
+        if missing:
+            raise KeyError(f"member {member_id}: weights differ in {sorted(missing)}")
+        with torch.no_grad():
+            for name in self.model.names:
+                self.model.param(name)[position].copy_(weights[name])
+            for name, m, v in zip(
+                self._trainable_names(), self.optimizer.exp_avg, self.optimizer.exp_avg_sq,
+                strict=True,
+            ):  # fmt: skip
+                if moments is None:
+                    m[position].zero_(), v[position].zero_()
+                else:
+                    m[position].copy_(moments[name][0]), v[position].copy_(moments[name][1])
+
+    def resume_at(self, epoch: int, step: int) -> None:
+        """Continue after ``epoch`` epochs and ``step`` steps (a group whose members were
+        loaded with ``load_member``): the schedule's and Adam's step count."""
+        self.epoch, self.step = epoch, step
+        self.optimizer.steps = step
+        self._reported = True
+
     def stop(self, member_id: int) -> None:
         """The member leaves the group (early stopping, or its last epoch): its weights
         and optimiser state are dropped, the others train on unchanged."""
@@ -242,6 +297,11 @@ class FusedTrainer:
     def _trainable(self) -> list[torch.nn.Parameter]:
         groups = self.model.groups()
         return groups["image"] + groups["caption"]
+
+    def _trainable_names(self) -> list[str]:
+        """The state-dict names of ``_trainable()``'s parameters, in its order."""
+        by_id = {id(self.model.param(name)): name for name in self.model.names}
+        return [by_id[id(p)] for p in self.optimizer.parameters]
 
     def _lone_model(
         self, config: TrainConfig, pretrained: PretrainedVectors | None = None

@@ -8,7 +8,18 @@ trial's ``seed``, ``seed + 1``, ..., ``seed + k - 1``), epoch by epoch in lockst
 report every metric's **mean** over them (what the search, ASHA and the best-trial
 choice then select on) and, for the objectives and the headline test numbers, their
 **spread** (the sample standard deviation over the seeds, under ``names.spread(key)``).
-It costs ``k`` times the training of one.
+
+**Fused.** The seeds of one configuration share every shape, so when the fused path
+takes the configuration (``trainables.fused.check_fusable``: the RNN families with the
+hinge loss) they train as *one* fused model (``trainables._fused_seeds``): the k seeds'
+weights stacked, one batched step for all of them, each seed still with its own
+initialisation, batch order, loss, clipping and Adam, so each trains as it would alone
+(to rounding: ``tests/tolerances.py``, ``FUSED_TRAINING``). Each seed keeps its own
+``Trainer`` for everything but the training step (evaluation, test battery, snapshots,
+ensemble, checkpoint in the lone format), so the reports are the same either way.
+Otherwise (or with ``fused=False``, or ``GROUNDED_FUSED_SEEDS=sequential`` in the
+environment) the seeds train one after the other, costing ``k`` times the training of
+one; the log says once why they were not fused.
 
 What is not averaged: ``time/...`` is summed (the trial's cost), and the snapshot
 ensemble's description (``ensemble/size``, ``ensemble/epoch_<k>``) and the training
@@ -20,20 +31,41 @@ its configuration is.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
+import os
 import statistics
 from collections.abc import Collection, Iterator, Sequence
 from pathlib import Path
 
 from storage.senteval import SemanticBenchmark, load_senteval
 from trainables import names
+from trainables._fused_seeds import FusedSeeds, fused_members
 from trainables.checkpoint import TRAINER_FILE
-from trainables.config import TrainConfig
+from trainables.config import ConfigError, TrainConfig
 from trainables.data import TrainingData
+from trainables.device import resolve_device
+from trainables.fused import check_fusable
 from trainables.loop import Trainer
 from trainables.semantic import make_semantic
 
-__all__ = ["SPREAD_KEYS", "SeedGroup", "combine", "state_file"]
+__all__ = [
+    "FUSED_SEEDS_ENV",
+    "FUSED_SEEDS_MODES",
+    "SPREAD_KEYS",
+    "SeedGroup",
+    "combine",
+    "fused_seeds_mode",
+    "state_file",
+]
+
+_log = logging.getLogger(__name__)
+
+# How a SeedGroup trains its seeds unless told (``fused``): "auto" (fused when they can
+# be), "fused" (refuse a configuration that cannot be) or "sequential", read when the
+# group is made (so it reaches a search's trials through their environment).
+FUSED_SEEDS_ENV = "GROUNDED_FUSED_SEEDS"
+FUSED_SEEDS_MODES = ("auto", "fused", "sequential")
 
 # The metrics whose spread over seeds is reported beside their mean.
 SPREAD_KEYS = (
@@ -90,7 +122,8 @@ def state_file(index: int) -> str:
 
 
 class SeedGroup:
-    """``k`` trainers of one configuration at seeds ``config.seed + i``, stepped together."""
+    """``k`` trainers of one configuration at seeds ``config.seed + i``, stepped together:
+    as one fused model when they can be (module docstring), else one after the other."""
 
     def __init__(
         self,
@@ -100,28 +133,100 @@ class SeedGroup:
         k: int = 1,
         *,
         complete_at: Collection[int] = (),
+        fused: bool | None = None,
     ) -> None:
         """``complete_at``: see ``Trainer`` (epochs whose reports hold their own test
-        battery: where a scheduler may stop the trial)."""
+        battery: where a scheduler may stop the trial). ``fused``: True trains the seeds
+        as one fused model (a ``ConfigError`` when the configuration cannot be fused),
+        False one after the other, None (auto) as ``FUSED_SEEDS_ENV`` says (default: fused
+        from two seeds on, when the configuration can be; else one after the other, saying
+        why once in the log)."""
         if k < 1:
             raise ValueError(f"seeds per config: got {k}, expected at least 1")
         if isinstance(senteval, str) and k > 1 and config.semantic_every:
             senteval = load_senteval(senteval)  # read once, not once per seed
-        self.trainers = []
-        for i in range(k):
-            seeded = dataclasses.replace(config, seed=config.seed + i)
-            semantic = make_semantic(senteval, seeded)
-            self.trainers.append(Trainer(seeded, data, semantic, complete_at=complete_at))
+        configs = [dataclasses.replace(config, seed=config.seed + i) for i in range(k)]
+        semantics = [make_semantic(senteval, seeded) for seeded in configs]
+        self._fused: FusedSeeds | None = None
+        self.trainers: Sequence[Trainer]
+        if _fuse(configs, fused):
+            self._fused = fused_members(configs, data, semantics, complete_at)
+            self.trainers = self._fused.trainers
+        else:
+            self.trainers = [
+                Trainer(seeded, data, semantic, complete_at=complete_at)
+                for seeded, semantic in zip(configs, semantics, strict=True)
+            ]
+
+    @property
+    def fused(self) -> bool:
+        """Whether the seeds train as one fused model (now: a group may fall back)."""
+        return self._fused is not None and self._fused.reason is None
 
     def run(self) -> Iterator[dict[str, float]]:
         """Every epoch's combined report (see :func:`combine`), as ``Trainer.run``'s."""
         for reports in zip(*(t.run() for t in self.trainers), strict=True):
             yield combine(reports)
 
+    def progress(self) -> tuple[int, float]:
+        """The epoch being trained (1-based) and the fraction of its steps done, over all
+        the seeds (one after the other, or fused: together)."""
+        if self._fused is not None and self._fused.synced and self.fused:
+            trainer = self._fused.fused
+            per_epoch = trainer.steps_per_epoch
+            epoch, done = trainer.epoch, trainer.step - trainer.epoch * per_epoch
+        else:
+            per_epoch = self.trainers[0].steps_per_epoch * len(self.trainers)
+            epoch = min(t.epoch for t in self.trainers)
+            done = sum(t.step for t in self.trainers) - epoch * per_epoch
+        return epoch + 1, min(max(done / max(per_epoch, 1), 0.0), 1.0)
+
     def save(self, folder: Path) -> None:
+        """Every seed's training state, as a lone ``Trainer`` checkpoints it
+        (``state_file``): a fused group's as well, so either way resumes either way."""
+        if self._fused is not None:
+            self._fused.push()
         for i, trainer in enumerate(self.trainers):
             (folder / state_file(i)).write_bytes(trainer.save_checkpoint())
 
     def load(self, folder: Path) -> None:
         for i, trainer in enumerate(self.trainers):
             trainer.load_checkpoint(folder / state_file(i))
+        if self._fused is not None:
+            self._fused.invalidate()
+
+
+def fused_seeds_mode() -> str:
+    """``FUSED_SEEDS_ENV`` of the environment: "auto" (default), "fused" or "sequential"."""
+    mode = os.environ.get(FUSED_SEEDS_ENV) or "auto"
+    if mode not in FUSED_SEEDS_MODES:
+        raise ValueError(
+            f"{FUSED_SEEDS_ENV}: got {mode!r}, expected one of {', '.join(FUSED_SEEDS_MODES)}"
+        )
+    return mode
+
+
+def _fuse(configs: Sequence[TrainConfig], fused: bool | None) -> bool:
+    """Whether ``configs`` (one configuration's seeds) train as one fused model."""
+    if fused is False:
+        return False
+    strict = fused is True
+    if fused is None:
+        mode = fused_seeds_mode()
+        if mode == "sequential" or (mode == "auto" and len(configs) < 2):
+            return False
+        if mode == "auto" and resolve_device(configs[0].device).type != "cuda":
+            return False  # fusing pays where the step is launch-bound; a CPU is slower fused
+        strict = mode == "fused"
+    try:
+        check_fusable(configs)
+    except ConfigError as err:
+        if strict:
+            raise
+        _log.warning(
+            "seeds per config: the %d seeds train one after the other, not fused: %s",
+            len(configs),
+            err,
+        )
+        return False
+    return True

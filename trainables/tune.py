@@ -11,7 +11,8 @@ checkpoint, and resumes from ``tune.get_checkpoint()``::
 ``gs://``): each trial process then reads the shards itself. ``senteval`` is a loaded
 :class:`~storage.senteval.SemanticBenchmark` (shipped the same way) or a directory
 every node can read. With ``seeds_per_config`` k > 1 the trial trains its configuration
-at k seeds side by side and reports their mean and spread (``trainables.seeds``).
+at k seeds side by side (as one fused model where it can: ``trainables.seeds``) and
+reports their mean and spread, with ``SEEDS_FUSED`` saying whether they were fused.
 
 With ``progress_dir`` (a directory the driver made; on a node where it does not exist,
 nothing is written) a thread writes ``<progress_dir>/<trial id>.json`` every few seconds:
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import tempfile
 import threading
 from collections.abc import Collection, Iterator
@@ -41,11 +43,17 @@ from trainables.seeds import SeedGroup
 
 __all__ = [
     "PROGRESS_EVERY_S",
+    "SEEDS_FUSED",
     "epoch_progress",
     "grounded_trainable",
 ]
 
 PROGRESS_EVERY_S = 5.0  # how often a trial writes its within-epoch progress
+# a result key beside the metrics (not one MLflow logs): 1 when the trial's seeds trained
+# as one fused model in that epoch, 0 when one after the other (trainables.seeds)
+SEEDS_FUSED = "seeds_fused"
+
+logger = logging.getLogger(__name__)
 
 
 def grounded_trainable(
@@ -76,6 +84,12 @@ def grounded_trainable(
     if isinstance(data, str):
         data = _read_store(data, verify)
     group = SeedGroup(train_config, data, senteval, seeds_per_config, complete_at=complete_at)
+    if seeds_per_config > 1:
+        logger.info(
+            "the %d seeds train %s",
+            seeds_per_config,
+            "as one fused model" if group.fused else "one after the other",
+        )
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
@@ -84,17 +98,15 @@ def grounded_trainable(
         for metrics in group.run():
             with tempfile.TemporaryDirectory() as folder:
                 group.save(Path(folder))
-                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(folder))
+                saved = tune.Checkpoint.from_directory(folder)
+                tune.report({**metrics, SEEDS_FUSED: int(group.fused)}, checkpoint=saved)
 
 
 def epoch_progress(group: SeedGroup) -> dict[str, float]:
     """The epoch ``group`` is training (1-based) and the fraction of its steps done, over
-    all its seeds (they train one after the other)."""
-    trainers = group.trainers
-    per_epoch = trainers[0].steps_per_epoch * len(trainers)
-    epoch = min(t.epoch for t in trainers)
-    done = sum(t.step for t in trainers) - epoch * per_epoch
-    return {"epoch": epoch + 1, "done": min(max(done / max(per_epoch, 1), 0.0), 1.0)}
+    all its seeds (``SeedGroup.progress``)."""
+    epoch, done = group.progress()
+    return {"epoch": epoch, "done": done}
 
 
 @contextmanager

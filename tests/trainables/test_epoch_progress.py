@@ -18,7 +18,7 @@ SMALL = {"hidden_size": 8, "batch_size": 8, "epochs": 2, "device": "cpu", "seman
 
 def test_progress_follows_the_steps_of_every_seed(tiny_world: Path) -> None:
     data = TrainingData.from_store(tiny_world)
-    group = SeedGroup(TrainConfig.from_dict(SMALL), data, None, k=2)
+    group = SeedGroup(TrainConfig.from_dict(SMALL), data, None, k=2, fused=False)
     assert epoch_progress(group) == {"epoch": 1, "done": 0.0}
     first, second = group.trainers
     plan = epoch_batches(data.train.num_images, 8, 0, 0)

@@ -1,0 +1,227 @@
+"""The seeds of one configuration trained as one fused model (``trainables.seeds``).
+
+Each seed keeps its own ``Trainer`` (``FusedMember``): its evaluation, test battery
+(in the background or in place), snapshots, ensemble, history and checkpoint are the
+``Trainer``'s own code, unchanged. Only its training epoch is taken over: the first
+member that asks for an epoch trains that epoch of *every* member in one
+``FusedTrainer`` (``FusedSeeds.train_member``); each member then gets its weights
+copied into its ``Trainer``'s model, its epoch and step, and its own training metrics
+(its own losses, checked as the ``Trainer`` checks them).
+
+**Checkpoints.** A member's checkpoint is its ``Trainer``'s, in the lone format: before a
+save, ``FusedSeeds.push`` writes the member's Adam moments and step count into its
+``Trainer``'s ``torch.optim.Adam`` (``_adam_state``), which is then exactly the fused
+optimiser's state for that member (Adam is elementwise). After a load the fused model is
+refilled from the members (``pull``: weights, moments, epoch and step), so a group
+resumes from a checkpoint written fused or one after the other, either way.
+
+``time/train_s`` of each member is its share of the fused epoch (the seconds over
+``k``), so the group's sum (``seeds.combine``) is what the epoch cost; captions/s is
+the group's throughput.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Collection, Sequence
+
+import torch
+
+from trainables import families, names
+from trainables.config import TrainConfig
+from trainables.data import TrainingData
+from trainables.fused import FusedTrainer
+from trainables.loop import Trainer
+from trainables.semantic import SemanticEvaluation
+
+__all__ = ["FusedMember", "FusedSeeds", "fused_members"]
+
+logger = logging.getLogger(__name__)
+
+EpochSource = Callable[[int], "dict[str, float] | None"]
+
+
+class FusedMember(Trainer):
+    """A ``Trainer`` whose training epochs come from ``source(index)`` (the fused group);
+    ``None`` from it: train alone (the group fell back)."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        data: TrainingData,
+        semantic: SemanticEvaluation | None,
+        *,
+        index: int,
+        source: EpochSource,
+        complete_at: Collection[int] = (),
+    ) -> None:
+        super().__init__(config, data, semantic, complete_at=complete_at)
+        self.index = index
+        self._source = source
+
+    def train_one_epoch(self) -> dict[str, float]:
+        metrics = self._source(self.index)
+        return super().train_one_epoch() if metrics is None else metrics
+
+    def check_losses(self, losses: torch.Tensor) -> None:
+        """Refuse non-finite ``losses`` of the epoch just trained, as ``Trainer`` does."""
+        self._check_finite(losses.cpu().numpy())
+
+
+class FusedSeeds:
+    """The fused training of ``trainers`` (module docstring); ``reason``: why it fell back
+    to training them one after the other (None while fused)."""
+
+    def __init__(self, fused: FusedTrainer) -> None:
+        self.fused = fused
+        self.trainers: list[FusedMember] = []
+        self.synced = False  # the fused model holds the members' current state
+        self.reason: str | None = None
+        self._pending: dict[int, tuple[dict[str, float], torch.Tensor]] = {}
+
+    def invalidate(self) -> None:
+        """The members were loaded from a checkpoint: refill the fused model before the
+        next epoch."""
+        self.synced = False
+        self._pending.clear()
+
+    def train_member(self, index: int) -> dict[str, float] | None:
+        """Member ``index``'s next training epoch (module docstring); None when the
+        group trains one after the other."""
+        if self.reason is None and index not in self._pending:
+            if self._pending:
+                raise RuntimeError(
+                    f"seed {index} asked for epoch {self.trainers[index].epoch + 1} before "
+                    f"seeds {sorted(self._pending)} took epoch {self.fused.epoch}"
+                )
+            if not self.synced:
+                self.pull()
+            if self.reason is None:
+                self._train_epoch()
+        if self.reason is not None:
+            return None
+        metrics, losses = self._pending.pop(index)
+        trainer = self.trainers[index]
+        self.fused.copy_member_to(index, trainer.model)
+        trainer.epoch, trainer.step = self.fused.epoch, self.fused.step
+        for group in trainer.optimizer.param_groups:
+            group["lr"] = metrics[names.LEARNING_RATE]
+        trainer.check_losses(losses)
+        return metrics
+
+    def _train_epoch(self) -> None:
+        fused = self.fused
+        started = time.perf_counter()
+        plans = fused.plans(fused.epoch)
+        losses = fused.train_batches(plans)
+        fused.epoch += 1
+        share = (time.perf_counter() - started) / len(self.trainers)
+        for position, member in enumerate(fused.member_ids):
+            row = losses[position]
+            self._pending[member] = (
+                {
+                    names.LOSS: float(row.mean()),
+                    names.LEARNING_RATE: fused.last_lr[member],
+                    names.TRAIN_SECONDS: share,
+                    names.CAPTIONS_PER_S: plans.shape[1] * plans.shape[2] / max(share, 1e-9),
+                },
+                row,
+            )
+
+    def fall_back(self, reason: str) -> None:
+        """Train one after the other from now on (each member's ``Trainer`` holds its
+        whole state whenever this is called: after construction or a load)."""
+        self.reason = reason
+        logger.warning("seeds per config: the %d seeds train one after the other: %s",
+                       len(self.trainers), reason)  # fmt: skip
+
+    def pull(self) -> None:
+        """Fill the fused model from the members' ``Trainer`` s (weights, Adam state,
+        epoch and step); fall back when they cannot be one group."""
+        positions = {(t.epoch, t.step) for t in self.trainers}
+        if len(positions) != 1:
+            self.fall_back(f"their training states differ (epoch, step: {sorted(positions)})")
+            return
+        own = families.tokenizer_entries(self.fused.tokenizer)
+        if any(families.tokenizer_entries(t.tokenizer) != own for t in self.trainers):
+            self.fall_back("the checkpoint's vocabulary is not the data's")
+            return
+        for trainer in self.trainers:
+            weights = trainer.model.state_dict()
+            self.fused.load_member(trainer.index, weights, _moments(trainer, trainer.step))
+        ((epoch, step),) = positions
+        self.fused.resume_at(epoch, step)
+        self.synced = True
+
+    def push(self) -> None:
+        """Write each member's Adam state into its ``Trainer``'s optimiser (before a
+        checkpoint); its weights, epoch and step are there after every epoch."""
+        if not self.synced or self.reason is not None:
+            return  # the Trainers hold their state already
+        for trainer in self.trainers:
+            _adam_state(trainer, self.fused.member_moments(trainer.index), self.fused.step)
+
+
+def _scalar_dtype() -> torch.dtype:
+    """The dtype of ``torch.optim.Adam``'s step counts (float64 under a float64 default)."""
+    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
+
+
+def _adam_state(
+    trainer: Trainer, moments: dict[str, tuple[torch.Tensor, torch.Tensor]], steps: int
+) -> None:
+    """Set ``trainer``'s Adam state to ``moments`` after ``steps`` steps, as its own
+    ``torch.optim.Adam`` would hold it."""
+    optimizer = trainer.optimizer
+    optimizer.state.clear()
+    if not steps:
+        return
+    for name, parameter in trainer.model.named_parameters():
+        if name in moments:
+            m, v = moments[name]
+            optimizer.state[parameter] = {
+                "step": torch.tensor(float(steps), dtype=_scalar_dtype()),
+                "exp_avg": m.to(parameter.device, parameter.dtype, copy=True),
+                "exp_avg_sq": v.to(parameter.device, parameter.dtype, copy=True),
+            }
+
+
+def _moments(trainer: Trainer, steps: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]] | None:
+    """``trainer``'s Adam moments by parameter name (None before its first step)."""
+    state = trainer.optimizer.state
+    out = {}
+    for name, parameter in trainer.model.named_parameters():
+        entry = state.get(parameter)
+        if entry:
+            if int(entry["step"]) != steps:
+                raise RuntimeError(
+                    f"seed {trainer.config.seed}: Adam took {int(entry['step'])} steps of "
+                    f"{name}, the trainer {steps}"
+                )
+            out[name] = (entry["exp_avg"], entry["exp_avg_sq"])
+    return out or None
+
+
+def fused_members(
+    configs: Sequence[TrainConfig],
+    data: TrainingData,
+    semantics: Sequence[SemanticEvaluation | None],
+    complete_at: Collection[int] = (),
+) -> FusedSeeds:
+    """The ``FusedSeeds`` of ``configs`` (``check_fusable`` first), its members' trainers
+    built as ``SeedGroup`` builds them."""
+    trainers = []
+    group: FusedSeeds | None = None
+
+    def source(index: int) -> dict[str, float] | None:
+        assert group is not None
+        return group.train_member(index)
+
+    for i, (config, semantic) in enumerate(zip(configs, semantics, strict=True)):
+        trainers.append(
+            FusedMember(config, data, semantic, index=i, source=source, complete_at=complete_at)
+        )
+    group = FusedSeeds(FusedTrainer(configs, data))
+    group.trainers = trainers
+    return group
