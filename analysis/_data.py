@@ -4,45 +4,82 @@
 (its searched parameters and final metrics), the per-epoch history of the metrics the
 curves need, and what the search's data store and semantic sets say about sample
 sizes (for the intervals). Nothing here draws or computes statistics.
+
+The rest of the package imports from here what it reads a search with; each piece has its
+own module: ``_cli`` (``AnalysisError``, stdout, progress lines), ``_tracking`` (the
+tracking store opened, runs looked up) and ``_searched`` (which parameters were searched).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
-import os
-import re
-import sqlite3
-import sys
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple, TextIO
+from typing import Any
 
 import pandas as pd
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from analysis.reference import OFFICIAL_LABELS, OFFICIAL_PAIRS
-from gridsearch import (
-    OUTCOME_TAG,
-    ROLE_SEARCH,
-    ROLE_TAG,
-    ROLE_TRIAL,
-    TRIAL_TAG,
-    RunsLayout,
-    TrackingError,
-    check_reachable,
-    latest_search,
+from analysis._cli import AnalysisError, Progress, print_out, progress_printer, silent
+from analysis._searched import (
+    CATEGORICAL,
+    CONTINUOUS,
+    FAMILY,
+    Searched,
+    searched_parameters,
+    space_params,
 )
-from storage.cli import error_line
+from analysis._tracking import (
+    MLFLOW_TABLES,
+    OPTUNA_TABLES,
+    all_runs,
+    check_sqlite_file,
+    experiment_id,
+    find_run,
+    latest_experiment,
+    open_client,
+    sqlite_path,
+    tracking_uri_for,
+    trial_label,
+)
+from analysis.reference import OFFICIAL_LABELS, OFFICIAL_PAIRS
+from gridsearch import OUTCOME_TAG, ROLE_SEARCH, ROLE_TAG, ROLE_TRIAL
 from trainables import names
 from trainables.config import applicable
 from trainables.presets import family_of
+
+__all__ = [
+    "CATEGORICAL",
+    "CONTINUOUS",
+    "FAMILY",
+    "HISTORY_KEYS",
+    "MLFLOW_TABLES",
+    "OPTUNA_TABLES",
+    "AnalysisError",
+    "Progress",
+    "SearchRecord",
+    "Searched",
+    "all_runs",
+    "check_sqlite_file",
+    "experiment_id",
+    "find_run",
+    "latest_experiment",
+    "load_search",
+    "open_client",
+    "print_out",
+    "progress_printer",
+    "searched_parameters",
+    "silent",
+    "sqlite_path",
+    "tracking_uri_for",
+    "trial_label",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -57,58 +94,6 @@ HISTORY_KEYS = (
     names.LOSS,
     names.ATTENTION_PENALTY,  # only multi-head runs with a penalty log it
 )
-CONTINUOUS, CATEGORICAL = "continuous", "categorical"
-FAMILY = "family"  # the trials' column: trainables.presets.family_of of the run's params
-# the tables that make an SQLite file an MLflow tracking store or an Optuna study
-MLFLOW_TABLES = ("experiments", "runs", "alembic_version")
-OPTUNA_TABLES = ("studies", "trials")
-_SQLITE_HEADER = b"SQLite format 3\x00"
-# URI schemes MLflow's own tracking stores take; another one may still be a plugin's
-_KNOWN_SCHEMES = ("", "file", "sqlite", "http", "https", "postgresql", "mysql", "mssql")
-# Worded for every CLI that reads a store (each has its own flags for it: see its --help)
-_STORE_HINT = (
-    "point the command at the search's tracking store, the mlflow.db of its runs directory "
-    "or its MLflow server; --help names the flags"
-)
-
-
-class AnalysisError(Exception):
-    """Bad input (an unknown experiment or run, nothing to analyse); the CLIs print it
-    as ``error: ...`` and exit with status 2."""
-
-
-def print_out(text: str) -> int:
-    """Print ``text`` on stdout; 0, or 141 (as for SIGPIPE) when its reader has gone
-    (``... | head``), without a traceback."""
-    try:
-        print(text, flush=True)
-    except BrokenPipeError:
-        with contextlib.suppress(OSError, ValueError):  # so that exit flushes no more
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
-    return 0
-
-
-# told what a long computation is doing, one short line at a time
-Progress = Callable[[str], None]
-
-
-def silent(_: str) -> None:
-    """A :data:`Progress` that says nothing."""
-
-
-def progress_printer(prog: str, quiet: bool, stream: TextIO | None = None) -> Progress:
-    """What a long CLI is doing, one short line per step (``PROG: what``) on ``stream``
-    (default stderr) when it is a terminal, so that minutes of work are not minutes of
-    silence; nothing when ``quiet`` or when stderr goes to a file or a pipe (a script
-    reads only the result and, on bad input, the one ``error:`` line)."""
-    shown = not quiet and (stream or sys.stderr).isatty()
-
-    def say(line: str) -> None:
-        if shown:
-            print(f"{prog}: {line}", file=stream or sys.stderr, flush=True)
-
-    return say
 
 
 @dataclass(frozen=True)
@@ -145,102 +130,6 @@ class SearchRecord:
         return self.trials[FAMILY].isin(families)
 
 
-def tracking_uri_for(tracking_uri: str | None, runs_dir: str | os.PathLike[str]) -> str:
-    """``--tracking-uri`` if given, else the search's default: sqlite in ``runs_dir``."""
-    if tracking_uri is not None and not tracking_uri.strip():
-        raise AnalysisError("--tracking-uri: got an empty string, expected a tracking URI")
-    return tracking_uri or RunsLayout.at(runs_dir).tracking_uri
-
-
-def sqlite_path(uri: str) -> Path | None:
-    """The file of an ``sqlite:///FILE`` URI (relative or, with a fourth slash, absolute)."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    return Path(uri.removeprefix("sqlite:///").split("?", 1)[0])
-
-
-def check_sqlite_file(path: Path, what: str, tables: tuple[str, ...], kind: str) -> None:
-    """``path`` is an SQLite database holding ``tables`` (a ``kind``), checked by reading
-    only: MLflow and Optuna would write their schema into an empty or foreign file."""
-    if path.is_dir():
-        raise AnalysisError(f"{what}: {path} is a directory, expected the {kind}'s file")
-    if not path.exists():
-        raise AnalysisError(f"{what}: {path} does not exist")
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(len(_SQLITE_HEADER))
-    except OSError as err:
-        raise AnalysisError(f"{what}: {path} cannot be read ({err.strerror or err})") from None
-    if not head:
-        raise AnalysisError(f"{what}: {path} is an empty file (0 bytes), not an {kind}")
-    if head != _SQLITE_HEADER:
-        raise AnalysisError(f"{what}: {path} is not an SQLite database, so not an {kind}")
-    try:
-        with contextlib.closing(
-            sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-        ) as db:
-            found = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
-    except sqlite3.Error as err:
-        raise AnalysisError(f"{what}: {path} is damaged or locked ({err})") from None
-    missing = [t for t in tables if t not in found]
-    if missing:
-        raise AnalysisError(
-            f"{what}: {path} is an SQLite database without the tables of an {kind} "
-            f"({', '.join(missing)})"
-        )
-
-
-def open_client(uri: str) -> MlflowClient:
-    """A client for ``uri``, which must answer. A local store must already exist and be
-    one (checked without writing: MLflow would create a missing or empty sqlite file)."""
-    what = f"tracking store {uri}"
-    path = sqlite_path(uri)
-    if path is not None:
-        if not path.exists():
-            raise AnalysisError(f"{what}: {path} does not exist ({_STORE_HINT})")
-        check_sqlite_file(path, what, MLFLOW_TABLES, "MLflow tracking store")
-    scheme = uri.split("://", 1)[0].split("+", 1)[0] if "://" in uri else ""
-    local = scheme == "file" or (scheme == "" and not uri.startswith("databricks"))
-    if local and not Path(uri.removeprefix("file://")).is_dir():  # MLflow would create it
-        raise AnalysisError(f"{what}: no such folder ({_STORE_HINT})")
-    try:
-        return check_reachable(uri)
-    except TrackingError as err:
-        raise AnalysisError(str(err)) from None
-    except Exception as err:  # the client's constructor raises many kinds for a bad URI
-        if scheme not in _KNOWN_SCHEMES:
-            raise AnalysisError(
-                f"{what}: unknown URI scheme {scheme!r}; expected sqlite:///FILE, "
-                "http(s)://HOST[:PORT] or a database URL MLflow takes"
-            ) from None
-        raise AnalysisError(f"{what}: MLflow cannot use it ({error_line(err)})") from None
-
-
-def experiment_id(client: MlflowClient, experiment: str) -> str:
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        known = sorted(e.name for e in client.search_experiments() if e.name != "Default")
-        raise AnalysisError(
-            f"--experiment {experiment!r}: no such MLflow experiment in this tracking "
-            f"store; there are: {', '.join(known) if known else '(none)'}"
-        )
-    return str(found.experiment_id)
-
-
-def all_runs(client: MlflowClient, experiment_ids: list[str], query: str = "") -> list[Run]:
-    runs: list[Run] = []
-    token = None
-    while True:
-        try:
-            page = client.search_runs(experiment_ids, query, max_results=1000, page_token=token)
-        except MlflowException as err:
-            raise AnalysisError(f"searching the runs failed ({error_line(err)})") from None
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
-
-
 def load_search(client: MlflowClient, uri: str, experiment: str) -> SearchRecord:
     """Read the search ``experiment``: its parent run, every trial run and their
     histories. Raises :class:`AnalysisError` when it has no trial runs."""
@@ -257,7 +146,7 @@ def load_search(client: MlflowClient, uri: str, experiment: str) -> SearchRecord
     params = dict(parent.data.params) if parent else {}
     trial_runs.sort(key=lambda r: r.info.start_time or 0)
     searched = searched_parameters(
-        [r.data.params for r in trial_runs], _space_params(params.get("space_definition"))
+        [r.data.params for r in trial_runs], space_params(params.get("space_definition"))
     )
     kinds = searched.kinds
     trials = pd.DataFrame([_trial_row(r, kinds) for r in trial_runs])
@@ -299,10 +188,6 @@ def _baselines(client: MlflowClient, parent: Run) -> dict[str, dict[str, float]]
             return {}
 
 
-def trial_label(run: Run) -> str:
-    return run.data.tags.get(TRIAL_TAG) or run.info.run_name or run.info.run_id
-
-
 def _outcome(run: Run) -> str:
     """The tracker's outcome tag; a run still open has none yet."""
     if OUTCOME_TAG in run.data.tags:
@@ -335,77 +220,6 @@ def _typed(value: str | None, kind: str) -> Any:
     if kind == CATEGORICAL:
         return value
     return int(value) if value.lstrip("-").isdigit() else float(value)
-
-
-class Searched(NamedTuple):
-    kinds: dict[str, str]  # searched parameter -> CONTINUOUS or CATEGORICAL, in order
-    families: dict[str, tuple[str, ...]]  # parameter -> the families that searched it
-
-
-def _space_params(space_definition: str | None) -> dict[str, Any]:
-    """The parameters the space defines (its Optuna distributions), by name."""
-    if not space_definition:
-        return {}
-    try:
-        return dict(json.loads(space_definition).get("params", {}))
-    except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
-        logger.warning("unreadable space_definition parameter; ignored")
-        return {}
-
-
-def searched_parameters(
-    configs: Sequence[Mapping[str, str]], defined: Mapping[str, Any] | None = None
-) -> Searched:
-    """What a search searched, from its trials' logged configurations (TrainConfig keys,
-    MLflow's strings) and the parameters its space defines (``defined``).
-
-    Trials are grouped by encoder family (``trainables.presets.family_of``). With more
-    than one family the family is searched (categorical). A field is searched in a
-    family when its values differ among that family's trials and the family has it
-    (``trainables.config.applicable``): a value a preset fixes differs between families
-    only, and a field a family does not have (``hidden_size`` on ``word_bow``) only
-    carries its default there, so neither counts. With one family and nothing that
-    varies (a single trial) the fields the space defines are listed. A space's helper
-    parameters (``search.<name>``, e.g. paper_grid's variant) are left out: the space
-    decodes them into TrainConfig keys, which are shown instead."""
-    defined = dict(defined or {})
-    groups: dict[str, list[Mapping[str, str]]] = {}
-    for config in configs:
-        groups.setdefault(family_of(config), []).append(config)
-    values: dict[str, dict[str, set[str]]] = {}  # field -> family -> its values there
-    for family, members in groups.items():
-        for config in members:
-            encoder = config.get("encoder", "char_rnn")
-            for name, value in config.items():
-                if not name.startswith("search.") and name in applicable({name: 0}, encoder):
-                    values.setdefault(name, {}).setdefault(family, set()).add(value)
-    families = {
-        name: tuple(f for f in groups if len(by_family.get(f, ())) > 1)
-        for name, by_family in values.items()
-    }
-    varying = [n for n, f in families.items() if f]
-    if not varying and len(groups) == 1:
-        varying = [n for n in values if n in defined]
-        families = {n: tuple(groups) for n in varying}
-    order = {n: i for i, n in enumerate(defined)}
-    varying.sort(key=lambda n: (order.get(n, len(order)), n))
-    kinds: dict[str, str] = {FAMILY: CATEGORICAL} if len(groups) > 1 else {}
-    searched_in: dict[str, tuple[str, ...]] = {}
-    for name in varying:
-        seen = {v for f in families[name] for v in values[name][f]}
-        numeric = all(_is_number(v) for v in seen)
-        categorical = defined.get(name, {}).get("type") == "categorical" or not numeric
-        kinds[name] = CATEGORICAL if categorical else CONTINUOUS
-        if len(groups) > 1:
-            searched_in[name] = families[name]
-    return Searched(kinds, searched_in)
-
-
-def _is_number(text: str) -> bool:
-    try:
-        return math.isfinite(float(text))
-    except ValueError:
-        return False
 
 
 def _history(client: MlflowClient, runs: Iterable[Run]) -> pd.DataFrame:
@@ -483,58 +297,3 @@ def _semantic_sets(
         labels[f"{prefix}_cosine_pearson"] = (task.name, "test, cosine")
         counts[names.key(names.DEV, f"{prefix}_cosine_pearson")] = len(task.dev)
     return counts, labels
-
-
-def find_run(client: MlflowClient, ref: str, experiment: str | None = None) -> Run:
-    """The run ``ref`` names: a run id, else a ``tune.trial_id`` tag, else a run name
-    (in ``experiment``, or in every experiment). Ambiguous or unknown: AnalysisError."""
-    if re.fullmatch(r"[0-9a-f]{32}", ref):
-        try:
-            return client.get_run(ref)
-        except MlflowException as err:  # not a run id after all: try it as a trial id or name
-            logger.debug("%s is not a run id here (%s); trying it as a trial id or name", ref, err)
-    ids = (
-        [experiment_id(client, experiment)]
-        if experiment
-        else [e.experiment_id for e in client.search_experiments()]
-    )
-    for where in (f"tags.`{TRIAL_TAG}`", "attributes.run_name"):
-        found = _runs_named(client, ids, where, ref)
-        if len(found) == 1:
-            return found[0]
-        if len(found) > 1:
-            listed = ", ".join(
-                f"{r.info.run_id} (experiment {r.info.experiment_id})" for r in found
-            )
-            raise AnalysisError(
-                f"{ref!r} names {len(found)} runs: {listed}; pass a run id or --experiment"
-            )
-    raise AnalysisError(
-        f"{ref!r}: no MLflow run has that run id, {TRIAL_TAG} tag or run name "
-        f"(searched {len(ids)} experiment(s)); `mlflow ui` lists them"
-    )
-
-
-def _runs_named(client: MlflowClient, ids: list[str], field: str, value: str) -> list[Run]:
-    """The runs whose ``field`` (a tag or the run name) is ``value``, whatever quotes
-    ``value`` holds: MLflow's filter has no escape, so one with both kinds is matched
-    here rather than in the query."""
-    for quote in ("'", '"'):
-        if quote not in value:
-            return all_runs(client, ids, f"{field} = {quote}{value}{quote}")
-    if field == "attributes.run_name":
-        return [r for r in all_runs(client, ids) if r.info.run_name == value]
-    return [r for r in all_runs(client, ids) if r.data.tags.get(TRIAL_TAG) == value]
-
-
-def latest_experiment(runs_dir: str | os.PathLike[str]) -> tuple[str, float]:
-    """The experiment name and start time of the search that started last in
-    ``runs_dir`` (by its record); AnalysisError when it holds none."""
-    found = latest_search(RunsLayout.at(runs_dir))
-    if found is None:
-        raise AnalysisError(
-            f"--runs-dir {runs_dir}: holds no search (no record in "
-            f"{RunsLayout.at(runs_dir).record('NAME').parent}); pass --runs-dir of a search "
-            "or --experiment NAME"
-        )
-    return found

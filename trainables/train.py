@@ -15,6 +15,9 @@ stopped early and resumed with ``--epochs`` at its epoch ends there, with its en
 Exit status: 0 when the run finished (or its checkpoint already had), 2 for bad input
 (one ``error:`` line on stderr: an option, the store, the checkpoint), 130 after Ctrl+C
 (one line saying what was saved and how to resume), 141 when stdout was closed.
+
+The options and the lines printed are ``trainables._train_cli``; here: the run, its
+checkpoint file, and how it ends.
 """
 
 from __future__ import annotations
@@ -22,9 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import logging
-import math
 import os
 import shlex
 import signal
@@ -39,9 +40,9 @@ from typing import Any
 import torch
 
 from storage import StoreError, write_bytes_atomic
-from storage.cli import HelpFormatter, OneLineParser
 from trainables import checkpoint, names
-from trainables.config import CHOICES, CPU_SIZED, DEVICE_FORMS, ConfigError, TrainConfig
+from trainables._train_cli import COMMAND, build_parser, epoch_line, json_line, paper_sizes_on_cpu
+from trainables.config import ConfigError, TrainConfig
 from trainables.data import TrainingData, default_senteval
 from trainables.loop import NonFiniteLossError, Trainer, check_resumable
 from trainables.semantic import make_semantic
@@ -52,55 +53,8 @@ __all__ = [
 
 
 logger = logging.getLogger(__name__)
-COMMAND = "python -m trainables.train"
 INTERRUPTED = 130  # the shell's status for a process stopped by SIGINT
 OUTPUT_CLOSED = 141  # ... and by SIGPIPE
-# what --help says of each TrainConfig option (its default follows)
-_MEANINGS = {
-    "hidden_size": "n: RNN units per direction; both embeddings have 2n dimensions",
-    "rnn_type": "the caption RNN",
-    "pooling": "pooling over time: vectorial attention or max (both masked)",
-    "char_embedding_dim": "size of the learned character embedding",
-    "attention_hidden": "hidden units of the vectorial attention (of each head)",
-    "rnn_layers": "vete_rnn: stacked RNN layers",
-    "dropout": "cap2img: dropout on the sentence encoding",
-    "pairing": "what a caption is matched with: its image, or (the text-only control) "
-    "another caption of the same image",
-    "loss": "hinge: bidirectional with in-batch negatives; pearson: VETE's",
-    "margin": "hinge margin alpha",
-    "reduction": "hinge: summed (the paper's formula) or averaged over the batch",
-    "negatives": "hinge: every in-batch negative, or the hardest per query (VSE++)",
-    "lr_min": "lower bound of the cyclic cosine learning rate",
-    "lr_max": "upper bound of the cyclic cosine learning rate",
-    "cycle_epochs": "epochs per learning-rate cycle",
-    "batch_size": "image-caption pairs per minibatch",
-    "epochs": "training epochs (epoch 0 is the untrained model, evaluated)",
-    "snapshot_interval": "keep a snapshot every this-many epochs",
-    "ensemble_size": "snapshots with the best dev R@10 mean summed into the ensemble",
-    "stsb_encoding": "STS-B's 0-5 scores as SentEval feeds them, or mapped onto 1-5 first",
-    "precision": "bf16: autocast (on the CPU: the recurrence's products in bfloat16)",
-    "device": DEVICE_FORMS,
-    "seed": "seeds the initialisation and the batch order, 0 to 2**63 - 1",
-    "threads": "torch CPU threads, 0 = torch's default, at most 1024",
-    "eval_batch_size": "sentences encoded at once in evaluation; 0 = 1024 on a GPU, 256 on a CPU",
-    "semantic_every": "the test battery every this-many epochs (the dev semantic score: "
-    "every epoch); 0 = no semantic evaluation",
-    "clip_image": "gradient-norm clip of the image encoder, 0 = off",
-    "clip_caption": "gradient-norm clip of the caption encoder, 0 = off",
-    "encoder": "the caption encoder family (README: Encoder families)",
-    "attention_heads": "attention heads, concatenated; embeddings have 2n x heads dimensions",
-    "attention_penalty": "weight of the heads' diversity penalty (more than 1 head), 0 = off",
-    "word_embedding_dim": "word families: size of a word embedding (word_bow: also the "
-    "embeddings' size)",
-    "vocab_min_count": "word families: training-caption count a word needs",
-    "vocab_max_size": "word families: most words kept, 0 = no cap",
-    "word_vectors": "word families: local GloVe-format text file, '' = none",
-    "word_vectors_update": "word families: frozen_map needs --word-vectors",
-    "bow_pooling": "word_bow: sum or mean of the word embeddings, then L2 normalisation",
-}
-
-
-_METAVARS = {"device": "DEVICE", "word_vectors": "PATH"}
 
 
 class _BadInput(Exception):
@@ -118,124 +72,9 @@ class _Progress:
     saved_epoch: int | None = None
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog=COMMAND,
-        formatter_class=HelpFormatter,
-        description="Train one model without Ray, printing every epoch's metrics. The "
-        "training config's defaults are the paper's Flickr8k sizes (n = 1024, 32 epochs) on "
-        f"every device, a CPU too, where they take hours; a CPU-sized run: {_cpu_sized()}.",
-        epilog="Exit status: 0 finished (or the checkpoint already was), 2 bad input (one "
-        "'error:' line), 130 interrupted (Ctrl+C; the line says how to resume).",
-    )
-    parser.add_argument("--data", required=True, help="feature store (path or URI); required")
-    parser.add_argument(
-        "--senteval",
-        type=_non_empty,
-        default=None,
-        help="SentEval data/downstream directory (default: the store's own "
-        "semantic sets, if it has any)",
-    )
-    parser.add_argument("--json", action="store_true", help="print one JSON object per epoch")
-    parser.add_argument(
-        "--no-verify",
-        action="store_true",
-        help="skip checking every shard's sha256 against the manifest while reading (saves "
-        "about a third of the store read; a corrupt shard then trains silently)",
-    )
-    parser.add_argument(
-        "--checkpoint",
-        type=_file_path,
-        default=None,
-        metavar="FILE",
-        help="save the training state to FILE after every epoch, and resume from it when it "
-        "exists (its folder must exist; same config, only --epochs, --device, --threads "
-        "and --eval-batch-size may change) (default: none, nothing saved)",
-    )
-    group = parser.add_argument_group("training config (TrainConfig; defaults: the paper's)")
-    for field in dataclasses.fields(TrainConfig):
-        allowed = CHOICES.get(field.name)
-        kind = str(field.type).upper()
-        metavar = "|".join(allowed) if allowed else _METAVARS.get(field.name, kind)
-        default = field.default if field.default != "" else repr("")
-        group.add_argument(
-            f"--{field.name.replace('_', '-')}",
-            dest=field.name,
-            default=None,
-            metavar=metavar,
-            help=f"{_MEANINGS[field.name]} (default: {default})",
-        )
-    return parser
-
-
-def _cpu_sized() -> str:
-    """The options of the search's CPU-sized run (``trainables.config.CPU_SIZED``)."""
-    return " ".join(f"--{k.replace('_', '-')} {v}" for k, v in CPU_SIZED.items())
-
-
-def _paper_sizes_on_cpu(overrides: dict[str, Any], device: torch.device) -> str | None:
-    """The line said when a CPU run trains the paper's sizes (none of CPU_SIZED's size
-    options given), else None."""
-    if device.type != "cpu" or any(k in overrides for k in ("hidden_size", "epochs")):
-        return None
-    return (
-        f"note: the paper's sizes (--hidden-size {TrainConfig.hidden_size}, --epochs "
-        f"{TrainConfig.epochs}) on the CPU take hours; a CPU-sized run: {_cpu_sized()}"
-    )
-
-
-def _file_path(text: str) -> Path:
-    if not text.strip():
-        raise argparse.ArgumentTypeError(f"expected a file path, got {text!r}")
-    return Path(text)
-
-
-def _non_empty(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError(f"expected a path, got {text!r}")
-    return text
-
-
-def _line(metrics: dict[str, float]) -> str:
-    parts = [f"epoch {int(metrics['epoch']):>3}"]
-    if names.LOSS in metrics:
-        parts.append(f"loss {metrics[names.LOSS]:8.3f}")
-    parts += _scores(metrics, names.DEV)
-    if names.TRAIN_SECONDS in metrics:
-        parts.append(
-            f"({metrics[names.TRAIN_SECONDS]:.1f} s train, "
-            f"{metrics[names.EVAL_SECONDS]:.1f} s eval)"
-        )
-    line = "  ".join(parts)
-    if names.is_finished(metrics):
-        size = int(metrics[names.ENSEMBLE_SIZE])
-        epochs = [
-            str(int(metrics[names.ensemble_epoch(k + 1)]))
-            for k in range(size)
-            if names.ensemble_epoch(k + 1) in metrics
-        ]
-        test = "  ".join(_scores(metrics, names.ENSEMBLE))
-        line += f"\ntest, ensemble of epochs {', '.join(epochs) or '(final model)'}:  {test}"
-    return line
-
-
-def _scores(metrics: dict[str, float], split: str) -> list[str]:
-    parts = []
-    for label, name in (
-        ("R@10 c2i", "c2i_r10"),
-        ("i2c", "i2c_r10"),
-        ("mean", "r10_mean"),
-        ("semantic", "semantic"),
-    ):
-        value = metrics.get(names.key(split, name))
-        if value is not None:
-            parts.append(f"{label} {value:6.3f}" if name == "semantic" else f"{label} {value:5.1f}")
-    return parts
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     progress = _Progress(args.checkpoint)
     try:
@@ -303,7 +142,7 @@ def _train(args: argparse.Namespace, progress: _Progress) -> int:
         trainer.load_state_dict(state)
         logger.info("resumed from %s at epoch %d", args.checkpoint, trainer.epoch)
     del state  # the trainer holds its own copy
-    if (note := _paper_sizes_on_cpu(overrides, trainer.device)) is not None:
+    if (note := paper_sizes_on_cpu(overrides, trainer.device)) is not None:
         print(note, file=sys.stderr)
     logger.info(
         "training on %s: %d train images, device %s, %s",
@@ -315,7 +154,7 @@ def _train(args: argparse.Namespace, progress: _Progress) -> int:
     for metrics in trainer.run():
         with _sigint_deferred():  # Ctrl+C waits: an epoch printed is an epoch saved
             progress.epoch = int(metrics["epoch"])
-            print(_json(metrics) if args.json else _line(metrics), flush=True)
+            print(json_line(metrics) if args.json else epoch_line(metrics), flush=True)
             if args.checkpoint is not None:
                 _save(trainer, args.checkpoint, progress)
     return 0
@@ -439,12 +278,6 @@ def _interrupted(progress: _Progress, argv: list[str], how: str = "interrupted")
         f"{how} {at}: the last complete checkpoint is {progress.checkpoint} (epoch "
         f"{progress.saved_epoch}); resume with: {command}"
     )
-
-
-def _json(metrics: dict[str, float]) -> str:
-    """Strict JSON: an undefined value (a NaN correlation, say) is ``null``, never the
-    bare ``NaN`` that other JSON readers refuse."""
-    return json.dumps({k: v if math.isfinite(v) else None for k, v in metrics.items()})
 
 
 if __name__ == "__main__":

@@ -18,15 +18,14 @@ import torch
 
 from storage.senteval import SentencePairs, SupervisedTask
 from trainables import relatedness
+from trainables._relatedness_loop import _Adam, _gradient
 from trainables.relatedness import (
     N_CLASSES,
     RelatednessProtocol,
-    _Adam,
     _expected_score,
     _fit,
     _fit_batched,
     _fit_loop,
-    _gradient,
     _Task,
     from_class_scale,
     predict_relatedness,

@@ -292,7 +292,7 @@ def test_a_run_stopped_early_ends_at_its_epoch_with_the_ensemble(
 
 
 def test_json_lines_are_strict_json_with_null_for_undefined_values():
-    from trainables.train import _json
+    from trainables._train_cli import json_line as _json
 
     line = _json({"dev/semantic": float("nan"), "test/r10_mean": 50.0, "x": float("inf")})
     assert json.loads(line, parse_constant=_refuse) == {

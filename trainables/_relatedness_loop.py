@@ -1,0 +1,147 @@
+"""The reference engine of SentEval's supervised relatedness protocol
+(``trainables.relatedness``): one task, one 64-row step per Python iteration; and what
+both engines share: the initial weights, the expected score, the dev Pearson and
+SentEval's rule for keeping the best round and stopping (``_Rounds``)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from trainables.relatedness import RelatednessProtocol
+
+_log = logging.getLogger("trainables.relatedness")  # the protocol's logger, for both engines
+
+N_CLASSES = 5  # SentEval's relatedness classes, for scores 1, 2, 3, 4, 5
+
+
+class _Adam:
+    """Adam on one tensor, exactly as ``torch.optim.Adam``'s single-tensor update, but
+    with the step count kept on the host, so a step never waits for the device."""
+
+    def __init__(self, param: torch.Tensor, lr: float) -> None:
+        self.param, self.lr, self.steps = param, lr, 0
+        self.beta1, self.beta2, self.eps = 0.9, 0.999, 1e-8
+        self.exp_avg = torch.zeros_like(param)
+        self.exp_avg_sq = torch.zeros_like(param)
+
+    def step(self, grad: torch.Tensor) -> None:
+        self.steps += 1
+        self.exp_avg.lerp_(grad, 1 - self.beta1)
+        self.exp_avg_sq.mul_(self.beta2).addcmul_(grad, grad, value=1 - self.beta2)
+        correction1 = 1 - self.beta1**self.steps
+        correction2_sqrt = math.sqrt(1 - self.beta2**self.steps)
+        denom = (self.exp_avg_sq.sqrt() / correction2_sqrt).add_(self.eps)
+        self.param.addcdiv_(self.exp_avg, denom, value=-self.lr / correction1)
+
+
+def _gradient(weights: torch.Tensor, x: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Gradient of ``sum((softmax(x W^T) - target)^2)`` w.r.t. W (SentEval's MSELoss with
+    ``size_average=False``); x carries a ones column, so W's last column is the bias."""
+    p = torch.softmax(x @ weights.T, dim=1)
+    d_p = 2 * (p - target)
+    d_logits = p * (d_p - (p * d_p).sum(dim=1, keepdim=True))  # through the softmax
+    return d_logits.T @ x
+
+
+def _expected_score(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``softmax(x W^T) . [1..5]``: the prediction on the class scale. Each row's logits
+    are computed alike (an element-wise product and a sum per class, in slices of rows),
+    so that equal features give exactly equal predictions: a matrix product may round
+    some rows differently from others, and constant predictions must stay constant (a
+    NaN dev Pearson, a constant test prediction, as SentEval's rule expects)."""
+    classes = torch.arange(1, N_CLASSES + 1, dtype=x.dtype, device=x.device)
+    rows = max(1, (1 << 22) // max(1, x.shape[1]))  # ~16 MB of float32 products at a time
+    parts = [torch.stack([(part * w).sum(dim=1) for w in weights], dim=1) for part in x.split(rows)]
+    logits = torch.cat(parts) if parts else x.new_zeros(0, len(weights))
+    return (torch.softmax(logits, dim=1) * classes).sum(dim=1)
+
+
+def _device_pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Pearson r on the device (NaN for a constant input), read once per round."""
+    x, y = x.double() - x.double().mean(), y - y.mean()
+    return (x * y).sum() / torch.sqrt((x * x).sum() * (y * y).sum())
+
+
+def _train_round(
+    adam: _Adam,
+    x: torch.Tensor,
+    target: torch.Tensor,
+    epochs: int,
+    batch_size: int,
+    generator: torch.Generator,
+) -> None:
+    # Shuffles are drawn on the CPU (the same on every device) and sent once per round.
+    orders = torch.stack([torch.randperm(len(x), generator=generator) for _ in range(epochs)])
+    for order in orders.to(x.device):
+        for start in range(0, len(x), batch_size):
+            batch = order[start : start + batch_size]
+            x_batch, target_batch = x.index_select(0, batch), target.index_select(0, batch)
+            adam.step(_gradient(adam.param, x_batch, target_batch))
+
+
+def _initial_weights(
+    dim: int, generator: torch.Generator, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """nn.Linear's default init, weight and bias (the last column): U(-1/sqrt(fan_in),
+    1/sqrt(fan_in)), drawn in float64 on the CPU from the task's generator."""
+    bound = 1 / math.sqrt(dim - 1)
+    weights = (torch.rand(N_CLASSES, dim, generator=generator, dtype=torch.float64) * 2 - 1) * bound
+    return weights.to(device, dtype)
+
+
+def _fit_loop(
+    train: tuple[torch.Tensor, torch.Tensor],
+    dev: tuple[torch.Tensor, torch.Tensor],
+    protocol: RelatednessProtocol,
+    generator: torch.Generator,
+    what: str,
+) -> torch.Tensor:
+    """The reference engine: one task, one 64-row step per Python iteration."""
+    x, target = train
+    adam = _Adam(_initial_weights(x.shape[1], generator, x.device, x.dtype), protocol.lr)
+    state = _Rounds(what)
+    while state.going(protocol):
+        _train_round(adam, x, target, protocol.epochs_per_round, protocol.batch_size, generator)
+        r = _device_pearson(_expected_score(adam.param, dev[0]), dev[1]).item()
+        state.judge(r, adam.param, protocol)
+    return state.result()
+
+
+class _Rounds:
+    """Where one task's rounds stand (the host side of the protocol): SentEval's rule
+    for keeping the best round and stopping."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.best: torch.Tensor | None = None
+        self.best_r, self.misses, self.epochs, self.rounds, self.nan_rounds = -1.0, 0, 0, 0, 0
+
+    def going(self, protocol: RelatednessProtocol) -> bool:
+        return self.misses < protocol.patience and self.epochs <= protocol.max_epoch
+
+    def judge(self, r: float, weights: torch.Tensor, protocol: RelatednessProtocol) -> None:
+        """After a round: its dev Pearson ``r`` and the weights it ended with."""
+        self.epochs, self.rounds = self.epochs + protocol.epochs_per_round, self.rounds + 1
+        if math.isnan(r):
+            r, self.nan_rounds = 0.0, self.nan_rounds + 1
+        if r > self.best_r or self.best is None:
+            self.best, self.best_r = weights.clone(), r  # a copy on the device: no sync
+        else:
+            self.misses += 1  # not reset by an improvement, as in SentEval
+
+    def result(self) -> torch.Tensor:
+        if self.nan_rounds == self.rounds:
+            _log.warning(
+                "%s: the dev Pearson was NaN (constant predictions) after every one of %d "
+                "rounds; kept the first round's model, as SentEval does",
+                self.what,
+                self.rounds,
+            )
+        _log.debug("%s: %d epochs, best dev Pearson %.4f", self.what, self.epochs, self.best_r)
+        assert self.best is not None  # at least one round always runs
+        return self.best
