@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from types import FrameType
 from typing import TYPE_CHECKING
 
 # Our own progress view replaces Tune's tables; Tune's snapshot-frequency warning is
@@ -50,6 +53,16 @@ def _silent(line: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if threading.current_thread() is not threading.main_thread():  # no signals there
+        return _main(argv)
+    previous = signal.signal(signal.SIGTERM, _terminated)  # until the driver's own handler
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     try:
         args = parse_args(argv)
     except SystemExit as stop:  # --help, or a bad command line (its error: line is printed)
@@ -85,6 +98,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(_before_it_ran(settings), file=sys.stderr)
         return 130
     return _report(result, quiet)
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM before the search runs (reading the data, opening the tracking store) stops
+    it like Ctrl+C: the experiment's lock is released and the exit says how to go on,
+    rather than Python's default death (status 143, a lock left behind)."""
+    raise KeyboardInterrupt("SIGTERM")
 
 
 def _before_it_ran(settings: SearchSettings | None) -> str:

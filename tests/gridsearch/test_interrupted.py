@@ -107,3 +107,20 @@ def test_an_interrupted_end_closes_everything_as_interrupted(tmp_path: Path) -> 
     assert client.get_run(runs.run_of("a", {})).info.status == "FINISHED"
     assert close_parent(client, parent, [], "summary", 0, 1.0, interrupted=True) == "interrupted"
     assert client.get_run(parent).info.status == "KILLED"
+
+
+def test_sigterm_before_ray_starts_releases_the_lock_and_says_how_to_go_on(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM while the driver reads the data (before Ray, before anything is recorded)
+    stops it like Ctrl+C: exit 130, no traceback, the experiment's lock released, and the
+    line that says to run the same command again (not Python's default death, 143)."""
+    runs = tmp_path / "runs"
+    driver = Driver(*SEARCH, "--runs-dir", str(runs), "--experiment", "early")
+    driver.wait_for("data: ")
+    driver.process.send_signal(signal.SIGTERM)
+    code, out = driver.finish(timeout_s=120)
+    assert code == 130, out
+    assert "Traceback" not in out
+    assert "interrupted before the search ran" in out
+    assert not (runs / "locks" / "early.lock").exists()
