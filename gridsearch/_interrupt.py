@@ -2,8 +2,9 @@
 interruption (the one Ctrl+C triggers), which ends the trials, saves the experiment and
 returns, so that the MLflow runs are closed and ``--resume`` continues where it stopped.
 
-- **Ctrl+C** (SIGINT): Tune's handler.
-- **SIGTERM** (a scheduler's or a user's ``kill``): the same stop, instead of Ray's abort.
+- **Ctrl+C** (SIGINT) and **SIGTERM** (a scheduler's or a user's ``kill``): the driver's
+  one handler (``gridsearch._signals.Signals``) asks for this stop, with the signal as the
+  reason, instead of Tune's handler or Ray's abort.
 - **A disk about to fill** (``DiskGuard``): the search stops while some space is left
   under every local path it writes (the runs directory, a local ``--storage-path``, an
   sqlite tracking store or Optuna study), rather than failing trials and truncating
@@ -35,7 +36,6 @@ import signal
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 from ray.tune import Callback
@@ -60,7 +60,6 @@ class Interruption:
 
     def __init__(self) -> None:
         self.reason: str | None = None
-        self._previous: Any = None
 
     def request(self, reason: str) -> None:
         """Stop the search gracefully, giving ``reason`` (the first reason stays)."""
@@ -69,16 +68,6 @@ class Interruption:
         if signal.getsignal(signal.SIGUSR1) in (signal.SIG_DFL, None):
             raise KeyboardInterrupt(reason)  # Tune is not running yet: stop right here
         os.kill(os.getpid(), signal.SIGUSR1)
-
-    def __enter__(self) -> Interruption:
-        self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        signal.signal(signal.SIGTERM, self._previous or signal.SIG_DFL)
-
-    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
-        self.request("SIGTERM")
 
 
 class DiskGuard(Callback):
