@@ -8,9 +8,13 @@
 #   3. a Ray search on one GPU: the margin sweep at the paper's model size, 4 trials
 #      packed with --gpus-per-trial 0.25 (each capped to a quarter of the memory), tracked
 #      in MLflow, interrupted by SIGINT after its first epochs, resumed from its checkpoints
-#      to the end, its best model registered; then that model loaded in a CPU-only process.
+#      to the end, its best model registered; then that model loaded in a CPU-only process;
+#   4. `fused` (not in the default steps): fused trials against one lone trial, n = 1024 at
+#      batch 32 and 128, and the fused-seeds equivalence tests on the GPU;
+#   5. `eval` (not in the default steps): the evaluation's share of the paper-sized run.
 #
-#   bench/gpu_checks.sh OUT_DIR [STEP...]       # steps: gpu suite search (default: all)
+#   bench/gpu_checks.sh OUT_DIR [STEP...]       # steps: gpu suite search fused eval
+#                                               # (default: gpu suite search)
 #
 # OUT_DIR receives checks.log (every step's output and exit status), summary.txt (the
 # search's last lines and the registered model's check), mlflow.db (the search's
@@ -106,8 +110,19 @@ print('registered model on', encoder.device, vectors.shape, vectors.dtype,
             --exclude='*/model/*' --exclude='world*' mlartifacts searches \
             tune/gpu-sweep.optuna.db $([[ -d "$runs/report" ]] && echo report) >>"$log" 2>&1
         ;;
+    fused)
+        step fused-tests 180 python3 -m pytest -q -p no:cacheprovider \
+            tests/trainables/test_fused.py tests/trainables/test_fused_seeds.py -m "not slow"
+        step fused-b32 240 python3 bench/bench_fused.py --device cuda --k 1 2 4 8 16 \
+            --hidden-size 1024 --batch-size 32 --steps 20 --warmup 3
+        step fused-b128 180 python3 bench/bench_fused.py --device cuda --k 1 4 16 \
+            --hidden-size 1024 --batch-size 128 --steps 10 --warmup 2
+        ;;
+    eval)
+        step eval-battery 420 python3 bench/bench_eval.py --part battery --device cuda
+        ;;
     *)
-        say "unknown step $what (expected gpu, suite or search)"
+        say "unknown step $what (expected gpu, suite, search, fused or eval)"
         ;;
     esac
 done
