@@ -14,8 +14,7 @@ from pathlib import Path
 import torch
 
 from bench._cli import BadInput
-from storage import StoreError
-from storage.build import build_synthetic
+from storage import StoreError, build_synthetic
 from trainables.data import EncodedSplit, TrainingData
 from trainables.device import resolve_device
 

@@ -23,8 +23,7 @@ if not __package__:  # run as a file: the repository first on sys.path (see benc
     sys.path[0] = str(Path(__file__).resolve().parents[1])
 
 from bench._cli import BadInput, entry, parser
-from storage import StoreError, open_store
-from storage.build import build_synthetic
+from storage import StoreError, build_synthetic, open_store
 
 GOAL_SECONDS = 120.0
 

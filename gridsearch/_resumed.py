@@ -8,12 +8,15 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
+from gridsearch._arguments import build_parser
 from gridsearch._flags import SearchError, check_amounts, check_experiment_name
 from gridsearch._layout import RunsLayout, rebase
-from gridsearch.settings import SearchSettings, parse_args
+
+if TYPE_CHECKING:  # the class is handed in: settings.py builds on this module
+    from gridsearch.settings import SearchSettings
 
 __all__ = ["RESUME_KEEPS", "resumed"]
 
@@ -31,23 +34,23 @@ RESUME_KEEPS = (
 )
 
 
-def _from_saved(record: Any) -> SearchSettings:
+def _from_saved(record: Any, settings_class: type[SearchSettings]) -> SearchSettings:
     """Settings from a record: ``asdict(SearchSettings)``, or the parsed command line that
     searches started before the settings were typed wrote (``{"args": ...}``)."""
     if not isinstance(record, dict):
         raise TypeError(f"expected a JSON object, got {type(record).__name__}")
     if "args" not in record:
-        return SearchSettings.from_record(record)
-    saved = {**vars(parse_args([])), **record["args"]}
+        return settings_class.from_record(record)
+    saved = {**vars(build_parser().parse_args([])), **record["args"]}
     saved.update(resume=False, runs_dir=Path(saved["runs_dir"]))
     if saved.get("space_file"):
         saved["space_file"] = Path(saved["space_file"])
-    return SearchSettings.from_args(argparse.Namespace(**saved))
+    return settings_class.from_args(argparse.Namespace(**saved))
 
 
-def resumed(args: argparse.Namespace) -> SearchSettings:
+def resumed(args: argparse.Namespace, settings_class: type[SearchSettings]) -> SearchSettings:
     """The settings a search started with (its record), with what a ``--resume`` may
-    change taken from this command line."""
+    change taken from this command line (``settings_class``: ``SearchSettings``)."""
     if not args.experiment:
         raise SearchError("--resume needs --experiment NAME (the search to continue)")
     if args.warm_start is not None:
@@ -64,7 +67,7 @@ def resumed(args: argparse.Namespace) -> SearchSettings:
             f"{args.runs_dir} (expected its record {path})"
         )
     try:
-        settings = _from_saved(json.loads(path.read_text(encoding="utf-8")))
+        settings = _from_saved(json.loads(path.read_text(encoding="utf-8")), settings_class)
     except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, RecursionError) as err:
         reason = str(err).splitlines()[0][:200] if str(err) else ""
         raise SearchError(

@@ -20,6 +20,7 @@ from gridsearch._arguments import build_parser
 from gridsearch._flags import SearchError, check_args
 from gridsearch._layout import RunsLayout
 from gridsearch._record import STARTED, write_record
+from gridsearch._resumed import resumed
 from trainables import names
 from trainables.config import CPU_SIZED, SMOKE
 
@@ -139,9 +140,7 @@ class SearchSettings:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SearchSettings:
         if args.resume:
-            from gridsearch._resumed import resumed  # it builds on this class
-
-            return resumed(args)
+            return resumed(args, cls)
         check_args(args)
         layout = RunsLayout.at(args.runs_dir)
         space_name = args.space or args.space_file.stem

@@ -11,6 +11,7 @@ Example::
 """
 
 from storage._atomic import write_bytes_atomic, write_text_atomic
+from storage._build import build_karpathy, build_synthetic
 from storage._device import DeviceError, resolve, with_index
 from storage._errors import StoreError
 from storage._fs import Location
@@ -30,6 +31,8 @@ __all__ = [
     "SplitInfo",
     "StoreError",
     "StoreWriter",
+    "build_karpathy",
+    "build_synthetic",
     "open_store",
     "read_split",
     "resolve",

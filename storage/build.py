@@ -19,191 +19,27 @@ leaves a split (train, val or test) without images.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import textwrap
-from pathlib import Path
 from typing import Any
 
+from storage._build import (
+    MAX_SCENES,
+    MAX_WORKERS,
+    MIN_SCENES,
+    build_karpathy,
+    build_synthetic,
+)
 from storage._cli import HelpFormatter, Parser, run_cli
-from storage._errors import StoreError, os_reason
-from storage._extractors import FeatureExtractor
-from storage._fs import Location
 from storage._schema import FEATURE_COMPRESSIONS, FEATURE_DTYPES, Manifest
-from storage._writer import StoreWriter
 from storage.inspect import summary
-from storage.karpathy import KNOWN_DATASETS, check_every_split, ingest, read_karpathy_json
+from storage.karpathy import KNOWN_DATASETS
 
 __all__ = [
     "build_karpathy",
     "build_synthetic",
     "main",
 ]
-
-WORLD_DIR = "world"  # where the embedded world's source files live inside its store
-MIN_SCENES = 10  # the smallest world whose 80/10/10 split leaves every split an image
-MAX_SCENES = 1_000_000  # eight times COCO; the world's JSON alone is ~1.3 GB at this size
-MAX_WORKERS = 256  # image decoding processes
-MAX_SEED = 2**63 - 1  # the scene projection's random generators take a signed 64-bit seed
-
-
-def build_karpathy(
-    json_path: str | os.PathLike[str],
-    images: str | os.PathLike[str],
-    out: str | os.PathLike[str],
-    *,
-    dataset: str | None = None,
-    weights: str | None = None,
-    device: str | None = None,
-    batch_size: int = 32,
-    workers: int = 2,
-    shard_size: int = 1024,
-    dtype: str = "float32",
-    feature_compression: str = "none",
-    skip_unreadable: bool = False,
-) -> Manifest:
-    """Build a store from a Karpathy JSON with ResNet-152 ten-crop features."""
-    from storage.features import ResNetExtractor  # torch is only needed for this path
-
-    _check_sizes(shard_size=shard_size, batch_size=batch_size, workers=workers)
-    source = read_karpathy_json(json_path, dataset)
-    images_dir = Path(images)
-    if not images_dir.is_dir():
-        raise StoreError(f"--images {images}: not a directory")
-    extractor = ResNetExtractor(weights, device=device, batch_size=batch_size, num_workers=workers)
-    check_every_split(source)  # before anything is written, so a fixed JSON can be rerun
-    fingerprint = {
-        "source": "karpathy",
-        "dataset": source.name,
-        "json_sha256": source.sha256,
-        "images": str(images_dir.resolve()),
-        "shard_size": shard_size,
-        "skip_unreadable": skip_unreadable,
-    }
-    # A later run may add or drop --skip-unreadable (its advice after an unreadable
-    # image): shards written without it hold only readable images, so both agree.
-    writer = _writer(
-        out, fingerprint, extractor, dtype, feature_compression, resumable=("skip_unreadable",)
-    )
-    return ingest(
-        source,
-        images_dir,
-        extractor,
-        writer,
-        shard_size=shard_size,
-        skip_unreadable=skip_unreadable,
-    )
-
-
-def build_synthetic(
-    out: str | os.PathLike[str],
-    *,
-    images: int = 2000,
-    seed: int = 0,
-    features: str = "scene",
-    weights: str | None = None,
-    device: str | None = None,
-    batch_size: int = 32,
-    workers: int = 2,
-    shard_size: int = 1024,
-    dtype: str = "float32",
-    feature_compression: str = "none",
-) -> Manifest:
-    """Generate the embedded world inside ``out/world`` and ingest it through the same
-    Karpathy path as real data."""
-    from storage.synthetic import generate_world
-
-    _check_sizes(shard_size=shard_size, batch_size=batch_size, workers=workers)
-    _check_world(images, seed)
-    location = Location.parse(out)
-    if not location.is_local:
-        raise StoreError(
-            f"--out {out}: the embedded world is generated on local disk; give a "
-            "local directory (copy the finished store to shared storage afterwards)"
-        )
-    extractor = _world_extractor(features, seed, weights, device, batch_size, workers)
-    fingerprint: dict[str, Any] = {
-        "source": "synthetic",
-        "images": images,
-        "seed": seed,
-        "shard_size": shard_size,
-    }
-    writer = _writer(out, fingerprint, extractor, dtype, feature_compression)
-    if writer.manifest is not None:
-        return writer.manifest
-    world_dir = Path(location.root) / WORLD_DIR
-    try:
-        world = generate_world(world_dir, n_images=images, seed=seed)
-    except OSError as err:
-        where = err.filename or world_dir
-        raise StoreError(f"{where}: cannot write the embedded world ({os_reason(err)})") from None
-    source = read_karpathy_json(world.dataset_json)
-    extras = {"world": WORLD_DIR, "senteval": f"{WORLD_DIR}/senteval"}
-    return ingest(source, world.images, extractor, writer, shard_size=shard_size, extras=extras)
-
-
-def _world_extractor(
-    features: str, seed: int, weights: str | None, device: str | None, batch_size: int, workers: int
-) -> FeatureExtractor:
-    """The embedded world's feature extractor: its scene projection or ResNet-152."""
-    if features == "scene":
-        from storage.synthetic import SceneProjectionExtractor
-
-        return SceneProjectionExtractor(seed=seed)
-    if features == "resnet":
-        from storage.features import ResNetExtractor
-
-        return ResNetExtractor(weights, device=device, batch_size=batch_size, num_workers=workers)
-    raise StoreError(f"--features: expected 'scene' or 'resnet', got {features!r}")
-
-
-def _check_sizes(*, shard_size: int, batch_size: int, workers: int) -> None:
-    """Refuse sizes no build can use, naming the option."""
-    for flag, value, low in (
-        ("--shard-size", shard_size, 1),
-        ("--batch-size", batch_size, 1),
-        ("--workers", workers, 0),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise StoreError(f"{flag}: expected an integer of at least {low}, got {value!r}")
-    if workers > MAX_WORKERS:  # each is a process: a typo must not fork thousands
-        raise StoreError(f"--workers: expected at most {MAX_WORKERS} processes, got {workers}")
-
-
-def _check_world(images: int, seed: int) -> None:
-    """Refuse a world size or seed the generator cannot use, naming the option."""
-    for flag, value, low, high in (
-        ("--images", images, MIN_SCENES, MAX_SCENES),
-        ("--seed", seed, 0, MAX_SEED),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            raise StoreError(f"{flag}: expected an integer from {low} to {high}, got {value!r}")
-
-
-def _writer(
-    out: str | os.PathLike[str],
-    fingerprint: dict[str, Any],
-    extractor: FeatureExtractor,
-    dtype: str,
-    feature_compression: str,
-    resumable: tuple[str, ...] = (),
-) -> StoreWriter:
-    """The store writer of a build: its settings are part of the build's fingerprint."""
-    fingerprint = {
-        **fingerprint,
-        "extractor": extractor.describe(),
-        "dtype": dtype,
-        "feature_compression": feature_compression,
-    }
-    return StoreWriter(
-        out,
-        fingerprint=fingerprint,
-        feature_dim=extractor.dim,
-        feature_dtype=dtype,
-        feature_compression=feature_compression,
-        resumable=resumable,
-    )
-
 
 DESCRIPTION = "Build a feature store from real data or the embedded world."
 EPILOG = """examples:

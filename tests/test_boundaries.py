@@ -193,3 +193,95 @@ def test_the_model_library_finds_its_tracking_lookup_through_an_entry_point() ->
 
     (point,) = entry_points(group=MODEL_SOURCES)
     assert point.load() is fetch_ensemble
+
+
+# -- no circles: a module never needs, at run time, a module that needs it ----------------
+
+CLIS = {
+    "analysis.compare",
+    "analysis.report",
+    "gridsearch.run",
+    "storage.build",
+    "trainables.encode",
+    "trainables.train",
+}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    return ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+
+
+def _runtime_imports(path: Path) -> set[str]:
+    """What ``path`` imports when it runs, in a function too; imports under ``if
+    TYPE_CHECKING:`` (types only) are left out."""
+    tree = ast.parse(path.read_text(), str(path))
+    typing_only = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for child in node.body
+        for inner in ast.walk(child)
+    }
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> the project modules it imports at run time; a module's use of its own
+    package's face (``from trainables import names``) counts as the module it names."""
+    paths = {_module_name(p): p for p in _sources(*PACKAGES)}
+    graph = {}
+    for name, path in paths.items():
+        own = name.split(".")[0]
+        graph[name] = {m for m in _runtime_imports(path) if m in paths and m not in (name, own)}
+    return graph
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One cycle of ``graph`` (the modules along it), or [] when there is none."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str]:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                return [*path[path.index(target) :], target]
+            if target not in state and (found := visit(target)):
+                return found
+        state[node] = 2
+        path.pop()
+        return []
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start)):
+            return found
+    return []
+
+
+def test_no_module_imports_one_that_imports_it() -> None:
+    graph = _graph()
+    assert graph["gridsearch.driver"], "the walk found no imports: it is broken"
+    assert _cycle(graph) == []
+
+
+def test_a_cycle_is_found_and_a_chain_is_not_one() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_module_imports_a_command_line() -> None:
+    """What two commands share lives in a library module both import, never in one of
+    them (``analysis.compare`` once held the comparison the report needs)."""
+    importers = {m: sorted(targets & CLIS) for m, targets in _graph().items() if targets & CLIS}
+    assert importers == {}
