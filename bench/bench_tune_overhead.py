@@ -9,9 +9,10 @@ The search is the real CLI (`python -m gridsearch.run`) in a subprocess: a grid 
 file with one margin per trial, FIFO, one trial at a time with every CPU (so it does the
 same work as the loop), MLflow in sqlite. Reported:
 
-- trial span: from the first trial's start to the last trial's end, as the search's own
-  progress lines time them; this holds everything Tune adds per trial (worker start or
-  reuse, data from the object store, a checkpoint and a report per epoch, MLflow writes);
+- trial span: from the first trial's start to the last trial's end, as the search's
+  MLflow trial runs record them (start and end times, in milliseconds); this holds
+  everything Tune adds per trial (worker start or reuse, data from the object store, a
+  checkpoint and a report per epoch, MLflow writes);
 - end to end: the whole command, also counting Ray's start, the MLflow set-up and the
   summary, which are paid once per search, not per trial.
 
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -82,16 +82,24 @@ def search(store: str, args: argparse.Namespace, folder: Path) -> tuple[float, f
     if out.returncode != 0:
         print(f"{out.stdout[-3000:]}\n{out.stderr[-3000:]}", file=sys.stderr)
         raise BadInput(f"error: the search failed (exit {out.returncode}; its output above)")
-    stamps = [
-        (float(m.group(1)), m.group(2))
-        for m in re.finditer(r"^\[\s*([\d.]+)s\] (start|done)", out.stdout, re.MULTILINE)
-    ]
-    starts = [t for t, what in stamps if what == "start"]
-    ends = [t for t, what in stamps if what == "done"]
-    if len(ends) != args.trials:
+    spans = _trial_spans(folder / "runs" / "mlflow.db")
+    if len(spans) != args.trials:
         print(out.stdout[-3000:], file=sys.stderr)
-        raise BadInput(f"error: expected {args.trials} finished trials, found {len(ends)}")
-    return max(ends) - min(starts), total, out.stdout
+        raise BadInput(f"error: expected {args.trials} finished trials, found {len(spans)}")
+    return max(end for _, end in spans) - min(start for start, _ in spans), total, out.stdout
+
+
+def _trial_spans(store: Path) -> list[tuple[float, float]]:
+    """(start, end) in seconds of every finished trial run of the search's MLflow store."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{store}")
+    (experiment,) = client.search_experiments(filter_string="name = 'overhead'")
+    runs = client.search_runs(
+        [experiment.experiment_id],
+        "tags.`search.role` = 'trial' and attributes.status = 'FINISHED'",
+    )
+    return [(r.info.start_time / 1000, r.info.end_time / 1000) for r in runs]
 
 
 @entry
