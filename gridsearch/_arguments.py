@@ -119,6 +119,17 @@ def _what_to_search(p: argparse.ArgumentParser) -> None:
         "overrides), else one after the other, K times the training (default: 1)",
     )
     what.add_argument(
+        "--fuse",
+        type=int,
+        metavar="K",
+        default=0,
+        help="train up to K concurrent configurations of the same shape (hidden size, RNN "
+        "type, pooling, batch size...; they may differ in margin, learning rates, seed...) "
+        "as one fused model in one Tune trial; each stays its own Optuna trial and MLflow "
+        "run and is stopped early on its own; pays on a GPU, where one small model leaves "
+        "the chip idle; slower on a CPU; 0 or 1: off (default: 0)",
+    )
+    what.add_argument(
         "--full-size", action="store_true", help="keep the paper's model size even without a GPU"
     )
     what.add_argument(

@@ -58,9 +58,10 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def _check_counts(args: argparse.Namespace) -> None:
-    for flag in ("num_samples", "epochs", "max_concurrent", "max_failures", "seeds_per_config"):
+    counts = ("num_samples", "epochs", "max_concurrent", "max_failures", "seeds_per_config")
+    for flag in (*counts, "fuse"):
         value = getattr(args, flag)
-        non_negative = flag in ("epochs", "max_failures")
+        non_negative = flag in ("epochs", "max_failures", "fuse")
         if value is not None and value < (0 if non_negative else 1):
             raise SearchError(
                 f"--{flag.replace('_', '-')}: got {value}, expected a "

@@ -145,6 +145,13 @@ class ResumableOptunaSearch(OptunaSearch):
             self._ot_trials[trial_id].set_user_attr(TUNE_TRIAL_ATTR, trial_id)
         return config
 
+    def rename(self, trial_id: str, new_id: str) -> None:
+        """The study trial suggested as ``trial_id`` is trained as ``new_id`` (a member of
+        a fused trial, ``gridsearch._fused_search``): reported and told under that id,
+        which its ``TUNE_TRIAL_ATTR`` names."""
+        self._ot_trials[new_id] = self._ot_trials.pop(trial_id)
+        self._trained_as(new_id, None)
+
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
         # Ray's OptunaSearch reports at step = Tune's training_iteration, which counts
         # reports from 1 (epoch 0, the untrained model, is report 1): the step is the

@@ -58,6 +58,7 @@ def parent_params(
         "sampler": sampler,
         "scheduler": settings.scheduler,
         "seeds_per_config": settings.seeds_per_config,
+        "fuse": settings.fuse,
         "objective": settings.objective,
         "num_samples": num_samples,
         "epochs": fixed["epochs"],

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gridsearch import _extend, _optuna
+from gridsearch._fused_search import MemberResults
 from gridsearch._interrupt import Interruption
 from gridsearch._outcome import Outcome, classify
 from gridsearch._parent import close_parent
@@ -57,6 +58,7 @@ def finish(
     (a signal, a full disk) is complete in nothing: Tune ends its trials when it stops
     (TERMINATED, like trials that ran out), so only those it ended before count."""
     run.results = results
+    results = MemberResults(results)  # a fused trial's members, each as a trial
     stopped_by = interruption.reason
     interrupted = stopped_by is not None
     if interrupted:

@@ -14,6 +14,7 @@ from ray import tune
 from ray.tune import Callback
 
 from gridsearch import _extend, _optuna
+from gridsearch._fused_search import fused_search
 from gridsearch._interrupt import DiskGuard, Interruption
 from gridsearch._parent import parent_params
 from gridsearch._scheduler import cycle_epochs, describe_rungs, make_scheduler
@@ -189,16 +190,30 @@ class SearchRun:
             f"searching {self.space.name!r} ({self.num_samples} trials, {self.sampler_name}, "
             f"{settings.scheduler}, objective {settings.objective}"
             + (f", each trial the mean of {seeds} seeds" if seeds > 1 else "")
+            + (
+                f", up to {settings.fuse} configurations of one shape fused per Tune trial"
+                if settings.fuse > 1
+                else ""
+            )
             + f") as {settings.experiment!r}"
         )
         settings.save_record(num_samples=self.num_samples)
+        scheduler = make_scheduler(
+            settings.scheduler, self.epochs, self.cycle, settings.metric, settings.mode
+        )
+        if settings.fuse > 1:  # configurations of one shape share a trial; stopped one by one
+            self.searcher, scheduler = fused_search(
+                self.searcher,
+                scheduler,
+                fuse=settings.fuse,
+                total=self.num_samples,
+                stops=progress_dir(settings.layout.root, settings.experiment),
+            )
         return tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(
                 search_alg=self.searcher,
-                scheduler=make_scheduler(
-                    settings.scheduler, self.epochs, self.cycle, settings.metric, settings.mode
-                ),
+                scheduler=scheduler,
                 num_samples=self.num_samples,
                 metric=_first(settings.metric),
                 mode=_first(settings.mode),

@@ -47,7 +47,7 @@ from gridsearch.settings import SearchError, SearchSettings
 from gridsearch.spaces import SearchSpace, load_space
 from storage.senteval import SemanticBenchmark
 from trainables.data import TrainingData
-from trainables.tune import grounded_trainable
+from trainables.tune import fused_trainable, grounded_trainable
 
 __all__ = ["SearchResult", "run_search"]
 
@@ -180,9 +180,10 @@ def _trainable(
     """The one trainable, its data shipped through Ray's object store (copied once to
     each node that runs trials) and its resources attached. ``complete_at``: where ASHA
     may stop a trial, its report holds its own test battery (trainables.loop)."""
+    fused = {"metric": _first(settings.metric), "mode": _first(settings.mode)}
     return tune.with_resources(
         tune.with_parameters(
-            grounded_trainable,
+            fused_trainable if settings.fuse > 1 else grounded_trainable,
             data=data,
             senteval=benchmark,
             gpu_share=resources.gpu_share,
@@ -191,6 +192,12 @@ def _trainable(
             seeds_per_config=settings.seeds_per_config,
             complete_at=tuple(complete_at),
             progress_dir=str(progress_dir(settings.layout.root, settings.experiment)),
+            **(fused if settings.fuse > 1 else {}),
         ),
         {"cpu": resources.cpu, "gpu": resources.gpu},
     )
+
+
+def _first(value: Any) -> Any:
+    """The first objective (a fused trial reports its best member on it)."""
+    return value[0] if isinstance(value, list) else value

@@ -10,7 +10,10 @@ The tools point at each other: a trial's run carries its Tune trial id (``tune.t
 and its Optuna study and trial number (``optuna.study``, ``optuna.trial_number``); the
 Optuna trial carries the Tune trial id and the run id (``gridsearch._optuna``). Tune's
 own trials have no public place for attributes: the Tune trial id is the key the other
-two hold. The experiment gets a chart view that opens on the trade-off per epoch
+two hold. A fused trial (``gridsearch._fused_search``) is several trials in one: each
+member gets its own run (its ``tune.trial_id`` is the member's id, ``<trial>-m<i>``),
+with its own metrics at step = epoch under the keys a lone trial's run has, and its own
+end. The experiment gets a chart view that opens on the trade-off per epoch
 (``gridsearch.curves.charts_view``).
 """
 
@@ -27,6 +30,7 @@ from ray.tune import Callback
 from ray.tune.experiment import Trial
 
 from gridsearch._artifacts import CURVE_KEYS
+from gridsearch._fused_search import Member, MemberResults, member_checkpoint, members_of
 from gridsearch._interrupt import Interruption
 from gridsearch._optuna import StudyLinks
 from gridsearch._outcome import Outcome, classify
@@ -37,6 +41,7 @@ from gridsearch._tags import CHARTS_VIEW, OPTUNA_STUDY_TAG, OPTUNA_TRIAL_TAG, VI
 from gridsearch._write_queue import WriteQueue
 from gridsearch.curves import charts_view
 from trainables import names
+from trainables.tune import member_metrics
 
 __all__ = ["TrialTracker"]
 
@@ -70,6 +75,7 @@ class TrialTracker(Callback):
         self._linked: set[str] = set()  # trial ids whose run names its Optuna trial
         self._study: StudyLinks | None = None  # where the parent run says the study is
         self._no_study = False  # the parent run names no study: nothing to link
+        self._member_last: dict[str, dict[str, Any]] = {}  # member id -> its last report
         self.queue.submit("the chart view", lambda: self._save_charts_view(experiment_id))
 
     @property
@@ -105,8 +111,20 @@ class TrialTracker(Callback):
         if "epoch" not in result:
             return
         trial_id, config = trial.trial_id, dict(trial.config)
-        epoch, metrics = int(result["epoch"]), epoch_metrics(result)
         self._seen.add(trial_id)
+        members = members_of(trial_id, config)
+        if members:
+            reports = member_metrics(result)
+            for member in members:
+                if member.position in reports and "epoch" in reports[member.position]:
+                    self._member_last[member.trial_id] = reports[member.position]
+                    self._log(member.trial_id, member.config, reports[member.position])
+            return
+        self._log(trial_id, config, result)
+
+    def _log(self, trial_id: str, config: dict[str, Any], result: Mapping[str, Any]) -> None:
+        """One epoch's report of the trial (or member) ``trial_id`` into its run."""
+        epoch, metrics = int(result["epoch"]), epoch_metrics(result)
         self.queue.submit(
             f"epoch {epoch} of {trial_id}",
             lambda: self.runs.log_epoch(trial_id, config, epoch, metrics),
@@ -124,6 +142,17 @@ class TrialTracker(Callback):
     ) -> None:
         # Tune completes a trial that ran to its end or that the scheduler stopped.
         self._close(trial, classify(trial.last_result or {}, error=False, search_complete=True))
+
+    def _outcome(self, member: Member, outcome: Outcome, last: Mapping[str, Any]) -> Outcome:
+        """A member's own end within its fused trial's ``outcome``: finished once it
+        reported its ensemble, stopped early when the trial ended without it (the
+        searcher stopped it), else the trial's."""
+        report = self._member_last.get(member.trial_id) or member_metrics(dict(last)).get(
+            member.position, {}
+        )
+        if outcome in (Outcome.FINISHED, Outcome.STOPPED_EARLY):
+            return classify(report, error=False, search_complete=True)
+        return Outcome.FINISHED if names.is_finished(report) else outcome
 
     def on_trial_error(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
@@ -150,6 +179,12 @@ class TrialTracker(Callback):
         trial_id, config = trial.trial_id, dict(trial.config)
         self._seen.add(trial_id)
         self._closing.discard(trial_id)  # a trial restored by --resume runs again
+        for member in members_of(trial_id, config):
+            self._open_run(member.trial_id, member.config)
+        if not members_of(trial_id, config):
+            self._open_run(trial_id, config)
+
+    def _open_run(self, trial_id: str, config: dict[str, Any]) -> None:
         self.queue.submit(f"the run of {trial_id}", lambda: self.runs.reopen(trial_id, config))
         if trial_id not in self._linked:
             self.queue.submit(
@@ -190,6 +225,26 @@ class TrialTracker(Callback):
         trial_id, config, checkpoint = trial.trial_id, dict(trial.config), trial.checkpoint
         self._seen.add(trial_id)
         self._closing.add(trial_id)
+        for member in members_of(trial_id, config):
+            own = self._outcome(member, outcome, trial.last_result or {})
+            self._close_run(
+                member.trial_id,
+                member.config,
+                own,
+                member_checkpoint(checkpoint, member.position),
+                error if own is Outcome.FAILED else None,
+            )
+        if not members_of(trial_id, config):
+            self._close_run(trial_id, config, outcome, checkpoint, error)
+
+    def _close_run(
+        self,
+        trial_id: str,
+        config: dict[str, Any],
+        outcome: Outcome,
+        checkpoint: Any,
+        error: str | None,
+    ) -> None:
         self.queue.submit(
             f"the end of {trial_id}",
             lambda: self.runs.close(trial_id, config, outcome, checkpoint, error),
@@ -199,8 +254,9 @@ class TrialTracker(Callback):
 
     def reconcile(self, results: Iterable[Any], *, complete: bool) -> ReconcileReport:
         """See ``_reconcile.reconcile``; and the links of runs that have none yet (the
-        store was away while their trial ran)."""
-        results = list(results)
+        store was away while their trial ran). A fused trial's results are its members'
+        (``_fused_search.MemberResults``)."""
+        results = list(MemberResults(results))
         report = reconcile(self.runs, results, complete=complete)
         for result in results:
             trial_id = (result.metrics or {}).get("trial_id")

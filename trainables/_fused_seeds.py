@@ -1,15 +1,17 @@
-"""The seeds of one configuration trained as one fused model (``trainables.seeds``).
+"""Members trained as one fused model: the seeds of one configuration
+(``trainables.seeds.SeedGroup``) or the configurations of one shape in a fused search
+trial (``trainables.seeds.MemberGroup``).
 
-Each seed keeps its own ``Trainer`` (``FusedMember``): its evaluation, test battery
+Each member keeps its own ``Trainer`` (``FusedMember``): its evaluation, test battery
 (in the background or in place), snapshots, ensemble, history and checkpoint are the
 ``Trainer``'s own code, unchanged. Only its training epoch is taken over: the first
 member that asks for an epoch trains that epoch of *every* member in one
-``FusedTrainer`` (``FusedSeeds.train_member``); each member then gets its weights
+``FusedTrainer`` (``FusedGroup.train_member``); each member then gets its weights
 copied into its ``Trainer``'s model, its epoch and step, and its own training metrics
 (its own losses, checked as the ``Trainer`` checks them).
 
 **Checkpoints.** A member's checkpoint is its ``Trainer``'s, in the lone format: before a
-save, ``FusedSeeds.push`` writes the member's Adam moments and step count into its
+save, ``FusedGroup.push`` writes the member's Adam moments and step count into its
 ``Trainer``'s ``torch.optim.Adam`` (``_adam_state``), which is then exactly the fused
 optimiser's state for that member (Adam is elementwise). After a load the fused model is
 refilled from the members (``pull``: weights, moments, epoch and step), so a group
@@ -35,7 +37,7 @@ from trainables.fused import FusedTrainer
 from trainables.loop import Trainer
 from trainables.semantic import SemanticEvaluation
 
-__all__ = ["FusedMember", "FusedSeeds", "fused_members"]
+__all__ = ["FusedGroup", "FusedMember", "FusedSeeds", "fused_members"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +71,12 @@ class FusedMember(Trainer):
         self._check_finite(losses.cpu().numpy())
 
 
-class FusedSeeds:
-    """The fused training of ``trainers`` (module docstring); ``reason``: why it fell back
-    to training them one after the other (None while fused)."""
+class FusedGroup:
+    """The fused training of ``trainers`` (module docstring): the seeds of one
+    configuration, or the members of a fused search trial (several configurations of one
+    shape). ``reason``: why it fell back to training them one after the other (None while
+    fused). A member that leaves (``stop``: stopped early, or its epochs done) keeps its
+    ``Trainer`` with its whole state; the others train on."""
 
     def __init__(self, fused: FusedTrainer) -> None:
         self.fused = fused
@@ -79,6 +84,24 @@ class FusedSeeds:
         self.synced = False  # the fused model holds the members' current state
         self.reason: str | None = None
         self._pending: dict[int, tuple[dict[str, float], torch.Tensor]] = {}
+        self.left: set[int] = set()  # members that left the group (``stop``)
+
+    @property
+    def live(self) -> list[FusedMember]:
+        """The members still training, in their order."""
+        return [t for t in self.trainers if t.index not in self.left]
+
+    def stop(self, index: int) -> None:
+        """Member ``index`` leaves the group: its ``Trainer`` gets its Adam state (so it
+        checkpoints as a lone one), its slices of the fused model go."""
+        if index in self.left:
+            return
+        self.left.add(index)
+        self._pending.pop(index, None)
+        if self.synced and self.reason is None and index in self.fused.member_ids:
+            trainer = self.trainers[index]
+            _adam_state(trainer, self.fused.member_moments(index), self.fused.step)
+            self.fused.stop(index)
 
     def invalidate(self) -> None:
         """The members were loaded from a checkpoint: refill the fused model before the
@@ -89,11 +112,13 @@ class FusedSeeds:
     def train_member(self, index: int) -> dict[str, float] | None:
         """Member ``index``'s next training epoch (module docstring); None when the
         group trains one after the other."""
+        if index in self.left:
+            raise RuntimeError(f"member {index} left the group; it trains no more")
         if self.reason is None and index not in self._pending:
             if self._pending:
                 raise RuntimeError(
-                    f"seed {index} asked for epoch {self.trainers[index].epoch + 1} before "
-                    f"seeds {sorted(self._pending)} took epoch {self.fused.epoch}"
+                    f"member {index} asked for epoch {self.trainers[index].epoch + 1} before "
+                    f"members {sorted(self._pending)} took epoch {self.fused.epoch}"
                 )
             if not self.synced:
                 self.pull()
@@ -116,7 +141,7 @@ class FusedSeeds:
         plans = fused.plans(fused.epoch)
         losses = fused.train_batches(plans)
         fused.epoch += 1
-        share = (time.perf_counter() - started) / len(self.trainers)
+        share = (time.perf_counter() - started) / len(fused.member_ids)
         for position, member in enumerate(fused.member_ids):
             row = losses[position]
             self._pending[member] = (
@@ -133,21 +158,24 @@ class FusedSeeds:
         """Train one after the other from now on (each member's ``Trainer`` holds its
         whole state whenever this is called: after construction or a load)."""
         self.reason = reason
-        logger.warning("seeds per config: the %d seeds train one after the other: %s",
-                       len(self.trainers), reason)  # fmt: skip
+        logger.warning("the %d fused members train one after the other: %s",
+                       len(self.live), reason)  # fmt: skip
 
     def pull(self) -> None:
         """Fill the fused model from the members' ``Trainer`` s (weights, Adam state,
         epoch and step); fall back when they cannot be one group."""
-        positions = {(t.epoch, t.step) for t in self.trainers}
+        positions = {(t.epoch, t.step) for t in self.live}
         if len(positions) != 1:
             self.fall_back(f"their training states differ (epoch, step: {sorted(positions)})")
             return
         own = families.tokenizer_entries(self.fused.tokenizer)
-        if any(families.tokenizer_entries(t.tokenizer) != own for t in self.trainers):
+        if any(families.tokenizer_entries(t.tokenizer) != own for t in self.live):
             self.fall_back("the checkpoint's vocabulary is not the data's")
             return
-        for trainer in self.trainers:
+        for index in list(self.fused.member_ids):  # members that left before the load
+            if index in self.left:
+                self.fused.stop(index)
+        for trainer in self.live:
             weights = trainer.model.state_dict()
             self.fused.load_member(trainer.index, weights, _moments(trainer, trainer.step))
         ((epoch, step),) = positions
@@ -159,8 +187,11 @@ class FusedSeeds:
         checkpoint); its weights, epoch and step are there after every epoch."""
         if not self.synced or self.reason is not None:
             return  # the Trainers hold their state already
-        for trainer in self.trainers:
+        for trainer in self.live:
             _adam_state(trainer, self.fused.member_moments(trainer.index), self.fused.step)
+
+
+FusedSeeds = FusedGroup  # the seeds of one configuration: the first use of a fused group
 
 
 def _scalar_dtype() -> torch.dtype:
@@ -208,11 +239,11 @@ def fused_members(
     data: TrainingData,
     semantics: Sequence[SemanticEvaluation | None],
     complete_at: Collection[int] = (),
-) -> FusedSeeds:
-    """The ``FusedSeeds`` of ``configs`` (``check_fusable`` first), its members' trainers
+) -> FusedGroup:
+    """The ``FusedGroup`` of ``configs`` (``check_fusable`` first), its members' trainers
     built as ``SeedGroup`` builds them."""
     trainers = []
-    group: FusedSeeds | None = None
+    group: FusedGroup | None = None
 
     def source(index: int) -> dict[str, float] | None:
         assert group is not None
@@ -222,6 +253,6 @@ def fused_members(
         trainers.append(
             FusedMember(config, data, semantic, index=i, source=source, complete_at=complete_at)
         )
-    group = FusedSeeds(FusedTrainer(configs, data))
+    group = FusedGroup(FusedTrainer(configs, data))
     group.trainers = trainers
     return group

@@ -31,13 +31,16 @@ its configuration is.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import os
 import statistics
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Generator, Iterator, Sequence
 from pathlib import Path
+from typing import cast
 
+from storage import write_text_atomic
 from storage.senteval import SemanticBenchmark, load_senteval
 from trainables import names
 from trainables._fused_seeds import FusedSeeds, fused_members
@@ -52,10 +55,13 @@ from trainables.semantic import make_semantic
 __all__ = [
     "FUSED_SEEDS_ENV",
     "FUSED_SEEDS_MODES",
+    "GROUP_FILE",
     "SPREAD_KEYS",
+    "MemberGroup",
     "SeedGroup",
     "combine",
     "fused_seeds_mode",
+    "member_folder",
     "state_file",
 ]
 
@@ -66,6 +72,8 @@ _log = logging.getLogger(__name__)
 # group is made (so it reaches a search's trials through their environment).
 FUSED_SEEDS_ENV = "GROUNDED_FUSED_SEEDS"
 FUSED_SEEDS_MODES = ("auto", "fused", "sequential")
+# in a MemberGroup's checkpoint folder: the members stopped early (they resume stopped)
+GROUP_FILE = "group.json"
 
 # The metrics whose spread over seeds is reported beside their mean.
 SPREAD_KEYS = (
@@ -196,6 +204,156 @@ class SeedGroup:
             self._fused.invalidate()
 
 
+class MemberGroup:
+    """The configurations ``configs`` of one fused search trial, each at ``seeds`` seeds,
+    trained together epoch by epoch (``trainables.tune.fused_trainable``): as one fused
+    model when they can be (every configuration's seeds in it; the same ``FusedGroup``
+    as ``SeedGroup``'s, so each member trains exactly as it would alone), else one after
+    the other. A member (a configuration with its seeds) leaves the group when its epochs
+    are done or when ``stop`` takes it out (early stopping); the others train on. Each
+    epoch's report holds every member still training, by its position in ``configs``,
+    as ``SeedGroup.run`` reports it (the mean over its seeds)."""
+
+    def __init__(
+        self,
+        configs: Sequence[TrainConfig],
+        data: TrainingData,
+        senteval: str | SemanticBenchmark | None,
+        seeds: int = 1,
+        *,
+        complete_at: Collection[int] = (),
+        fused: bool | None = None,
+    ) -> None:
+        """``fused``: True refuses configurations that cannot be fused
+        (``ConfigError``), False trains one after the other, None fuses when they can
+        be, on any device (a fused search asked for it), unless ``FUSED_SEEDS_ENV`` says
+        "sequential"; the log says once why not."""
+        if not configs or seeds < 1:
+            raise ValueError(f"a member group: got {len(configs)} configs at {seeds} seeds")
+        seats = [
+            dataclasses.replace(config, seed=config.seed + i)
+            for config in configs
+            for i in range(seeds)
+        ]
+        if isinstance(senteval, str) and len(seats) > 1 and any(c.semantic_every for c in seats):
+            senteval = load_senteval(senteval)  # read once, not once per member
+        semantics = [make_semantic(senteval, seat) for seat in seats]
+        self.configs, self.seeds = list(configs), seeds
+        self._fused: FusedSeeds | None = None
+        self.trainers: Sequence[Trainer]
+        if _fuse(seats, fused, "the {k} members of the fused trial", any_device=True):
+            self._fused = fused_members(seats, data, semantics, complete_at)
+            self.trainers = self._fused.trainers
+        else:
+            self.trainers = [
+                Trainer(seat, data, semantic, complete_at=complete_at)
+                for seat, semantic in zip(seats, semantics, strict=True)
+            ]
+        self.stopped: set[int] = set()  # members taken out by ``stop``
+        self.running: set[int] = set(range(len(configs)))  # members still training
+        # seat -> its Trainer's run (a generator: closed when its member leaves)
+        self._runs: dict[int, Generator[dict[str, float], None, None]] = {}
+
+    @property
+    def fused(self) -> bool:
+        """Whether the members train as one fused model (now: a group may fall back)."""
+        return self._fused is not None and self._fused.reason is None
+
+    def _seats(self, member: int) -> range:
+        return range(member * self.seeds, (member + 1) * self.seeds)
+
+    def _done(self, member: int) -> bool:
+        return all(
+            len(self.trainers[s].history) > self.trainers[s].config.epochs
+            for s in self._seats(member)
+        )
+
+    def run(self) -> Iterator[dict[int, dict[str, float]]]:
+        """Every epoch, the report of every member still training (see the class)."""
+        self._runs = {
+            seat: cast(Generator[dict[str, float], None, None], self.trainers[seat].run())
+            for member in sorted(self.running)
+            for seat in self._seats(member)
+        }
+        try:
+            while True:
+                for member in sorted(self.running):
+                    if self._done(member):
+                        self._leave(member)
+                if not self.running:
+                    return
+                reports = {}
+                for member in sorted(self.running):
+                    seats = [next(self._runs[s]) for s in self._seats(member)]
+                    reports[member] = combine(seats)
+                yield reports
+        finally:
+            for run in self._runs.values():
+                run.close()
+
+    def stop(self, member: int) -> None:
+        """Take ``member`` out of the group (early stopping): it trains no more, its
+        training state stays as it is (``save`` keeps it); the others go on."""
+        if member in self.running:
+            self.stopped.add(member)
+            self._leave(member)
+
+    def _leave(self, member: int) -> None:
+        self.running.discard(member)
+        for seat in self._seats(member):
+            run = self._runs.pop(seat, None)
+            if run is not None:
+                run.close()  # its Trainer settles its background battery
+            if self._fused is not None:
+                self._fused.stop(seat)
+
+    def progress(self) -> tuple[int, float]:
+        """The epoch being trained (1-based) and the fraction of its steps done, over
+        the members still training."""
+        live = [t for i, t in enumerate(self.trainers) if i // self.seeds in self.running]
+        live = live or list(self.trainers)
+        if self._fused is not None and self._fused.synced and self.fused:
+            trainer = self._fused.fused
+            per_epoch = trainer.steps_per_epoch
+            epoch, done = trainer.epoch, trainer.step - trainer.epoch * per_epoch
+        else:
+            per_epoch = live[0].steps_per_epoch * len(live)
+            epoch = min(t.epoch for t in live)
+            done = sum(t.step for t in live) - epoch * per_epoch
+        return epoch + 1, min(max(done / max(per_epoch, 1), 0.0), 1.0)
+
+    def save(self, folder: Path) -> None:
+        """Every member's training state in ``member_folder(folder, i)``, each seed's as
+        a lone trial's (``state_file``), and which members were stopped (``GROUP_FILE``)."""
+        if self._fused is not None:
+            self._fused.push()
+        for member in range(len(self.configs)):
+            place = member_folder(folder, member)
+            place.mkdir(parents=True, exist_ok=True)
+            for i, seat in enumerate(self._seats(member)):
+                (place / state_file(i)).write_bytes(self.trainers[seat].save_checkpoint())
+        stopped = {"stopped": sorted(self.stopped)}
+        write_text_atomic(folder / GROUP_FILE, json.dumps(stopped))
+
+    def load(self, folder: Path) -> None:
+        """Continue from ``save``'s folder: stopped members stay stopped."""
+        for member in range(len(self.configs)):
+            for i, seat in enumerate(self._seats(member)):
+                path = member_folder(folder, member) / state_file(i)
+                self.trainers[seat].load_checkpoint(path)
+        group = folder / GROUP_FILE
+        stopped = json.loads(group.read_text(encoding="utf-8"))["stopped"] if group.exists() else []
+        if self._fused is not None:
+            self._fused.invalidate()
+        for member in stopped:
+            self.stop(int(member))
+
+
+def member_folder(folder: Path, member: int) -> Path:
+    """Where a ``MemberGroup`` checkpoint keeps member ``member``'s training state."""
+    return folder / f"member-{member}"
+
+
 def fused_seeds_mode() -> str:
     """``FUSED_SEEDS_ENV`` of the environment: "auto" (default), "fused" or "sequential"."""
     mode = os.environ.get(FUSED_SEEDS_ENV) or "auto"
@@ -206,8 +364,15 @@ def fused_seeds_mode() -> str:
     return mode
 
 
-def _fuse(configs: Sequence[TrainConfig], fused: bool | None) -> bool:
-    """Whether ``configs`` (one configuration's seeds) train as one fused model."""
+def _fuse(
+    configs: Sequence[TrainConfig],
+    fused: bool | None,
+    what: str = "seeds per config: the {k} seeds",
+    any_device: bool = False,
+) -> bool:
+    """Whether ``configs`` (one configuration's seeds; ``any_device``: the members of a
+    fused search trial, which asked for fusing on whatever device) train as one fused
+    model. ``what``: how the log names them when they cannot."""
     if fused is False:
         return False
     strict = fused is True
@@ -215,7 +380,8 @@ def _fuse(configs: Sequence[TrainConfig], fused: bool | None) -> bool:
         mode = fused_seeds_mode()
         if mode == "sequential" or (mode == "auto" and len(configs) < 2):
             return False
-        if mode == "auto" and resolve_device(configs[0].device).type != "cuda":
+        on_gpu = resolve_device(configs[0].device).type == "cuda"
+        if mode == "auto" and not (on_gpu or any_device):
             return False  # fusing pays where the step is launch-bound; a CPU is slower fused
         strict = mode == "fused"
     try:
@@ -224,9 +390,7 @@ def _fuse(configs: Sequence[TrainConfig], fused: bool | None) -> bool:
         if strict:
             raise
         _log.warning(
-            "seeds per config: the %d seeds train one after the other, not fused: %s",
-            len(configs),
-            err,
+            "%s train one after the other, not fused: %s", what.format(k=len(configs)), err
         )
         return False
     return True

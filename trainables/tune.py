@@ -14,6 +14,14 @@ every node can read. With ``seeds_per_config`` k > 1 the trial trains its config
 at k seeds side by side (as one fused model where it can: ``trainables.seeds``) and
 reports their mean and spread, with ``SEEDS_FUSED`` saying whether they were fused.
 
+``fused_trainable`` is the trial of a fused search (``python -m gridsearch.run --fuse K``):
+its config holds several configurations of one shape (``MEMBERS``), trained together
+as one fused model (``trainables.seeds.MemberGroup``), each member reported under its own
+prefix (``member_key``) in the trial's one result per epoch. A member leaves the group
+when its epochs are done, or when the driver's searcher stops it early: it writes the
+member's position into ``stop_file`` (in ``progress_dir``), which the trial reads after
+every report (Tune hands a report to the searcher before the trial goes on).
+
 With ``progress_dir`` (a directory the driver made; on a node where it does not exist,
 nothing is written) a thread writes ``<progress_dir>/<trial id>.json`` every few seconds:
 the epoch being trained and the fraction of its steps done. It is a side channel for the
@@ -39,19 +47,32 @@ from storage import write_text_atomic
 from storage.senteval import SemanticBenchmark
 from trainables.config import TrainConfig
 from trainables.data import TrainingData
-from trainables.seeds import SeedGroup
+from trainables.seeds import MemberGroup, SeedGroup
 
 __all__ = [
+    "MEMBERS",
+    "MEMBERS_FUSED",
     "PROGRESS_EVERY_S",
     "SEEDS_FUSED",
     "epoch_progress",
+    "fused_trainable",
     "grounded_trainable",
+    "member_key",
+    "member_metrics",
+    "read_stops",
+    "stop_file",
 ]
 
 PROGRESS_EVERY_S = 5.0  # how often a trial writes its within-epoch progress
 # a result key beside the metrics (not one MLflow logs): 1 when the trial's seeds trained
 # as one fused model in that epoch, 0 when one after the other (trainables.seeds)
 SEEDS_FUSED = "seeds_fused"
+# a fused trial's config: the list of its members' configs (each as a lone trial's)
+MEMBERS = "members"
+# a fused trial's result key beside the metrics: 1 when its members trained as one
+# fused model in that epoch, 0 when one after the other
+MEMBERS_FUSED = "members_fused"
+_MEMBER_PREFIX = "m"
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +123,118 @@ def grounded_trainable(
                 tune.report({**metrics, SEEDS_FUSED: int(group.fused)}, checkpoint=saved)
 
 
-def epoch_progress(group: SeedGroup) -> dict[str, float]:
+def fused_trainable(
+    config: dict[str, Any],
+    data: TrainingData | str,
+    senteval: SemanticBenchmark | str | None = None,
+    gpu_share: float | None = None,
+    verify: bool = True,
+    helpers: Collection[str] = (),
+    seeds_per_config: int = 1,
+    complete_at: Collection[int] = (),
+    progress_dir: str | None = None,
+    metric: str | None = None,
+    mode: str = "max",
+) -> None:
+    """A fused search's trial (module docstring): ``config[MEMBERS]`` are the members'
+    configs, each as ``grounded_trainable`` takes one (``helpers`` dropped). Every epoch
+    one report: each member still training under ``member_key`` (the same keys and
+    values as its lone trial's report), ``MEMBERS_FUSED``, and, for Tune's own
+    bookkeeping, the metrics of the member best on ``metric`` (``mode``) un-prefixed.
+    The other arguments are ``grounded_trainable``'s."""
+    members = [
+        TrainConfig.from_dict({k: v for k, v in member.items() if k not in helpers})
+        for member in config[MEMBERS]
+    ]
+    if gpu_share is not None and torch.cuda.is_available():
+        torch.cuda.set_per_process_memory_fraction(gpu_share)
+    if isinstance(data, str):
+        data = _read_store(data, verify)
+    group = MemberGroup(members, data, senteval, seeds_per_config, complete_at=complete_at)
+    logger.info(
+        "the %d members train %s",
+        len(members),
+        "as one fused model" if group.fused else "one after the other",
+    )
+    stops = _stop_path(progress_dir)
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as folder:
+            group.load(Path(folder))
+    _apply_stops(group, stops)
+    with _epoch_progress(group, progress_dir):
+        for reports in group.run():
+            with tempfile.TemporaryDirectory() as folder:
+                group.save(Path(folder))
+                saved = tune.Checkpoint.from_directory(folder)
+                tune.report(
+                    _group_result(reports, int(group.fused), metric, mode), checkpoint=saved
+                )
+            _apply_stops(group, stops)
+
+
+def member_key(member: int, key: str) -> str:
+    """Where a fused trial's result holds member ``member``'s metric ``key``."""
+    return f"{_MEMBER_PREFIX}{member}/{key}"
+
+
+def member_metrics(result: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """A fused trial's result split into its members' reports (those it holds), by
+    member position, each with its keys as a lone trial's."""
+    out: dict[int, dict[str, Any]] = {}
+    for key, value in result.items():
+        head, _, rest = key.partition("/")
+        if rest and head[:1] == _MEMBER_PREFIX and head[1:].isdigit():
+            out.setdefault(int(head[1:]), {})[rest] = value
+    return out
+
+
+def _group_result(
+    reports: dict[int, dict[str, float]], fused: int, metric: str | None, mode: str
+) -> dict[str, Any]:
+    result: dict[str, Any] = {MEMBERS_FUSED: fused}
+    for member, report in reports.items():
+        result.update({member_key(member, k): v for k, v in report.items()})
+    sign = -1.0 if mode == "min" else 1.0
+
+    def score(member: int) -> float:
+        value = reports[member].get(metric or "", float("nan"))
+        return -float("inf") if value != value else sign * float(value)
+
+    lead = max(sorted(reports), key=score)
+    return {**reports[lead], **result}
+
+
+def stop_file(progress_dir: str | Path, trial_id: str) -> Path:
+    """The file through which the driver stops members of the fused trial ``trial_id``
+    early: a JSON list of member positions."""
+    return Path(progress_dir) / f"{trial_id}.stop.json"
+
+
+def read_stops(path: Path | None) -> list[int]:
+    """The member positions ``stop_file`` lists (none when it does not exist)."""
+    if path is None:
+        return []
+    try:
+        return [int(m) for m in json.loads(path.read_text(encoding="utf-8"))]
+    except FileNotFoundError:
+        return []
+
+
+def _stop_path(progress_dir: str | None) -> Path | None:
+    if not progress_dir or not Path(progress_dir).is_dir():
+        return None  # a node without the driver's folder: members run to their end
+    return stop_file(progress_dir, tune.get_context().get_trial_id())
+
+
+def _apply_stops(group: MemberGroup, path: Path | None) -> None:
+    for member in read_stops(path):
+        if member in group.running:
+            logger.info("member %d stops early; %d train on", member, len(group.running) - 1)
+            group.stop(member)
+
+
+def epoch_progress(group: SeedGroup | MemberGroup) -> dict[str, float]:
     """The epoch ``group`` is training (1-based) and the fraction of its steps done, over
     all its seeds (``SeedGroup.progress``)."""
     epoch, done = group.progress()
@@ -110,7 +242,7 @@ def epoch_progress(group: SeedGroup) -> dict[str, float]:
 
 
 @contextmanager
-def _epoch_progress(group: SeedGroup, progress_dir: str | None) -> Iterator[None]:
+def _epoch_progress(group: SeedGroup | MemberGroup, progress_dir: str | None) -> Iterator[None]:
     """Write ``epoch_progress`` every ``PROGRESS_EVERY_S`` while the block runs."""
     if not progress_dir or not Path(progress_dir).is_dir():
         yield

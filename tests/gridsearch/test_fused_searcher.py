@@ -1,0 +1,118 @@
+"""The searcher of a fused search (``gridsearch._fused_search.FusedSearcher``) on a real
+Optuna study: configurations of different shapes never share a trial, every
+configuration drawn is trained exactly once, each member is its own Optuna trial (its
+intermediate values at step = epoch, its own value), and the search's scheduler stops
+members one by one through the trial's stop file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import optuna
+from ray.tune.schedulers import FIFOScheduler
+from ray.tune.search import Searcher
+
+from gridsearch import _optuna
+from gridsearch._fused_search import FusedSearcher, fused_search, member_id, shape_of
+from gridsearch._scheduler import make_scheduler
+from gridsearch.spaces import SearchSpace, get_space
+from trainables import names
+from trainables.tune import MEMBERS, member_key, read_stops, stop_file
+
+_FIXED = {"epochs": 8, "seed": 0, "device": "cpu", "threads": 1, "cycle_epochs": 2}
+METRIC = names.BEST_RETRIEVAL
+
+
+def _mixed(trial: Any) -> dict[str, Any]:
+    """Two shapes (the RNN type) and a member field (the margin)."""
+    return {
+        "rnn_type": trial.suggest_categorical("rnn_type", ["gru", "lstm"]),
+        "margin": trial.suggest_float("margin", 0.05, 0.5),
+    }
+
+
+MIXED = SearchSpace("mixed", "two shapes, many margins", _mixed)
+
+
+def _fused(tmp_path: Path, space: str, fuse: int, total: int, scheduler: Any) -> FusedSearcher:
+    _optuna.quiet()
+    limited = _optuna.searcher(
+        MIXED if space == "mixed" else get_space(space), _FIXED,
+        optuna.samplers.RandomSampler(seed=1), metric=METRIC, mode="max", study="s",
+        storage_url=f"sqlite:///{tmp_path / 'study.db'}", max_concurrent=8,
+    )  # fmt: skip
+    search, tune_scheduler = fused_search(
+        limited, scheduler, fuse=fuse, total=total, stops=tmp_path
+    )
+    assert isinstance(tune_scheduler, FIFOScheduler)  # Tune's: the members' is the searcher's
+    assert isinstance(search.searcher, FusedSearcher)
+    return search.searcher
+
+
+def _study(tmp_path: Path) -> optuna.Study:
+    return optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'study.db'}")
+
+
+def test_configurations_of_different_shapes_never_share_a_trial(tmp_path: Path) -> None:
+    search = _fused(tmp_path, "mixed", fuse=3, total=7, scheduler=FIFOScheduler())
+    groups: list[list[dict[str, Any]]] = []
+    while (config := search.suggest(f"t{len(groups)}")) is not Searcher.FINISHED:
+        assert config is not None
+        groups.append(config[MEMBERS])
+    assert sum(len(g) for g in groups) == 7  # every draw trained, once
+    for group in groups:
+        assert 1 <= len(group) <= 3
+        assert len({shape_of(member) for member in group}) == 1
+        assert len({member["rnn_type"] for member in group}) == 1
+    assert {g[0]["rnn_type"] for g in groups} == {"gru", "lstm"}
+    assert any(len(group) > 1 for group in groups)
+    # each member is its own Optuna trial, named by the member's id
+    trained = {t.user_attrs[_optuna.TUNE_TRIAL_ATTR] for t in _study(tmp_path).trials}
+    assert trained == {member_id(f"t{i}", m) for i, g in enumerate(groups) for m in range(len(g))}
+
+
+def _report(epoch: int, values: dict[int, float], finished: bool = False) -> dict[str, Any]:
+    result: dict[str, Any] = {"epoch": epoch}
+    for member, value in values.items():
+        result[member_key(member, "epoch")] = epoch
+        result[member_key(member, METRIC)] = value
+        if finished:
+            result[member_key(member, names.FINISHED)] = 1.0
+    return result
+
+
+def test_each_member_is_told_its_own_result_and_stopped_on_its_own(tmp_path: Path) -> None:
+    asha = make_scheduler("asha", 8, 2, METRIC, "max")  # rungs at epochs 2 and 4
+    search = _fused(tmp_path, "margin_sweep", fuse=3, total=3, scheduler=asha)
+    config = search.suggest("t0")
+    assert config is not None and len(config[MEMBERS]) == 3  # one shape: one group
+    for epoch in (0, 1):
+        search.on_trial_result("t0", _report(epoch, {0: 10.0 + epoch, 1: 5.0, 2: 20.0}))
+    assert read_stops(stop_file(tmp_path, "t0")) == []
+    search.on_trial_result("t0", _report(2, {0: 30.0, 1: 5.0, 2: 20.0}))  # the first rung
+    assert read_stops(stop_file(tmp_path, "t0")) == [1]  # below the rung's median
+    assert json.loads(stop_file(tmp_path, "t0").read_text()) == [1]
+    for epoch in range(3, 8):
+        search.on_trial_result("t0", _report(epoch, {0: 30.0 + epoch, 2: 40.0 + epoch}))
+    search.on_trial_result("t0", _report(8, {0: 50.0, 2: 60.0}, finished=True))
+    search.on_trial_complete("t0", _report(8, {0: 50.0, 2: 60.0}, finished=True))
+    trials = {t.user_attrs[_optuna.TUNE_TRIAL_ATTR]: t for t in _study(tmp_path).trials}
+    first, stopped, last = (trials[member_id("t0", m)] for m in range(3))
+    assert [t.state for t in (first, stopped, last)] == [optuna.trial.TrialState.COMPLETE] * 3
+    assert (first.value, stopped.value, last.value) == (50.0, 5.0, 60.0)
+    assert sorted(stopped.intermediate_values) == [0, 1, 2]  # step = epoch, to its stop
+    assert sorted(first.intermediate_values) == list(range(9))
+    assert search.suggest("t1") is Searcher.FINISHED
+
+
+def test_under_fifo_every_member_runs_to_its_end(tmp_path: Path) -> None:
+    search = _fused(tmp_path, "margin_sweep", fuse=2, total=2, scheduler=FIFOScheduler())
+    search.suggest("t0")
+    for epoch in range(8):
+        search.on_trial_result("t0", _report(epoch, {0: 1.0, 1: 100.0}))
+    assert not stop_file(tmp_path, "t0").exists()
+    search.on_trial_complete("t0", _report(7, {0: 1.0, 1: 100.0}))
+    values = sorted(float(t.value or 0.0) for t in _study(tmp_path).trials)
+    assert values == [1.0, 100.0]
