@@ -70,7 +70,7 @@ KEYS = ("variant", "margin")  # the searched parameters a recorded config is loo
 _TUNE_KEYS = frozenset({
     "checkpoint_dir_name", "config", "date", "done", "hostname", "iterations_since_restore",
     "node_ip", "pid", "should_checkpoint", "time_since_restore", "time_this_iter_s",
-    "time_total_s", "timestamp", "training_iteration", "trial_id",
+    "time_total_s", "timestamp", "training_iteration", "trial_id", *names.TRIAL_FLAGS,
 })  # fmt: skip
 DEFAULT_MARGINS = "0.05,0.1,0.15,0.2,0.25,0.3,0.35,0.4,0.45,0.5"
 

@@ -57,15 +57,18 @@ __all__ = [
     "LATE_EPOCH",
     "LEARNING_RATE",
     "LOSS",
+    "MEMBERS_FUSED",
     "PRIMARY_RETRIEVAL",
     "PRIMARY_SEMANTIC",
     "RETRIEVAL",
+    "SEEDS_FUSED",
     "SEMANTIC",
     "SPLITS",
     "STS_YEARS",
     "SUPERVISED_TASKS",
     "TEST",
     "TRAIN_SECONDS",
+    "TRIAL_FLAGS",
     "best",
     "ensemble_epoch",
     "is_finished",
@@ -160,6 +163,13 @@ def key(split: str, name: str) -> str:
     """``key("dev", "r10_mean") == "dev/r10_mean"``."""
     return f"{split}/{name}"
 
+
+# result keys a trial reports beside its metrics (never logged as metrics): whether its
+# seeds (trainables.seeds) or its members (a fused trial) trained as one fused model in
+# that epoch, 1 or 0
+SEEDS_FUSED = "seeds_fused"
+MEMBERS_FUSED = "members_fused"
+TRIAL_FLAGS = (SEEDS_FUSED, MEMBERS_FUSED)
 
 LATE = "late"  # an earlier epoch's metrics carried by a later report (module docstring)
 LATE_EPOCH = f"{LATE}/epoch"  # ... and the epoch they belong to

@@ -47,6 +47,7 @@ from storage import write_text_atomic
 from storage.senteval import SemanticBenchmark
 from trainables.config import TrainConfig
 from trainables.data import TrainingData
+from trainables.names import MEMBERS_FUSED, SEEDS_FUSED
 from trainables.seeds import MemberGroup, SeedGroup
 
 __all__ = [
@@ -64,14 +65,8 @@ __all__ = [
 ]
 
 PROGRESS_EVERY_S = 5.0  # how often a trial writes its within-epoch progress
-# a result key beside the metrics (not one MLflow logs): 1 when the trial's seeds trained
-# as one fused model in that epoch, 0 when one after the other (trainables.seeds)
-SEEDS_FUSED = "seeds_fused"
 # a fused trial's config: the list of its members' configs (each as a lone trial's)
 MEMBERS = "members"
-# a fused trial's result key beside the metrics: 1 when its members trained as one
-# fused model in that epoch, 0 when one after the other
-MEMBERS_FUSED = "members_fused"
 _MEMBER_PREFIX = "m"
 
 logger = logging.getLogger(__name__)

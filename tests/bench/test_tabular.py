@@ -75,8 +75,7 @@ def _without_time(metrics: dict[str, float]) -> dict[str, float]:
 def test_the_replay_gives_live_training_s_metrics_and_a_live_search_s_decisions(
     tiny_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from bench_search_efficiency import scaled_variants
-
+    from bench.bench_search_efficiency import scaled_variants
     from gridsearch.driver import run_search
     from gridsearch.settings import SearchSettings, parse_args
 
