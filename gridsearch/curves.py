@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -72,9 +73,9 @@ def draw_tradeoff(curve: TradeoffCurve, path: Path, title: str) -> Path:
     right.set_ylabel("semantic score (r)", color="tab:red")
     if curve.best_semantic_epoch is not None:
         right.axvline(max(curve.best_semantic_epoch, 0.5), color="tab:red", alpha=0.3)
-    left.set_title(title, fontsize=9)
+    left.set_title("\n".join(textwrap.wrap(title, 72)), fontsize=9)  # never cut off
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
 
