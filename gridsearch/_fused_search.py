@@ -22,7 +22,6 @@ report to the searcher before the trial goes on). Tune itself then runs FIFO.
 from __future__ import annotations
 
 import json
-import pickle
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -337,15 +336,22 @@ class FusedSearcher(Searcher):
     # -- Tune's experiment checkpoints ----------------------------------------------
 
     def save(self, checkpoint_path: str) -> None:
-        own = {k: v for k, v in self.__dict__.items() if k != "inner"}
-        with open(checkpoint_path, "wb") as out:
-            pickle.dump({"fused": own, "inner": self.inner.__dict__.copy()}, out)
+        """The Optuna searcher's own checkpoint (Ray's format and code), holding the
+        grouping's state too: this module never reads a pickle itself."""
+        self.inner.__dict__[_STATE] = {k: v for k, v in self.__dict__.items() if k != "inner"}
+        try:
+            self.inner.save(checkpoint_path)
+        finally:
+            self.inner.__dict__.pop(_STATE, None)
 
     def restore(self, checkpoint_path: str) -> None:
-        with open(checkpoint_path, "rb") as source:
-            saved = pickle.load(source)
-        self.__dict__.update(saved["fused"])
-        self.inner.__dict__.update(saved["inner"])
+        self.inner.restore(checkpoint_path)
+        own = self.inner.__dict__.pop(_STATE, None)
+        if own is not None:
+            self.__dict__.update(own)
+
+
+_STATE = "_fused_searcher_state"  # the grouping's state inside the Optuna searcher's
 
 
 def fused_search(

@@ -116,3 +116,26 @@ def test_under_fifo_every_member_runs_to_its_end(tmp_path: Path) -> None:
     search.on_trial_complete("t0", _report(7, {0: 1.0, 1: 100.0}))
     values = sorted(float(t.value or 0.0) for t in _study(tmp_path).trials)
     assert values == [1.0, 100.0]
+
+
+def test_a_saved_searcher_restores_its_groups_in_the_optuna_searchers_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """Tune checkpoints the searcher (``save``) and a resumed search restores it: the
+    groups, what was drawn and what ended come back, inside the Optuna searcher's own
+    checkpoint (no file of ours is unpickled)."""
+    search = _fused(tmp_path, "mixed", fuse=3, total=7, scheduler=FIFOScheduler())
+    first = search.suggest("t0")
+    assert first is not None and first is not Searcher.FINISHED
+    search.on_trial_complete("t0", None, error=True)
+    path = str(tmp_path / "searcher.pkl")
+    search.save(path)
+    assert "_fused_searcher_state" not in search.inner.__dict__  # saved, not left behind
+    (tmp_path / "again").mkdir()
+    fresh = _fused(tmp_path / "again", "mixed", fuse=3, total=7, scheduler=FIFOScheduler())
+    fresh.restore(path)
+    assert (fresh.asked, fresh.groups, fresh.ended) == (search.asked, search.groups, search.ended)
+    assert (
+        fresh.waiting == search.waiting
+        and fresh.inner.__dict__.keys() == search.inner.__dict__.keys()
+    )
