@@ -15,6 +15,7 @@ from ray import tune  # noqa: E402
 
 from trainables import names  # noqa: E402
 from trainables.data import TrainingData  # noqa: E402
+from trainables.seeds import FUSED_SEEDS_ENV  # noqa: E402
 from trainables.tune import SEEDS_FUSED, grounded_trainable  # noqa: E402
 
 SMALL = dict(
@@ -34,6 +35,8 @@ def local_ray():
     ray.init(
         address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
         configure_logging=False,
+        # the trials fuse their seeds here too (by default only a GPU does)
+        runtime_env={"env_vars": {FUSED_SEEDS_ENV: "fused"}},
     )  # fmt: skip
     yield
     ray.shutdown()
