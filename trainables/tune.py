@@ -35,7 +35,7 @@ import json
 import logging
 import tempfile
 import threading
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -95,10 +95,7 @@ def grounded_trainable(
     epoch's battery may come with the next report). ``progress_dir``: where to write the
     within-epoch progress (module docstring)."""
     train_config = TrainConfig.from_dict({k: v for k, v in config.items() if k not in helpers})
-    if gpu_share is not None and torch.cuda.is_available():
-        torch.cuda.set_per_process_memory_fraction(gpu_share)
-    if isinstance(data, str):
-        data = _read_store(data, verify)
+    data = _trial_data(data, verify, gpu_share)
     group = SeedGroup(train_config, data, senteval, seeds_per_config, complete_at=complete_at)
     if seeds_per_config > 1:
         logger.info(
@@ -106,16 +103,7 @@ def grounded_trainable(
             seeds_per_config,
             "as one fused model" if group.fused else "one after the other",
         )
-    checkpoint = tune.get_checkpoint()
-    if checkpoint is not None:
-        with checkpoint.as_directory() as folder:
-            group.load(Path(folder))
-    with _epoch_progress(group, progress_dir):
-        for metrics in group.run():
-            with tempfile.TemporaryDirectory() as folder:
-                group.save(Path(folder))
-                saved = tune.Checkpoint.from_directory(folder)
-                tune.report({**metrics, SEEDS_FUSED: int(group.fused)}, checkpoint=saved)
+    _report_epochs(group, progress_dir, lambda metrics: {**metrics, SEEDS_FUSED: int(group.fused)})
 
 
 def fused_trainable(
@@ -141,10 +129,7 @@ def fused_trainable(
         TrainConfig.from_dict({k: v for k, v in member.items() if k not in helpers})
         for member in config[MEMBERS]
     ]
-    if gpu_share is not None and torch.cuda.is_available():
-        torch.cuda.set_per_process_memory_fraction(gpu_share)
-    if isinstance(data, str):
-        data = _read_store(data, verify)
+    data = _trial_data(data, verify, gpu_share)
     group = MemberGroup(members, data, senteval, seeds_per_config, complete_at=complete_at)
     logger.info(
         "the %d members train %s",
@@ -152,20 +137,42 @@ def fused_trainable(
         "as one fused model" if group.fused else "one after the other",
     )
     stops = _stop_path(progress_dir)
+    _report_epochs(
+        group,
+        progress_dir,
+        lambda reports: _group_result(reports, int(group.fused), metric, mode),
+        after_each=lambda: _apply_stops(group, stops),
+    )
+
+
+def _trial_data(data: TrainingData | str, verify: bool, gpu_share: float | None) -> TrainingData:
+    """The trial's data (a store it reads itself when given a path), with its GPU memory
+    capped to its share of a GPU packed with others."""
+    if gpu_share is not None and torch.cuda.is_available():
+        torch.cuda.set_per_process_memory_fraction(gpu_share)
+    return _read_store(data, verify) if isinstance(data, str) else data
+
+
+def _report_epochs(
+    group: SeedGroup | MemberGroup,
+    progress_dir: str | None,
+    result: Callable[[Any], dict[str, Any]],
+    after_each: Callable[[], None] = lambda: None,
+) -> None:
+    """Resume ``group`` from Tune's checkpoint if there is one, then report each epoch's
+    ``result(...)`` of ``group.run()`` with a checkpoint; ``after_each`` runs after the
+    restore and after every report."""
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as folder:
             group.load(Path(folder))
-    _apply_stops(group, stops)
+    after_each()
     with _epoch_progress(group, progress_dir):
-        for reports in group.run():
+        for report in group.run():
             with tempfile.TemporaryDirectory() as folder:
                 group.save(Path(folder))
-                saved = tune.Checkpoint.from_directory(folder)
-                tune.report(
-                    _group_result(reports, int(group.fused), metric, mode), checkpoint=saved
-                )
-            _apply_stops(group, stops)
+                tune.report(result(report), checkpoint=tune.Checkpoint.from_directory(folder))
+            after_each()
 
 
 def member_key(member: int, key: str) -> str:

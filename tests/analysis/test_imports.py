@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tests.test_boundaries import _cycle
+
 PACKAGE = Path(__file__).resolve().parents[2] / "analysis"
 CLIS = {"analysis.compare", "analysis.report"}
 
@@ -30,38 +32,10 @@ def _imports() -> dict[str, set[str]]:
     return graph
 
 
-def _cycle(graph: dict[str, set[str]]) -> list[str]:
-    """One cycle of ``graph`` (the modules along it), or [] when there is none."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str]:
-        state[node] = 1
-        path.append(node)
-        for target in sorted(graph.get(node, ())):
-            if state.get(target) == 1:
-                return [*path[path.index(target) :], target]
-            if target not in state and (found := visit(target)):
-                return found
-        state[node] = 2
-        path.pop()
-        return []
-
-    for start in sorted(graph):
-        if start not in state and (found := visit(start)):
-            return found
-    return []
-
-
 def test_the_analysis_modules_import_each_other_without_a_cycle() -> None:
     graph = _imports()
     assert graph["analysis._sections"], "the walk found no imports: it is broken"
     assert _cycle(graph) == []
-
-
-def test_a_cycle_is_found() -> None:
-    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
-    assert _cycle({"a": {"b"}, "b": set()}) == []
 
 
 def test_no_module_imports_a_cli() -> None:

@@ -10,8 +10,6 @@ tests/tolerances.py)."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -37,27 +35,12 @@ MEMBERS = (
 )
 
 
-@pytest.fixture(autouse=True)
-def float64() -> Iterator[None]:
-    """Models built in float64 (the Trainer builds in torch's default dtype)."""
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(before)
-
-
-def _f64(split: EncodedSplit) -> EncodedSplit:
-    return dataclasses.replace(split, features=split.features.astype(np.float64))
+pytestmark = pytest.mark.usefixtures("float64")  # tests/trainables/conftest.py
 
 
 @pytest.fixture(scope="module")
-def data(tiny_world: Path) -> TrainingData:
-    """The tiny world with float64 image features (96 training images: 60 steps an epoch
-    at batch 8; captions of 22 to over 100 characters)."""
-    loaded = TrainingData.from_store(str(tiny_world))
-    return dataclasses.replace(
-        loaded, train=_f64(loaded.train), val=_f64(loaded.val), test=_f64(loaded.test)
-    )
+def data(float64_data: TrainingData) -> TrainingData:
+    return float64_data
 
 
 def configs(**shared: object) -> list[TrainConfig]:

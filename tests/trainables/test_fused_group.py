@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import cast
 
-import numpy as np
 import pytest
-import torch
 
 from tests.trainables.test_fused_seeds import assert_same_reports
 from trainables.config import ConfigError, TrainConfig
-from trainables.data import EncodedSplit, TrainingData
+from trainables.data import TrainingData
 from trainables.loop import Trainer
 from trainables.seeds import GROUP_FILE, MemberGroup, member_folder, state_file
 from trainables.tune import member_key, member_metrics
@@ -40,24 +38,12 @@ CONFIGS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def float64() -> Iterator[None]:
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(before)
-
-
-def _f64(split: EncodedSplit) -> EncodedSplit:
-    return dataclasses.replace(split, features=split.features.astype(np.float64))
+pytestmark = pytest.mark.usefixtures("float64")  # tests/trainables/conftest.py
 
 
 @pytest.fixture(scope="module")
-def data(tiny_world: Path) -> TrainingData:
-    loaded = TrainingData.from_store(str(tiny_world))
-    return dataclasses.replace(
-        loaded, train=_f64(loaded.train), val=_f64(loaded.val), test=_f64(loaded.test)
-    )
+def data(float64_data: TrainingData) -> TrainingData:
+    return float64_data
 
 
 def _by_member(group: MemberGroup) -> dict[int, list[dict[str, float]]]:

@@ -7,14 +7,12 @@ the fused path does not take trains one after the other and the log says why."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from pathlib import Path
 from typing import cast
 
-import numpy as np
 import pytest
 import torch
 
@@ -23,7 +21,7 @@ from tests.tolerances import FUSED_TRAINING
 from trainables import names
 from trainables.checkpoint import load_training_state
 from trainables.config import ConfigError, TrainConfig
-from trainables.data import EncodedSplit, TrainingData, default_senteval
+from trainables.data import TrainingData, default_senteval
 from trainables.device import resolve_device
 from trainables.seeds import FUSED_SEEDS_ENV, SeedGroup, state_file
 from trainables.tune import epoch_progress
@@ -42,25 +40,12 @@ SMALL = dict(
 )
 
 
-@pytest.fixture(autouse=True)
-def float64() -> Iterator[None]:
-    """Models built in float64 (the Trainer builds in torch's default dtype)."""
-    before = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(before)
-
-
-def _f64(split: EncodedSplit) -> EncodedSplit:
-    return dataclasses.replace(split, features=split.features.astype(np.float64))
+pytestmark = pytest.mark.usefixtures("float64")  # tests/trainables/conftest.py
 
 
 @pytest.fixture(scope="module")
-def data(tiny_world: Path) -> TrainingData:
-    loaded = TrainingData.from_store(str(tiny_world))
-    return dataclasses.replace(
-        loaded, train=_f64(loaded.train), val=_f64(loaded.val), test=_f64(loaded.test)
-    )
+def data(float64_data: TrainingData) -> TrainingData:
+    return float64_data
 
 
 @pytest.fixture(scope="module")
