@@ -66,7 +66,7 @@ def _run(config: TrainConfig, data: TrainingData, senteval: str | None) -> None:
     started = time.perf_counter()
     curve, retrieval, semantic = [], [], []
     last: dict[str, float] = {}
-    for last in Trainer(config, data, make_semantic(senteval, config)).run():
+    for last in Trainer(config, data, make_semantic(senteval, config.evaluation, config.run)).run():
         retrieval.append(last[names.PRIMARY_RETRIEVAL])
         semantic.append(last[names.PRIMARY_SEMANTIC])
         curve.append(f"{retrieval[-1]:.1f}/{semantic[-1]:.3f}")

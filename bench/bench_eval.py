@@ -166,7 +166,7 @@ def epoch_share(args: argparse.Namespace, device: torch.device) -> None:
     config = TrainConfig(
         hidden_size=args.hidden_size, batch_size=32, device=str(device), semantic_every=every
     )
-    semantic = make_semantic(f"{store}/{senteval}", config, background=False)
+    semantic = make_semantic(f"{store}/{senteval}", config.evaluation, config.run, background=False)
     assert semantic is not None
     semantic.test.protocol = RelatednessProtocol(engine=args.engine)
     trainer = Trainer(config, data, semantic)
@@ -247,7 +247,7 @@ def _sizes(args: argparse.Namespace, device: torch.device) -> tuple[TrainConfig,
 def _semantic(
     senteval: str, config: TrainConfig, *, background: bool, engine: str
 ) -> SemanticEvaluation:
-    semantic = make_semantic(senteval, config, background=background)
+    semantic = make_semantic(senteval, config.evaluation, config.run, background=background)
     assert semantic is not None
     semantic.test.protocol = RelatednessProtocol(engine=engine)
     return semantic

@@ -74,7 +74,7 @@ def _one(
     args: argparse.Namespace,
 ) -> dict[str, Any]:
     started = time.perf_counter()
-    trainer = Trainer(config, data, make_semantic(senteval, config))
+    trainer = Trainer(config, data, make_semantic(senteval, config.evaluation, config.run))
     history = list(trainer.run())
     last = history[-1]
     encoder = SentenceEncoder(

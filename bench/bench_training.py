@@ -156,7 +156,9 @@ def flickr8k(args: argparse.Namespace, data: TrainingData, store: str) -> None:
         hidden_size=args.hidden_size, batch_size=32, epochs=args.epochs, device=args.device
     )
     senteval = FeatureStore.open(store).manifest.extras.get("senteval")
-    semantic = make_semantic(f"{store}/{senteval}", config) if senteval else None
+    semantic = (
+        make_semantic(f"{store}/{senteval}", config.evaluation, config.run) if senteval else None
+    )
     trainer = Trainer(config, data, semantic)
     device = trainer.device
     print(

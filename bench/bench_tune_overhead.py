@@ -52,7 +52,9 @@ def plain(store: str, configs: list[TrainConfig]) -> list[float]:
     times = []
     for config in configs:
         started = time.perf_counter()
-        for _ in Trainer(config, data, make_semantic(senteval, config)).run():
+        for _ in Trainer(
+            config, data, make_semantic(senteval, config.evaluation, config.run)
+        ).run():
             pass
         times.append(time.perf_counter() - started)
         print(f"  plain loop, margin {config.margin}: {times[-1]:.1f} s", flush=True)

@@ -22,9 +22,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from gridsearch._sampler import STARTUP_TRIALS, SpaceFillingSampler
 from gridsearch.spaces import SearchSpace, sample_config
-from trainables.config import TrainConfig, applicable
-
-ENCODER = TrainConfig.encoder  # the default family
+from trainables.config import inherited
 
 __all__ = [
     "MLFLOW_RUN_ATTR",
@@ -78,14 +76,10 @@ class DefineByRun:
     def __call__(self, trial: optuna.Trial) -> dict[str, Any]:
         forced = {k: self.fixed[k] for k in RUN_KEYS}
         sampled = sample_config(self.space, trial)
-        # a run-level setting reaches only the encoder families that have it (a
-        # CPU-sized hidden_size, in a space that draws word_bow)
-        fixed = applicable(self.fixed, sampled.get("encoder", self.fixed.get("encoder", ENCODER)))
-        if "hidden_size" in sampled and "lr_max" not in sampled:
-            # a run-level lr_max (the CPU-sized 1.6e-2) was tuned for the run's n, not for
-            # the paper's n a space sets (paper_grid, hidden_size): the paper's rate there
-            fixed.pop("lr_max", None)
-        return {**fixed, **sampled, **forced}
+        # a run-level setting reaches only the encoder families that have it (a CPU-sized
+        # hidden_size, in a space that draws word_bow), and a run-level lr_max only the
+        # trials that keep the run's model size
+        return {**inherited(self.fixed, sampled), **sampled, **forced}
 
 
 MAX_REDRAWS = 50  # draws per trial before a repeated config is trained after all

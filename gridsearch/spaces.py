@@ -16,7 +16,7 @@ from optuna.trial import BaseTrial
 from gridsearch._space import SearchSpace, Suggest, sample_config
 from gridsearch._space_file import load_space_file
 from gridsearch.settings import SMOKE, SearchError, SearchSettings
-from trainables.config import APPLIES_TO, NEGATIVES, POOLINGS, REDUCTIONS, RNN_TYPES, TrainConfig
+from trainables.config import NEGATIVES, POOLINGS, REDUCTIONS, RNN_TYPES, SIZE_FIELDS, pinned
 from trainables.presets import PRESETS, SEED_SYSTEMS
 
 __all__ = [
@@ -126,12 +126,11 @@ def _full(trial: BaseTrial) -> dict[str, Any]:
 # CPU, the paper's n otherwise), so the families compare at equal n; each crossed with
 # the same three learning rates around the papers' 1e-3: the same budget each
 ENCODER_LR_MAX = (5e-4, 1e-3, 2e-3)
-_SIZE_KEYS = ("hidden_size",)
 
 
 def _encoders(trial: BaseTrial) -> dict[str, Any]:
     name = trial.suggest_categorical("family", tuple(PRESETS))
-    values = {k: v for k, v in PRESETS[name].items() if k not in _SIZE_KEYS}
+    values = {k: v for k, v in PRESETS[name].items() if k not in SIZE_FIELDS}
     return {**values, "lr_max": trial.suggest_categorical("lr_max", ENCODER_LR_MAX)}
 
 
@@ -139,13 +138,7 @@ def _seed_preset(name: str) -> dict[str, Any]:
     """``name``'s preset exactly, its size and learning rate included even where they
     are TrainConfig's defaults (so a CPU-sized run does not shrink one seed system and
     not another, nor give it the CPU-sized learning rate)."""
-    values = dict(PRESETS[name])
-    encoder = values.get("encoder", "char_rnn")
-    for key in _SIZE_KEYS:
-        if encoder in APPLIES_TO[key]:
-            values.setdefault(key, TrainConfig.__dataclass_fields__[key].default)
-    values.setdefault("lr_max", TrainConfig.lr_max)  # not a CPU-sized run's rate either
-    return values
+    return pinned(PRESETS[name])
 
 
 def _seeds_presets(trial: BaseTrial) -> dict[str, Any]:

@@ -13,7 +13,17 @@ from typing import TYPE_CHECKING, Any
 
 from storage.cli import HelpFormatter, OneLineParser
 from trainables import names
-from trainables.config import CHOICES, CPU_SIZED, DEVICE_FORMS, TrainConfig
+from trainables.config import (
+    CHOICES,
+    CPU_SIZED,
+    DEVICE_FORMS,
+    EvalConfig,
+    LossConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    TrainConfig,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -67,6 +77,14 @@ _MEANINGS = {
 
 
 _METAVARS = {"device": "DEVICE", "word_vectors": "PATH"}
+# the training config's options, one group per concern (TrainConfig is all of them)
+_CONCERNS: tuple[tuple[str, type[Any]], ...] = (
+    ("model", ModelConfig),
+    ("loss", LossConfig),
+    ("optimisation", OptimConfig),
+    ("evaluation", EvalConfig),
+    ("run", RunConfig),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,19 +121,20 @@ def build_parser() -> argparse.ArgumentParser:
         "exists (its folder must exist; same config, only --epochs, --device, --threads "
         "and --eval-batch-size may change) (default: none, nothing saved)",
     )
-    group = parser.add_argument_group("training config (TrainConfig; defaults: the paper's)")
-    for field in dataclasses.fields(TrainConfig):
-        allowed = CHOICES.get(field.name)
-        kind = str(field.type).upper()
-        metavar = "|".join(allowed) if allowed else _METAVARS.get(field.name, kind)
-        default = field.default if field.default != "" else repr("")
-        group.add_argument(
-            f"--{field.name.replace('_', '-')}",
-            dest=field.name,
-            default=None,
-            metavar=metavar,
-            help=f"{_MEANINGS[field.name]} (default: {default})",
-        )
+    for title, part in _CONCERNS:
+        group = parser.add_argument_group(f"{title} ({part.__name__}; defaults: the paper's)")
+        for field in dataclasses.fields(part):
+            allowed = CHOICES.get(field.name)
+            kind = str(field.type).upper()
+            metavar = "|".join(allowed) if allowed else _METAVARS.get(field.name, kind)
+            default = field.default if field.default != "" else repr("")
+            group.add_argument(
+                f"--{field.name.replace('_', '-')}",
+                dest=field.name,
+                default=None,
+                metavar=metavar,
+                help=f"{_MEANINGS[field.name]} (default: {default})",
+            )
     return parser
 
 

@@ -1,12 +1,24 @@
-"""The one typed configuration of a training run, with every default in one place.
+"""The typed configuration of a training run: one frozen config per concern, composed.
 
-Each field's comment says what it is; the defaults are the paper's Flickr8k setting
-(docs/protocols.md sections 1-3). ``TrainConfig.from_dict`` is the single boundary where a flat dict
-(Tune's ``config``, a CLI, a JSON file) becomes a config: it rejects unknown keys and
-invalid values, naming the key, the value and what is allowed (a ``ConfigError``, whose
-``field`` a CLI turns into its option's name). ``encoder`` picks the caption encoder
-family; a field that only some families have (``APPLIES_TO``) must keep its default for
-the others, and is refused naming both ("pooling: does not apply to encoder word_bow").
+``ModelConfig`` (the caption and image encoders), ``LossConfig`` (the objective),
+``OptimConfig`` (the schedule, clipping, batches, snapshots), ``EvalConfig`` (what is
+evaluated, and how) and ``RunConfig`` (seed, device, precision, threads) each declare
+their fields, defaults and checks once; the defaults are the paper's Flickr8k setting
+(docs/protocols.md sections 1-3). ``TrainConfig`` is all five at once: it inherits every
+field (the names are unique across the concerns, so a run's config stays one flat
+mapping for Tune, a CLI, MLflow's parameters and a checkpoint) and adds the rules that
+span two concerns. A component takes only its concern (``GroundedEncoder(ModelConfig)``,
+``make_loss(LossConfig)``), so the type checker keeps it from reading the rest; a
+``TrainConfig`` is each of them, and ``config.model`` (``.objective``, ``.optim``,
+``.evaluation``, ``.run``) is that part alone.
+
+Choices are ``Literal`` types (``CHOICES`` is read off them). Each config validates itself
+when it is built; ``from_dict`` is the boundary where a flat dict becomes a config: it
+rejects unknown keys and invalid values, naming the key, the value and what is allowed (a
+``ConfigError``, whose ``field`` a CLI turns into its option's name). ``encoder`` picks
+the caption encoder family; a field that only some families have (``APPLIES_TO``) must
+keep its default for the others, and is refused naming both ("pooling: does not apply to
+encoder word_bow").
 """
 
 from __future__ import annotations
@@ -18,7 +30,7 @@ import re
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Literal, TypeVar
 
 __all__ = [
     "APPLIES_TO",
@@ -38,14 +50,33 @@ __all__ = [
     "RNN_ENCODERS",
     "RNN_TYPES",
     "SHORT_CYCLES",
+    "SIZE_FIELDS",
     "SMOKE",
     "STSB_ENCODINGS",
     "WORD_ENCODERS",
     "WORD_VECTORS_UPDATES",
+    "BowPooling",
     "ConfigError",
+    "Encoder",
+    "EvalConfig",
+    "LossConfig",
+    "LossKind",
+    "ModelConfig",
+    "Negatives",
+    "OptimConfig",
+    "Pairing",
+    "Pooling",
+    "Precision",
+    "Reduction",
+    "RnnType",
+    "RunConfig",
+    "StsbEncoding",
     "TrainConfig",
+    "WordVectorsUpdate",
     "applicable",
     "check_device",
+    "inherited",
+    "pinned",
 ]
 
 # Run sizes a search sets: ``CPU_SIZED`` for a machine without a GPU, so that the default
@@ -71,40 +102,43 @@ CPU_SIZED: dict[str, Any] = {
 SMOKE: dict[str, Any] = {"hidden_size": 8, "batch_size": 8, "epochs": 2, **SHORT_CYCLES}
 
 
+# -- the choices: each a Literal type, its values read off it --
+
 # the caption encoder families (README "Encoder families"): the paper's character model,
 # the authors' word-level model (their flickr_words scripts), VETE's bag of words and
 # stacked RNN, GroundSent's Cap2Img
-ENCODERS = ("char_rnn", "word_rnn", "word_bow", "vete_rnn", "cap2img")
-ATTENTION_ENCODERS = ("char_rnn", "word_rnn")  # BiRNN + attention or max pooling
-RNN_ENCODERS = ("char_rnn", "word_rnn", "vete_rnn", "cap2img")
-WORD_ENCODERS = ("word_rnn", "word_bow", "vete_rnn", "cap2img")
-RNN_TYPES = ("gru", "lstm")
-POOLINGS = ("attention", "max")
-LOSSES = ("hinge", "pearson")
-REDUCTIONS = ("sum", "mean")
-NEGATIVES = ("all", "hardest")
-PRECISIONS = ("fp32", "bf16")
-STSB_ENCODINGS = ("senteval", "rescaled")
-PAIRINGS = ("image", "caption")
-BOW_POOLINGS = ("sum", "mean")
-WORD_VECTORS_UPDATES = ("learned", "frozen_map")
-# what each field of fixed choices takes (the help of a CLI lists them)
-CHOICES = {
-    "encoder": ENCODERS,
-    "rnn_type": RNN_TYPES,
-    "pooling": POOLINGS,
-    "loss": LOSSES,
-    "reduction": REDUCTIONS,
-    "negatives": NEGATIVES,
-    "precision": PRECISIONS,
-    "stsb_encoding": STSB_ENCODINGS,
-    "bow_pooling": BOW_POOLINGS,
-    "word_vectors_update": WORD_VECTORS_UPDATES,
-    "pairing": PAIRINGS,
-}
+Encoder = Literal["char_rnn", "word_rnn", "word_bow", "vete_rnn", "cap2img"]
+RnnType = Literal["gru", "lstm"]
+Pooling = Literal["attention", "max"]
+LossKind = Literal["hinge", "pearson"]
+Reduction = Literal["sum", "mean"]
+Negatives = Literal["all", "hardest"]
+Precision = Literal["fp32", "bf16"]
+StsbEncoding = Literal["senteval", "rescaled"]
+Pairing = Literal["image", "caption"]
+BowPooling = Literal["sum", "mean"]
+WordVectorsUpdate = Literal["learned", "frozen_map"]
+
+ENCODERS: tuple[Encoder, ...] = typing.get_args(Encoder)
+RNN_TYPES: tuple[RnnType, ...] = typing.get_args(RnnType)
+POOLINGS: tuple[Pooling, ...] = typing.get_args(Pooling)
+LOSSES: tuple[LossKind, ...] = typing.get_args(LossKind)
+REDUCTIONS: tuple[Reduction, ...] = typing.get_args(Reduction)
+NEGATIVES: tuple[Negatives, ...] = typing.get_args(Negatives)
+PRECISIONS: tuple[Precision, ...] = typing.get_args(Precision)
+STSB_ENCODINGS: tuple[StsbEncoding, ...] = typing.get_args(StsbEncoding)
+PAIRINGS: tuple[Pairing, ...] = typing.get_args(Pairing)
+BOW_POOLINGS: tuple[BowPooling, ...] = typing.get_args(BowPooling)
+WORD_VECTORS_UPDATES: tuple[WordVectorsUpdate, ...] = typing.get_args(WordVectorsUpdate)
+
+ATTENTION_ENCODERS: tuple[Encoder, ...] = ("char_rnn", "word_rnn")  # BiRNN + attention or max
+RNN_ENCODERS: tuple[Encoder, ...] = ("char_rnn", "word_rnn", "vete_rnn", "cap2img")
+WORD_ENCODERS: tuple[Encoder, ...] = ("word_rnn", "word_bow", "vete_rnn", "cap2img")
 # the fields that only some encoder families have; set to anything but its default for
-# another family, a field is refused, naming both (``TrainConfig.from_dict``)
-APPLIES_TO: dict[str, tuple[str, ...]] = {
+# another family, a field is refused, naming both. The table is the one statement of
+# which family has what: the model checks its own fields against it, the training config
+# the others (a loss weight, a clip), ``applicable`` and ``inherited`` read it for a search.
+APPLIES_TO: dict[str, tuple[Encoder, ...]] = {
     "hidden_size": RNN_ENCODERS,
     "rnn_type": RNN_ENCODERS,
     "pooling": ATTENTION_ENCODERS,
@@ -123,6 +157,10 @@ APPLIES_TO: dict[str, tuple[str, ...]] = {
     "word_vectors_update": WORD_ENCODERS,
     "bow_pooling": ("word_bow",),
 }
+# A model's size and its learning rate go together: a run-level lr_max (the CPU-sized
+# one) was chosen for the run's size, so a trial that sets its own size takes its own
+# lr_max, or the paper's (``inherited``, ``pinned``).
+SIZE_FIELDS = ("hidden_size",)
 DEVICE_FORMS = "auto, cpu, cuda or cuda:N (N from 0 to 127)"
 # every integer field is below 2**63, what a 64-bit signed integer holds: torch keeps
 # sizes, steps and seeds in 64-bit integers (torch.manual_seed fails from 2**64 on)
@@ -146,23 +184,75 @@ class ConfigError(ValueError):
         self.detail = message
 
 
+_C = TypeVar("_C", bound="_Config")
+
+
+class _Config:
+    """What every config has: its field names, the flat-dict boundary, ``replace``."""
+
+    # the integer fields of at least 1 and at least 0, the numbers of at least 0
+    _POSITIVE: ClassVar[tuple[str, ...]] = ()
+    _COUNTS: ClassVar[tuple[str, ...]] = ()
+    _NON_NEGATIVE: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+
+    @classmethod
+    def from_dict(cls: type[_C], values: Mapping[str, Any]) -> _C:
+        """Build a config from a flat dict, converting numbers given as strings or as the
+        other numeric type; unknown keys and invalid values raise ``ConfigError``."""
+        names = cls.field_names()
+        unknown = sorted(set(values) - set(names))
+        if unknown:
+            raise ConfigError(
+                None,
+                f"unknown config key(s) {', '.join(map(repr, unknown))}; allowed: "
+                f"{', '.join(names)}",
+            )
+        return cls(**{name: _coerce(name, value, _KINDS[name]) for name, value in values.items()})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    def replace(self: _C, **changes: Any) -> _C:
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+    def _check_fields(self) -> None:
+        """Each field of its kind and choices, and the plain bounds of ``_POSITIVE``,
+        ``_COUNTS`` and ``_NON_NEGATIVE``."""
+        names = self.field_names()
+        for name in names:
+            _check_type(name, getattr(self, name), _KINDS[name])
+        for name in names:
+            if name in CHOICES:
+                _check_choice(name, getattr(self, name), CHOICES[name])
+        for name in self._POSITIVE:
+            _check_int(name, getattr(self, name), low=1)
+        for name in self._COUNTS:
+            _check_int(name, getattr(self, name), low=0)
+        for name in self._NON_NEGATIVE:
+            _check_float(name, getattr(self, name), low=0.0)
+
+
 @dataclass(frozen=True)
-class TrainConfig:
-    # -- model (docs/protocols.md section 1; the other families: README "Encoder families") --
+class ModelConfig(_Config):
+    """The caption and image encoders (docs/protocols.md section 1; the other families:
+    README "Encoder families")."""
+
     hidden_size: int = 1024  # n: RNN units per direction; both embeddings have 2n dimensions
-    rnn_type: str = "gru"  # "gru" or "lstm"
-    pooling: str = "attention"  # "attention" (vectorial, masked) or "max" (masked)
+    rnn_type: RnnType = "gru"
+    pooling: Pooling = "attention"  # vectorial attention (masked), or max pooling (masked)
     char_embedding_dim: int = 20  # size of the learned character embedding
     attention_hidden: int = 128  # hidden units of the vectorial attention (of each head)
     # the caption encoder: "char_rnn" (the paper's), "word_rnn" (the same over words),
     # "word_bow" (VETE: the normalised sum of word embeddings), "vete_rnn" (VETE: a
     # stacked RNN's final state), "cap2img" (GroundSent: BiLSTM, max of the final states,
     # projected into the image-feature space)
-    encoder: str = "char_rnn"
+    encoder: Encoder = "char_rnn"
     # attention heads, concatenated (the embeddings have 2n x heads dimensions); 1 = the paper
     attention_heads: int = 1
-    # weight of the authors' attention diversity penalty in the loss (0 = off; > 1 head)
-    attention_penalty: float = 0.0
     # word families: the size of a word embedding (word_bow: also both embeddings' size;
     # the authors' word GRU used 300, VETE 128)
     word_embedding_dim: int = 300
@@ -176,19 +266,83 @@ class TrainConfig:
     word_vectors: str = ""
     # "learned": the embeddings train; "frozen_map": the vectors stay fixed and a learned
     # linear map follows them (GroundSent); needs word_vectors
-    word_vectors_update: str = "learned"
-    bow_pooling: str = "sum"  # word_bow: "sum" or "mean" of the word embeddings, then L2
+    word_vectors_update: WordVectorsUpdate = "learned"
+    bow_pooling: BowPooling = "sum"  # word_bow: the sum or mean of the word embeddings, then L2
     rnn_layers: int = 1  # vete_rnn: stacked RNN layers (one direction; the final state)
     dropout: float = 0.0  # cap2img: dropout on the sentence encoding (GroundSent: 0.5)
+
+    _POSITIVE: ClassVar[tuple[str, ...]] = (
+        "hidden_size",
+        "char_embedding_dim",
+        "attention_hidden",
+        "attention_heads",
+        "word_embedding_dim",
+        "vocab_min_count",
+        "rnn_layers",
+    )
+    _COUNTS: ClassVar[tuple[str, ...]] = ("vocab_max_size",)
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        self._check_model()
+
+    def _check_model(self) -> None:
+        if not 0.0 <= self.dropout < 1.0:
+            raise ConfigError("dropout", f"got {self.dropout!r}, expected a number in [0, 1)")
+        _check_applies(self)
+        if self.pooling == "max" and self.attention_heads != 1:
+            raise ConfigError(
+                "attention_heads", "does not apply to pooling max (only to attention)"
+            )
+        if self.word_vectors != self.word_vectors.strip() or "\n" in self.word_vectors:
+            raise ConfigError(
+                "word_vectors", f"got {self.word_vectors!r}, expected a file path or '' (none)"
+            )
+        if self.word_vectors_update == "frozen_map" and not self.word_vectors:
+            raise ConfigError(
+                "word_vectors_update",
+                "frozen_map keeps pretrained vectors fixed: set word_vectors (a GloVe-format file)",
+            )
+
+    @property
+    def embedding_dim(self) -> int:
+        """The sentence embedding's size: 2n per attention head for the attention
+        families, the word embedding size for word_bow, n for vete_rnn and cap2img. Both
+        encoders' output (the joint space) has this size too, except cap2img's, which is
+        the image feature's (``GroundedEncoder.joint_dim``)."""
+        if self.encoder == "word_bow":
+            return self.word_embedding_dim
+        if self.encoder in ("vete_rnn", "cap2img"):
+            return self.hidden_size
+        return 2 * self.hidden_size * self.attention_heads
+
+
+@dataclass(frozen=True)
+class LossConfig(_Config):
+    """The objective (docs/protocols.md section 2): what a caption is matched with, and
+    how a batch's similarities become a loss."""
+
     # what a caption is matched with in training: "image" (grounded), or "caption" (the
     # text-only control: another caption of the same image, no image; GroundSent's Cap2Cap)
-    pairing: str = "image"
-    # -- loss (docs/protocols.md section 2) --
-    loss: str = "hinge"  # "hinge" (bidirectional, in-batch negatives) or "pearson" (VETE)
+    pairing: Pairing = "image"
+    loss: LossKind = "hinge"  # "hinge" (bidirectional, in-batch negatives) or "pearson" (VETE)
     margin: float = 0.2  # hinge margin alpha; the paper's best is 0.2 (stable 0.15-0.25)
-    reduction: str = "sum"  # "sum" (the paper's formula) or "mean" (/ B^2, the authors' code)
-    negatives: str = "all"  # "all" in-batch negatives, or "hardest" per query (VSE++)
-    # -- optimisation (docs/protocols.md section 3) --
+    reduction: Reduction = "sum"  # "sum" (the paper's formula) or "mean" (/ B^2, the authors')
+    negatives: Negatives = "all"  # "all" in-batch negatives, or "hardest" per query (VSE++)
+    # weight of the authors' attention diversity penalty in the loss (0 = off; > 1 head)
+    attention_penalty: float = 0.0
+
+    _NON_NEGATIVE: ClassVar[tuple[str, ...]] = ("margin", "attention_penalty")
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+
+
+@dataclass(frozen=True)
+class OptimConfig(_Config):
+    """The optimisation (docs/protocols.md section 3): the cyclic learning rate, gradient
+    clipping, batches and epochs, and the snapshots the ensemble is made of."""
+
     lr_min: float = 1e-6  # lower bound of the cyclic cosine learning rate
     lr_max: float = 1e-3  # upper bound (paper: 1e-3 Flickr8k, 1e-4 MSCOCO)
     cycle_epochs: int = 4  # one learning-rate cycle; minima at epochs 0, 4, 8, ...
@@ -196,53 +350,23 @@ class TrainConfig:
     clip_caption: float = 0.05  # gradient-norm clip of the caption encoder (0 = off)
     batch_size: int = 32  # image-caption pairs per minibatch (no image twice in a batch)
     epochs: int = 32  # training epochs (each is five passes over the training images)
-    # -- snapshots and ensemble (docs/protocols.md section 3) --
     snapshot_interval: int = 4  # keep a snapshot at the end of every this-many epochs
     ensemble_size: int = 2  # snapshots with the best dev R@10 mean summed into the ensemble
-    # -- evaluation --
-    # the test battery every this-many epochs and for the ensemble; the dev semantic
-    # score (selection) every epoch; 0 = no semantic evaluation at all
-    semantic_every: int = 1
-    # STS-B's 0-5 scores in SentEval's classifier: "senteval" (as SentEval, the default)
-    # or "rescaled" (mapped onto 1-5 first; see trainables.relatedness)
-    stsb_encoding: str = "senteval"
-    # sentences encoded at once during evaluation; 0 = by device: 1024 on a GPU, 256 on a
-    # CPU (whose (256, T, 2n) activations stay in cache; BENCHMARKS.md has the timing)
-    eval_batch_size: int = 0
-    # -- run --
-    seed: int = 0  # seeds the initialisation and the batch order (0 to 2**63 - 1)
-    device: str = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:N" (N <= 127)
-    # "fp32" or "bf16": autocast (on a GPU; on the CPU the recurrence's own products in
-    # bfloat16 with float32 state; its speed and its cost in quality: BENCHMARKS.md)
-    precision: str = "fp32"
-    threads: int = 0  # torch CPU threads (0 = leave torch's default; at most MAX_THREADS)
+
+    _POSITIVE: ClassVar[tuple[str, ...]] = (
+        "cycle_epochs",
+        "batch_size",
+        "snapshot_interval",
+        "ensemble_size",
+    )
+    _COUNTS: ClassVar[tuple[str, ...]] = ("epochs",)
+    _NON_NEGATIVE: ClassVar[tuple[str, ...]] = ("clip_image", "clip_caption")
 
     def __post_init__(self) -> None:
-        for field in dataclasses.fields(self):
-            _check_type(field.name, getattr(self, field.name), _KINDS[field.name])
-        for name, allowed in CHOICES.items():
-            _check_choice(name, getattr(self, name), allowed)
-        for name in (
-            "hidden_size",
-            "char_embedding_dim",
-            "attention_hidden",
-            "attention_heads",
-            "word_embedding_dim",
-            "vocab_min_count",
-            "rnn_layers",
-            "cycle_epochs",
-            "batch_size",
-            "snapshot_interval",
-            "ensemble_size",
-        ):
-            _check_int(name, getattr(self, name), low=1)
-        for name in ("epochs", "semantic_every", "eval_batch_size", "seed", "vocab_max_size"):
-            _check_int(name, getattr(self, name), low=0)
-        _check_int("threads", self.threads, low=0, high=MAX_THREADS)
-        for name in ("margin", "clip_image", "clip_caption", "attention_penalty"):
-            _check_float(name, getattr(self, name), low=0.0)
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError("dropout", f"got {self.dropout!r}, expected a number in [0, 1)")
+        self._check_fields()
+        self._check_optim()
+
+    def _check_optim(self) -> None:
         for name in ("lr_min", "lr_max"):
             _check_float(name, getattr(self, name), low=0.0, open_low=True)
         if self.lr_min > self.lr_max:
@@ -257,79 +381,141 @@ class TrainConfig:
                 f"got {self.batch_size}, expected at least 2 (in-batch negatives need a "
                 "second pair)",
             )
+
+
+@dataclass(frozen=True)
+class EvalConfig(_Config):
+    """What is evaluated when, and how (docs/protocols.md sections 4-5)."""
+
+    # the test battery every this-many epochs and for the ensemble; the dev semantic
+    # score (selection) every epoch; 0 = no semantic evaluation at all
+    semantic_every: int = 1
+    # STS-B's 0-5 scores in SentEval's classifier: "senteval" (as SentEval, the default)
+    # or "rescaled" (mapped onto 1-5 first; see trainables.relatedness)
+    stsb_encoding: StsbEncoding = "senteval"
+    # sentences encoded at once during evaluation; 0 = by device: 1024 on a GPU, 256 on a
+    # CPU (whose (256, T, 2n) activations stay in cache; BENCHMARKS.md has the timing)
+    eval_batch_size: int = 0
+
+    _COUNTS: ClassVar[tuple[str, ...]] = ("semantic_every", "eval_batch_size")
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+
+
+@dataclass(frozen=True)
+class RunConfig(_Config):
+    """Where and how a run computes: its seed, device, precision and CPU threads."""
+
+    seed: int = 0  # seeds the initialisation and the batch order (0 to 2**63 - 1)
+    device: str = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:N" (N <= 127)
+    # "fp32" or "bf16": autocast (on a GPU; on the CPU the recurrence's own products in
+    # bfloat16 with float32 state; its speed and its cost in quality: BENCHMARKS.md)
+    precision: Precision = "fp32"
+    threads: int = 0  # torch CPU threads (0 = leave torch's default; at most MAX_THREADS)
+
+    _COUNTS: ClassVar[tuple[str, ...]] = ("seed",)
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        self._check_run()
+
+    def _check_run(self) -> None:
+        _check_int("threads", self.threads, low=0, high=MAX_THREADS)
         check_device(self.device)
-        _check_applies(self)
+
+
+_P = TypeVar("_P", bound=_Config)
+
+
+@dataclass(frozen=True)
+class TrainConfig(RunConfig, EvalConfig, OptimConfig, LossConfig, ModelConfig):
+    """A training run's whole config: every concern's fields (model, loss, optimisation,
+    evaluation, run, in that order), each concern's checks, and the rules between two of
+    them. ``model``, ``objective``, ``optim``, ``evaluation`` and ``run`` give each part
+    alone."""
+
+    _POSITIVE: ClassVar[tuple[str, ...]] = ModelConfig._POSITIVE + OptimConfig._POSITIVE
+    _COUNTS: ClassVar[tuple[str, ...]] = (
+        ModelConfig._COUNTS + OptimConfig._COUNTS + EvalConfig._COUNTS + RunConfig._COUNTS
+    )
+    _NON_NEGATIVE: ClassVar[tuple[str, ...]] = LossConfig._NON_NEGATIVE + OptimConfig._NON_NEGATIVE
+
+    def __post_init__(self) -> None:
+        self._check_fields()
+        self._check_model()
+        self._check_optim()
+        self._check_run()
+        self._check_between()
+
+    def _check_between(self) -> None:
+        """The rules that tie a loss weight or a clip to the encoder family."""
+        if self.pooling == "max" and self.attention_penalty != 0.0:
+            raise ConfigError(
+                "attention_penalty", "does not apply to pooling max (only to attention)"
+            )
+        if self.attention_penalty > 0 and self.attention_heads == 1:
+            raise ConfigError(
+                "attention_penalty",
+                f"got {self.attention_penalty}, but it does not apply to attention_heads 1 "
+                "(the penalty keeps two or more heads apart)",
+            )
+
+    def _part(self, kind: type[_P]) -> _P:
+        return kind(**{name: getattr(self, name) for name in kind.field_names()})
 
     @property
-    def embedding_dim(self) -> int:
-        """The sentence embedding's size: 2n per attention head for the attention
-        families, the word embedding size for word_bow, n for vete_rnn and cap2img. Both
-        encoders' output (the joint space) has this size too, except cap2img's, which is
-        the image feature's (``GroundedEncoder.joint_dim``)."""
-        if self.encoder == "word_bow":
-            return self.word_embedding_dim
-        if self.encoder in ("vete_rnn", "cap2img"):
-            return self.hidden_size
-        return 2 * self.hidden_size * self.attention_heads
+    def model(self) -> ModelConfig:
+        return self._part(ModelConfig)
 
-    @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))
+    @property
+    def objective(self) -> LossConfig:
+        return self._part(LossConfig)
 
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any]) -> TrainConfig:
-        """Build a config from a flat dict, converting numbers given as strings or as the
-        other numeric type; unknown keys and invalid values raise ``ConfigError``."""
-        unknown = sorted(set(values) - set(cls.field_names()))
-        if unknown:
-            raise ConfigError(
-                None,
-                f"unknown config key(s) {', '.join(map(repr, unknown))}; allowed: "
-                f"{', '.join(cls.field_names())}",
-            )
-        return cls(**{name: _coerce(name, value, _KINDS[name]) for name, value in values.items()})
+    @property
+    def optim(self) -> OptimConfig:
+        return self._part(OptimConfig)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+    @property
+    def evaluation(self) -> EvalConfig:
+        return self._part(EvalConfig)
 
-    def replace(self, **changes: Any) -> TrainConfig:
-        return dataclasses.replace(self, **changes)
+    @property
+    def run(self) -> RunConfig:
+        return self._part(RunConfig)
 
 
-_KINDS: dict[str, type] = typing.get_type_hints(TrainConfig)
+def _kind(hint: Any) -> type:
+    """The plain type of a field's annotation (a ``Literal``'s: its values')."""
+    if typing.get_origin(hint) is Literal:
+        return type(typing.get_args(hint)[0])
+    return typing.cast(type, hint)
+
+
+_HINTS: dict[str, Any] = typing.get_type_hints(TrainConfig)
+_KINDS: dict[str, type] = {name: _kind(hint) for name, hint in _HINTS.items()}
+# what each field of fixed choices takes (the help of a CLI lists them)
+CHOICES: dict[str, tuple[str, ...]] = {
+    name: typing.get_args(hint)
+    for name, hint in _HINTS.items()
+    if typing.get_origin(hint) is Literal
+}
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
-def _check_applies(config: TrainConfig) -> None:
-    """A field that the config's encoder family (or its pooling, or its single attention
-    head) does not have must keep its default: a search that sets it would otherwise
-    seem to compare values that change nothing."""
+def _check_applies(config: _Config) -> None:
+    """A field that the config's encoder family does not have must keep its default: a
+    search that sets it would otherwise seem to compare values that change nothing."""
+    encoder = getattr(config, "encoder")  # noqa: B009 - only ModelConfig and its children
     for name, families in APPLIES_TO.items():
-        if config.encoder not in families and getattr(config, name) != _DEFAULTS[name]:
+        if not hasattr(config, name) or encoder in families:
+            continue
+        if getattr(config, name) != _DEFAULTS[name]:
             raise ConfigError(
                 name,
-                f"does not apply to encoder {config.encoder} (only to {', '.join(families)}); "
+                f"does not apply to encoder {encoder} (only to {', '.join(families)}); "
                 f"leave it at its default {_DEFAULTS[name]!r}",
             )
-    if config.pooling == "max":
-        for name in ("attention_heads", "attention_penalty"):
-            if getattr(config, name) != _DEFAULTS[name]:
-                raise ConfigError(name, "does not apply to pooling max (only to attention)")
-    if config.attention_penalty > 0 and config.attention_heads == 1:
-        raise ConfigError(
-            "attention_penalty",
-            f"got {config.attention_penalty}, but it does not apply to attention_heads 1 "
-            "(the penalty keeps two or more heads apart)",
-        )
-    if config.word_vectors != config.word_vectors.strip() or "\n" in config.word_vectors:
-        raise ConfigError(
-            "word_vectors", f"got {config.word_vectors!r}, expected a file path or '' (none)"
-        )
-    if config.word_vectors_update == "frozen_map" and not config.word_vectors:
-        raise ConfigError(
-            "word_vectors_update",
-            "frozen_map keeps pretrained vectors fixed: set word_vectors (a GloVe-format file)",
-        )
 
 
 def applicable(values: Mapping[str, Any], encoder: str) -> dict[str, Any]:
@@ -339,6 +525,30 @@ def applicable(values: Mapping[str, Any], encoder: str) -> dict[str, Any]:
     return {
         name: value for name, value in values.items() if encoder in APPLIES_TO.get(name, (encoder,))
     }
+
+
+def inherited(run_level: Mapping[str, Any], trial: Mapping[str, Any]) -> dict[str, Any]:
+    """The run-level settings a trial that sets ``trial`` keeps: those its encoder family
+    has (``applicable``), without the run's ``lr_max`` when the trial sets its own model
+    size but no learning rate (``SIZE_FIELDS``: the run's rate was chosen for the run's
+    size; the trial gets the paper's)."""
+    encoder = trial.get("encoder", run_level.get("encoder", _DEFAULTS["encoder"]))
+    kept = applicable(run_level, encoder)
+    if any(name in trial for name in SIZE_FIELDS) and "lr_max" not in trial:
+        kept.pop("lr_max", None)
+    return kept
+
+
+def pinned(preset: Mapping[str, Any]) -> dict[str, Any]:
+    """``preset`` with its model size (where its family has one) and learning rate at the
+    defaults where it leaves them: a run-level size or rate does not reach it."""
+    encoder = preset.get("encoder", _DEFAULTS["encoder"])
+    values = dict(preset)
+    for name in SIZE_FIELDS:
+        if encoder in APPLIES_TO[name]:
+            values.setdefault(name, _DEFAULTS[name])
+    values.setdefault("lr_max", _DEFAULTS["lr_max"])
+    return values
 
 
 def check_device(name: object) -> str:

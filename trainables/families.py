@@ -1,4 +1,4 @@
-"""What differs between the caption encoder families of ``TrainConfig.encoder``, in one
+"""What differs between the caption encoder families of ``ModelConfig.encoder``, in one
 place: each family's input (``Tokenizer``), how a run builds it from the training
 captions, how checkpoints keep it, and each family's preset (its source's settings).
 
@@ -35,7 +35,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from trainables.config import WORD_ENCODERS, TrainConfig
+from trainables.config import WORD_ENCODERS, ModelConfig
 from trainables.model import ALPHABET, CharEncoding
 from trainables.presets import PRESETS, preset
 from trainables.vocabulary import Tokenizer, WordVocabulary
@@ -53,7 +53,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-def build_tokenizer(config: TrainConfig, train_captions: Iterable[str]) -> Tokenizer:
+def build_tokenizer(config: ModelConfig, train_captions: Iterable[str]) -> Tokenizer:
     """A run's input: the alphabet for characters, or the vocabulary of the *training*
     captions (``vocab_min_count``, ``vocab_max_size``) for a word family."""
     if config.encoder not in WORD_ENCODERS:
@@ -65,7 +65,7 @@ def build_tokenizer(config: TrainConfig, train_captions: Iterable[str]) -> Token
     return vocabulary
 
 
-def load_pretrained(config: TrainConfig, tokenizer: Tokenizer) -> PretrainedVectors | None:
+def load_pretrained(config: ModelConfig, tokenizer: Tokenizer) -> PretrainedVectors | None:
     """The ``word_vectors`` file's vectors for a word family's vocabulary (None when
     there is no file); a ``ConfigError`` naming the file and line when it is malformed."""
     if not config.word_vectors:
@@ -82,7 +82,7 @@ def tokenizer_entries(tokenizer: Tokenizer) -> dict[str, Any]:
     return {"alphabet": tokenizer.alphabet, "vocabulary": None}
 
 
-def tokenizer_from_entries(config: TrainConfig, state: Mapping[str, Any]) -> Tokenizer:
+def tokenizer_from_entries(config: ModelConfig, state: Mapping[str, Any]) -> Tokenizer:
     """The input a checkpoint (``state``, with its ``alphabet`` and ``vocabulary``
     keys) was trained on; ``ValueError`` when it lacks what its family needs."""
     vocabulary = state.get("vocabulary")

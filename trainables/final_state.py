@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from trainables.config import TrainConfig
+from trainables.config import ModelConfig
 from trainables.vocabulary import Tokenizer
 from trainables.word_encoders import WordEmbedding
 from trainables.word_vectors import PretrainedVectors
@@ -57,7 +57,7 @@ class FinalStateEncoder(nn.Module):
 
     def __init__(
         self,
-        config: TrainConfig,
+        config: ModelConfig,
         tokenizer: Tokenizer,
         pretrained: PretrainedVectors | None,
         feature_dim: int,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from trainables.config import TrainConfig
+from trainables.config import LossConfig
 
 __all__ = [
     "HingeLoss",
@@ -72,7 +72,7 @@ class PearsonLoss(nn.Module):
         return -(x * y).sum() / (x.norm() * y.norm()).clamp(min=1e-12)
 
 
-def make_loss(config: TrainConfig) -> nn.Module:
+def make_loss(config: LossConfig) -> nn.Module:
     if config.loss == "pearson":
         return PearsonLoss()
     return HingeLoss(config.margin, config.reduction, config.negatives)

@@ -1,5 +1,5 @@
 """The visually grounded sentence encoder of Merkx & Frank (2019), docs/protocols.md section 1, and
-the other caption encoder families of ``TrainConfig.encoder`` (README "Encoder families").
+the other caption encoder families of ``ModelConfig.encoder`` (README "Encoder families").
 
 Caption encoder (``char_rnn``, the paper's): characters -> 20-d embedding -> one
 bidirectional GRU/LSTM layer (n units per direction) -> vectorial attention (one head or
@@ -30,7 +30,7 @@ from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence
 
 from trainables._packed_rnn import packed_bidirectional
 from trainables.attention import MultiHeadVectorialAttention, VectorialAttention
-from trainables.config import TrainConfig
+from trainables.config import ModelConfig
 from trainables.final_state import FeatureImageEncoder, FinalStateEncoder
 from trainables.vocabulary import Tokenizer
 from trainables.word_encoders import BagOfWordsEncoder, WordEmbedding
@@ -127,7 +127,7 @@ class CaptionEncoder(nn.Module):
 
     def __init__(
         self,
-        config: TrainConfig,
+        config: ModelConfig,
         tokenizer: Tokenizer | None = None,
         pretrained: PretrainedVectors | None = None,
     ) -> None:
@@ -266,7 +266,7 @@ def padded(packed: PackedSequence, total_length: int) -> torch.Tensor:
     return out.view(batch, total_length, data.shape[1])
 
 
-def _required(tokenizer: Tokenizer | None, config: TrainConfig) -> Tokenizer:
+def _required(tokenizer: Tokenizer | None, config: ModelConfig) -> Tokenizer:
     if tokenizer is None:
         raise ValueError(
             f"encoder {config.encoder}: needs its vocabulary (trainables.families.build_tokenizer)"
@@ -303,7 +303,7 @@ class GroundedEncoder(nn.Module):
 
     def __init__(
         self,
-        config: TrainConfig,
+        config: ModelConfig,
         feature_dim: int = 2048,
         tokenizer: Tokenizer | None = None,
         pretrained: PretrainedVectors | None = None,

@@ -154,7 +154,7 @@ class SeedGroup:
         if isinstance(senteval, str) and k > 1 and config.semantic_every:
             senteval = load_senteval(senteval)  # read once, not once per seed
         configs = [dataclasses.replace(config, seed=config.seed + i) for i in range(k)]
-        semantics = [make_semantic(senteval, seeded) for seeded in configs]
+        semantics = [make_semantic(senteval, seeded.evaluation, seeded.run) for seeded in configs]
         self._fused: FusedSeeds | None = None
         self.trainers: Sequence[Trainer]
         if _fuse(configs, fused):
@@ -237,7 +237,7 @@ class MemberGroup:
         ]
         if isinstance(senteval, str) and len(seats) > 1 and any(c.semantic_every for c in seats):
             senteval = load_senteval(senteval)  # read once, not once per member
-        semantics = [make_semantic(senteval, seat) for seat in seats]
+        semantics = [make_semantic(senteval, seat.evaluation, seat.run) for seat in seats]
         self.configs, self.seeds = list(configs), seeds
         self._fused: FusedSeeds | None = None
         self.trainers: Sequence[Trainer]

@@ -51,7 +51,7 @@ import torch
 
 from storage.senteval import OFFICIAL_SUPERVISED, SemanticBenchmark, SentencePairs, load_senteval
 from trainables import names
-from trainables.config import STSB_ENCODINGS, TrainConfig
+from trainables.config import STSB_ENCODINGS, EvalConfig, RunConfig
 from trainables.device import resolve_device
 from trainables.metrics import correlations
 from trainables.relatedness import SENTEVAL, RelatednessProtocol, supervised_relatedness_tasks
@@ -325,15 +325,17 @@ def battery_in_background(mode: str | None = None) -> bool:
 
 def make_semantic(
     senteval: str | os.PathLike[str] | SemanticBenchmark | None,
-    config: TrainConfig,
+    evaluation: EvalConfig,
+    run: RunConfig,
     *,
     background: bool | None = None,
 ) -> SemanticEvaluation | None:
     """The semantic evaluation for ``senteval`` (a SentEval ``data/downstream`` directory,
-    or the benchmark already loaded from one) on the training device; ``None`` when there
-    is nothing to evaluate (no sets, or ``semantic_every == 0``). ``background``: see
-    ``SemanticEvaluation`` (None: ``battery_in_background()``)."""
-    if senteval is None or config.semantic_every == 0:
+    or the benchmark already loaded from one) as ``evaluation`` asks, on ``run``'s device
+    with its seed; ``None`` when there is nothing to evaluate (no sets, or
+    ``semantic_every == 0``). ``background``: see ``SemanticEvaluation`` (None:
+    ``battery_in_background()``)."""
+    if senteval is None or evaluation.semantic_every == 0:
         return None
     if background is None:
         background = battery_in_background()
@@ -345,8 +347,8 @@ def make_semantic(
             "(dev/semantic), so nothing can select on semantic performance",
             benchmark.suite.name,
         )
-    device = resolve_device(config.device)
+    device = resolve_device(run.device)
     test = SemanticEvaluator(
-        benchmark, device=device, seed=config.seed, stsb_encoding=config.stsb_encoding
+        benchmark, device=device, seed=run.seed, stsb_encoding=evaluation.stsb_encoding
     )
     return SemanticEvaluation(dev, test, background)

@@ -137,7 +137,7 @@ def _train(args: argparse.Namespace, progress: _Progress) -> int:
             return 0
     data = TrainingData.from_store(args.data, verify=not args.no_verify)
     senteval = args.senteval or default_senteval(args.data)
-    trainer = Trainer(config, data, make_semantic(senteval, config))
+    trainer = Trainer(config, data, make_semantic(senteval, config.evaluation, config.run))
     if state is not None:
         trainer.load_state_dict(state)
         logger.info("resumed from %s at epoch %d", args.checkpoint, trainer.epoch)

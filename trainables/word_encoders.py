@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainables.config import TrainConfig
+from trainables.config import ModelConfig
 from trainables.vocabulary import PAD_INDEX, Tokenizer
 from trainables.word_vectors import PretrainedVectors
 
@@ -64,7 +64,7 @@ class BagOfWordsEncoder(nn.Module):
     """VETE-BOW (module docstring): ``(B, word_embedding_dim)`` normalised embeddings."""
 
     def __init__(
-        self, config: TrainConfig, tokenizer: Tokenizer, pretrained: PretrainedVectors | None
+        self, config: ModelConfig, tokenizer: Tokenizer, pretrained: PretrainedVectors | None
     ) -> None:
         super().__init__()
         self.tokenizer = tokenizer

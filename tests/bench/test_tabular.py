@@ -97,7 +97,7 @@ def test_the_replay_gives_live_training_s_metrics_and_a_live_search_s_decisions(
     threads = torch.get_num_threads()
     try:
         data = TrainingData.from_store(str(tiny_world))
-        semantic = make_semantic(default_senteval(str(tiny_world)), config)
+        semantic = make_semantic(default_senteval(str(tiny_world)), config.evaluation, config.run)
         live = list(Trainer(config, data, semantic).run())
     finally:
         torch.set_num_threads(threads)

@@ -119,7 +119,8 @@ def test_worker_node_killed_mid_trial(cluster: Cluster, world: str, tmp_path: Pa
     config_file = client.download_artifacts(run.info.run_id, "config.json", str(tmp_path))
     config = TrainConfig.from_dict(json.loads(Path(config_file).read_text()))
     data = TrainingData.from_store(world)
-    straight = list(Trainer(config, data, make_semantic(default_senteval(world), config)).run())
+    semantic = make_semantic(default_senteval(world), config.evaluation, config.run)
+    straight = list(Trainer(config, data, semantic).run())
     for key in (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC, names.LOSS):
         logged = {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
         expected = {int(m["epoch"]): m[key] for m in straight if key in m}

@@ -34,7 +34,9 @@ CONFIG = dict(
 
 def _reports(world: Path, background: bool) -> list[dict[str, float]]:
     config = TrainConfig(**CONFIG)
-    semantic = make_semantic(default_senteval(str(world)), config, background=background)
+    semantic = make_semantic(
+        default_senteval(str(world)), config.evaluation, config.run, background=background
+    )
     assert semantic is not None
     semantic.test.protocol = RelatednessProtocol(max_epoch=0)
     return list(Trainer(config, TrainingData.from_store(str(world)), semantic).run())

@@ -388,7 +388,7 @@ def test_evaluation_snapshots_and_the_ensemble_on_the_device(
     stream, while the next epoch trains (its metrics filed under their own epoch), or in
     place; bf16 evaluation; two snapshots and their ensemble."""
     config = tiny(str(device), semantic_every=1, precision="bf16")
-    semantic = make_semantic(benchmark, config)
+    semantic = make_semantic(benchmark, config.evaluation, config.run)
     assert semantic is not None
     if "background" in {field.name for field in dataclasses.fields(semantic)}:
         semantic = dataclasses.replace(semantic, background=background)
@@ -706,7 +706,7 @@ def test_the_device_string_cuda_works_everywhere(
     trainer = Trainer(config, data)
     assert trainer.device == resolved
     assert_on(device, model_tensors(trainer), "Trainer")
-    semantic = make_semantic(benchmark, config)
+    semantic = make_semantic(benchmark, config.evaluation, config.run)
     assert semantic is not None and semantic.test.device == resolved
     state = checkpoint.load_training_state(trainer.save_checkpoint(), DEVICE_NAME)
     assert_on(device, list(tensors(state["model"])), "load_training_state")

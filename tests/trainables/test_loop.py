@@ -82,7 +82,7 @@ def test_selection_reads_dev_data_only(tiny_world: Path, data: TrainingData) -> 
         (bench, data),
         (shuffled_test_golds(bench, seed=1), _with_shuffled_test_data(data, seed=1)),
     ):
-        semantic = make_semantic(benchmark, config)
+        semantic = make_semantic(benchmark, config.evaluation, config.run)
         semantic.test.protocol = fast  # one round of the classifier: the rule is the same
         runs.append(list(Trainer(config, train_data, semantic).run()))
     honest, shuffled = runs
@@ -107,7 +107,9 @@ def test_the_test_battery_runs_every_semantic_every_epochs(
     tiny_world: Path, data: TrainingData, background: bool
 ) -> None:
     config = TrainConfig(**{**SMALL, "semantic_every": 2, "epochs": 3})
-    semantic = make_semantic(default_senteval(str(tiny_world)), config, background=background)
+    semantic = make_semantic(
+        default_senteval(str(tiny_world)), config.evaluation, config.run, background=background
+    )
     semantic.test.protocol = RelatednessProtocol(max_epoch=0)
     trainer = Trainer(config, data, semantic)
     reports = list(trainer.run())
@@ -129,7 +131,9 @@ def test_the_test_battery_runs_every_semantic_every_epochs(
 
 
 def _semantic(tiny_world: Path, config: TrainConfig, background: bool):
-    semantic = make_semantic(default_senteval(str(tiny_world)), config, background=background)
+    semantic = make_semantic(
+        default_senteval(str(tiny_world)), config.evaluation, config.run, background=background
+    )
     assert semantic is not None
     semantic.test.protocol = RelatednessProtocol(max_epoch=50, epochs_per_round=5)
     return semantic
@@ -452,7 +456,8 @@ def test_no_verify_reads_a_corrupt_store(tiny_world: Path, tmp_path: Path) -> No
 def test_store_brings_its_semantic_sets(tiny_world: Path) -> None:
     senteval = default_senteval(str(tiny_world))
     assert senteval is not None and Path(senteval, "suite.json").exists()
-    assert make_semantic(senteval, TrainConfig(semantic_every=0)) is None
+    off = TrainConfig(semantic_every=0)
+    assert make_semantic(senteval, off.evaluation, off.run) is None
 
 
 def test_bf16_autocast_stays_close_to_fp32(data: TrainingData) -> None:

@@ -267,14 +267,15 @@ def test_dev_semantic_score() -> None:
 
 def test_make_semantic(semantic_data: SemanticBenchmark) -> None:
     config = TrainConfig(device="cpu", seed=3, stsb_encoding="rescaled")
-    evaluation = make_semantic(semantic_data, config)
+    evaluation = make_semantic(semantic_data, config.evaluation, config.run)
     assert evaluation is not None
     assert evaluation.test.stsb_encoding == "rescaled" and evaluation.test.seed == 3
     assert set(evaluation.sentences) == set(evaluation.dev.sentences) | set(
         evaluation.test.sentences
     )
-    assert make_semantic(semantic_data, config.replace(semantic_every=0)) is None
-    assert make_semantic(None, config) is None
+    off = config.replace(semantic_every=0)
+    assert make_semantic(semantic_data, off.evaluation, off.run) is None
+    assert make_semantic(None, config.evaluation, config.run) is None
     with pytest.raises(ValueError, match="stsb_encoding: got 'raw'"):
         SemanticEvaluator(semantic_data, stsb_encoding="raw")
 

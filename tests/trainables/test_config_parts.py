@@ -1,0 +1,144 @@
+"""The training config is five concerns composed: each declares, defaults and checks its
+own fields; the training config holds them all, flat, and the rules between two."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+
+import pytest
+import torch
+
+from trainables.config import (
+    CHOICES,
+    ConfigError,
+    EvalConfig,
+    LossConfig,
+    ModelConfig,
+    OptimConfig,
+    RunConfig,
+    TrainConfig,
+    inherited,
+    pinned,
+)
+from trainables.loss import HingeLoss, PearsonLoss, make_loss
+from trainables.model import GroundedEncoder
+
+PARTS = (ModelConfig, LossConfig, OptimConfig, EvalConfig, RunConfig)
+
+
+def test_the_parts_partition_the_training_config_in_order() -> None:
+    names = [name for part in PARTS for name in part.field_names()]
+    assert len(names) == len(set(names)), "a field belongs to one concern only"
+    assert tuple(names) == TrainConfig.field_names()
+    for part in PARTS:  # each field's default is stated once, in its concern
+        for field in dataclasses.fields(part):
+            assert getattr(TrainConfig(), field.name) == field.default
+
+
+def test_each_part_alone_is_the_training_configs_values() -> None:
+    config = TrainConfig(hidden_size=16, margin=0.3, lr_max=0.01, semantic_every=2, seed=7)
+    parts = {
+        ModelConfig: config.model,
+        LossConfig: config.objective,
+        OptimConfig: config.optim,
+        EvalConfig: config.evaluation,
+        RunConfig: config.run,
+    }
+    for kind, part in parts.items():
+        assert type(part) is kind
+        assert isinstance(config, kind)  # a component that takes the part takes the whole
+        assert part.to_dict() == {name: getattr(config, name) for name in kind.field_names()}
+    assert config.model.hidden_size == 16 and config.objective.margin == 0.3
+    assert config.run.seed == 7 and config.evaluation.semantic_every == 2
+
+
+@pytest.mark.parametrize(
+    ("part", "values", "field"),
+    [
+        (ModelConfig, {"pooling": "max", "attention_heads": 2}, "attention_heads"),
+        (ModelConfig, {"encoder": "word_bow", "hidden_size": 8}, "hidden_size"),
+        (ModelConfig, {"rnn_type": "rnn"}, "rnn_type"),
+        (ModelConfig, {"dropout": 1.0, "encoder": "cap2img"}, "dropout"),
+        (LossConfig, {"margin": -0.1}, "margin"),
+        (LossConfig, {"negatives": "some"}, "negatives"),
+        (OptimConfig, {"lr_min": 0.1, "lr_max": 0.01}, "lr_min"),
+        (OptimConfig, {"batch_size": 1}, "batch_size"),
+        (EvalConfig, {"stsb_encoding": "raw"}, "stsb_encoding"),
+        (EvalConfig, {"semantic_every": -1}, "semantic_every"),
+        (RunConfig, {"device": "gpu"}, "device"),
+        (RunConfig, {"threads": 100_000}, "threads"),
+    ],
+)
+def test_each_part_checks_its_own_fields_when_built(
+    part: type[ModelConfig], values: dict[str, object], field: str
+) -> None:
+    for build in (lambda: part.from_dict(values), lambda: TrainConfig.from_dict(values)):
+        with pytest.raises(ConfigError) as caught:
+            build()
+        assert caught.value.field == field
+
+
+def test_a_part_refuses_the_fields_of_another() -> None:
+    with pytest.raises(ConfigError, match=r"unknown config key.*'margin'"):
+        ModelConfig.from_dict({"margin": 0.3})
+    with pytest.raises(TypeError):
+        RunConfig(hidden_size=8)  # type: ignore[call-arg]
+
+
+def test_the_rules_between_concerns_are_the_training_configs() -> None:
+    # the penalty is the loss's weight, but only an attention model with heads has one
+    assert LossConfig(attention_penalty=0.5).attention_penalty == 0.5
+    with pytest.raises(ConfigError, match="attention_heads 1"):
+        TrainConfig(attention_penalty=0.5)
+    with pytest.raises(ConfigError, match="does not apply to encoder word_bow"):
+        TrainConfig(encoder="word_bow", attention_penalty=0.5)
+    # the image clip is the optimiser's, but cap2img's image side has no parameters
+    assert OptimConfig(clip_image=0.1).clip_image == 0.1
+    with pytest.raises(ConfigError, match="clip_image: does not apply to encoder cap2img"):
+        TrainConfig(encoder="cap2img", clip_image=0.1)
+
+
+def test_choices_are_read_off_the_literal_types() -> None:
+    hints = typing.get_type_hints(TrainConfig)
+    literal = {n for n, h in hints.items() if typing.get_origin(h) is typing.Literal}
+    assert set(CHOICES) == literal
+    assert CHOICES["rnn_type"] == ("gru", "lstm")
+    assert CHOICES["encoder"][0] == TrainConfig.encoder
+
+
+def test_components_take_their_concern_alone() -> None:
+    torch.manual_seed(0)
+    whole = TrainConfig(hidden_size=8, attention_hidden=4)
+    alone = GroundedEncoder(whole.model, feature_dim=12)
+    torch.manual_seed(0)
+    composed = GroundedEncoder(whole, feature_dim=12)
+    assert alone.embedding_dim == composed.embedding_dim == 16
+    for (name, a), (_, b) in zip(
+        alone.state_dict().items(), composed.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    hinge = make_loss(LossConfig(margin=0.3, negatives="hardest"))
+    assert isinstance(hinge, HingeLoss)
+    assert isinstance(make_loss(LossConfig(loss="pearson")), PearsonLoss)
+
+
+def test_a_trial_inherits_the_run_level_settings_its_family_has() -> None:
+    run_level = {"hidden_size": 32, "lr_max": 0.016, "epochs": 4}
+    # the run's size and the rate chosen for it go together
+    assert inherited(run_level, {"margin": 0.3}) == run_level
+    # a trial that sets its size without a rate takes the paper's, not the run's
+    assert inherited(run_level, {"hidden_size": 1024}) == {"hidden_size": 32, "epochs": 4}
+    assert inherited(run_level, {"hidden_size": 1024, "lr_max": 1e-4})["lr_max"] == 0.016
+    # a family without a hidden size does not get one
+    assert inherited(run_level, {"encoder": "word_bow"}) == {"lr_max": 0.016, "epochs": 4}
+
+
+def test_a_pinned_preset_keeps_its_size_and_rate() -> None:
+    assert pinned({"encoder": "vete_rnn"}) == {
+        "encoder": "vete_rnn",
+        "hidden_size": TrainConfig.hidden_size,
+        "lr_max": TrainConfig.lr_max,
+    }
+    assert pinned({"encoder": "word_bow", "lr_max": 0.1}) == {"encoder": "word_bow", "lr_max": 0.1}
+    assert pinned({"hidden_size": 64}) == {"hidden_size": 64, "lr_max": TrainConfig.lr_max}
