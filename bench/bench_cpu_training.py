@@ -60,7 +60,7 @@ import torch
 from bench import _common
 from bench._cli import BadInput, entry, parser
 from bench._timing import profile, time_alternately
-from trainables import _packed_rnn  # its loop knobs: no public name switches them
+from trainables import packed_rnn_variant
 from trainables.config import TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches
 from trainables.loop import Trainer
@@ -222,14 +222,11 @@ def _ours(
 ) -> None:
     """``trainer``'s steps over ``plan``, its two directions side by side or not, its
     per-step loop ``loop`` (None: the defaults), with ``mm``: no product in oneDNN."""
-    before = _packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP, _packed_rnn.ONEDNN_FROM
-    _packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP = side_by_side, loop
+    knobs: dict[str, Any] = {"side_by_side": side_by_side, "loop": loop}
     if mm:
-        _packed_rnn.ONEDNN_FROM = None
-    try:
+        knobs["onednn_from"] = None
+    with packed_rnn_variant(**knobs):
         trainer.train_batches(plan).cpu()
-    finally:
-        _packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP, _packed_rnn.ONEDNN_FROM = before
 
 
 def _sizes(text: str) -> list[tuple[int, int]]:

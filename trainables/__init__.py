@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from trainables._packed_rnn import LOOPS, packed_bidirectional
+    from trainables._packed_rnn import variant as packed_rnn_variant
     from trainables.fused import (
         MEMBER_FIELDS,
         SHARED_FIELDS,
@@ -19,11 +20,13 @@ if TYPE_CHECKING:
     )
 
 # Imported on first use (``trainables.stats`` and ``trainables.names`` need no torch): the
-# packed recurrent layers' two per-step loops, for the benchmarks that compare them, and
+# packed recurrent layers' two per-step loops and the switch between their variants, for
+# the benchmarks that compare them, and
 # horizontally fused training of k trials of the same shapes (``trainables.fused``).
 _HOME_OF = {
     "LOOPS": "trainables._packed_rnn",
     "packed_bidirectional": "trainables._packed_rnn",
+    "packed_rnn_variant": "trainables._packed_rnn",
     **{
         name: "trainables.fused"
         for name in (
@@ -37,6 +40,8 @@ _HOME_OF = {
     },
 }
 
+_ATTRIBUTE = {"packed_rnn_variant": "variant"}  # its name in its module
+
 __all__ = [
     "LOOPS",
     "MEMBER_FIELDS",
@@ -46,6 +51,7 @@ __all__ = [
     "check_fusable",
     "fuse",
     "packed_bidirectional",
+    "packed_rnn_variant",
 ]
 
 
@@ -53,6 +59,6 @@ def __getattr__(name: str) -> Any:
     module = _HOME_OF.get(name)
     if module is None:
         raise AttributeError(f"module 'trainables' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), _ATTRIBUTE.get(name, name))
     globals()[name] = value
     return value

@@ -34,6 +34,7 @@ and ``nn.LSTM`` (gates ordered i, f, g, o)::
 
 from __future__ import annotations
 
+import contextlib
 import platform
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -308,6 +309,33 @@ SIDE_BY_SIDE: bool | None = None
 # and for ``loop``: "cpp" or "python"; None: "cpp" where it applies and builds
 LOOP: str | None = None
 LOOPS = ("cpp", "python")
+_KEEP: Any = object()  # ``variant``'s "leave this knob as it is"
+
+
+@contextlib.contextmanager
+def variant(
+    *, side_by_side: bool | None = _KEEP, loop: str | None = _KEEP, onednn_from: int | None = _KEEP
+) -> Iterator[None]:
+    """Run the packed layers, for the time of the block, with their two directions side
+    by side or not (``SIDE_BY_SIDE``), the per-step ``loop`` (``LOOP``) or oneDNN's
+    products from ``onednn_from`` (``ONEDNN_FROM``; None: never): the benchmarks compare
+    the variants. A knob not given stays as it is; every knob is restored after."""
+    global SIDE_BY_SIDE, LOOP, ONEDNN_FROM
+    if loop is not _KEEP and loop is not None and loop not in LOOPS:
+        raise ValueError(f"loop: got {loop!r}, expected one of {', '.join(LOOPS)} or None")
+    before = SIDE_BY_SIDE, LOOP, ONEDNN_FROM
+    if side_by_side is not _KEEP:
+        SIDE_BY_SIDE = side_by_side
+    if loop is not _KEEP:
+        LOOP = loop
+    if onednn_from is not _KEEP:
+        ONEDNN_FROM = onednn_from
+    try:
+        yield
+    finally:
+        SIDE_BY_SIDE, LOOP, ONEDNN_FROM = before
+
+
 Forward = Callable[
     [torch.Tensor, torch.Tensor, torch.Tensor, _Steps, Low], tuple[torch.Tensor, Saved]
 ]

@@ -185,3 +185,22 @@ def test_onednn_runs_the_float32_cpu_products_from_its_size(
         products.back(d, back)
         torch.testing.assert_close(out, h @ large.t(), rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(back, d @ large, rtol=1e-5, atol=1e-5)
+
+
+def test_the_public_variant_switch_sets_and_restores_each_knob() -> None:
+    from trainables import packed_rnn_variant
+
+    before = _packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP, _packed_rnn.ONEDNN_FROM
+    with packed_rnn_variant(side_by_side=False, loop="python", onednn_from=None):
+        assert (_packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP, _packed_rnn.ONEDNN_FROM) == (
+            False,
+            "python",
+            None,
+        )
+        with packed_rnn_variant(loop="cpp"):  # a knob not given stays as it is
+            assert (_packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP) == (False, "cpp")
+        assert _packed_rnn.LOOP == "python"
+    assert before == (_packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP, _packed_rnn.ONEDNN_FROM)
+    with pytest.raises(ValueError, match="loop: got 'fortran'"), packed_rnn_variant(loop="fortran"):
+        pass
+    assert before[1] == _packed_rnn.LOOP
