@@ -31,11 +31,15 @@ def one_line(text: object) -> str:
     return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
 
 
-def error_line(err: BaseException, limit: int = 300) -> str:
-    """An exception as one short line: its type and the first line of its message (at
-    most ``limit`` characters of it), or its type alone when it says nothing."""
-    text = str(err).strip()
-    return f"{type(err).__name__}: {text.splitlines()[0][:limit]}" if text else type(err).__name__
+def error_line(err: BaseException, limit: int = 300, *, last: bool = False) -> str:
+    """An exception as one short line: its type and the first line of its message (the
+    last with ``last``: a Ray or compiler error ends with its cause), at most ``limit``
+    characters of it, or its type alone when it says nothing. The one formatter of an
+    exception for a message."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if not lines:
+        return type(err).__name__
+    return f"{type(err).__name__}: {lines[-1 if last else 0][:limit]}"
 
 
 def os_reason(err: BaseException) -> str:

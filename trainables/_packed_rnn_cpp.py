@@ -22,6 +22,8 @@ import warnings
 from pathlib import Path
 from types import ModuleType
 
+from storage.cli import error_line
+
 __all__ = ["ENV", "SOURCE", "extension"]
 
 ENV = "GROUNDED_PACKED_RNN"  # "python": never build or use the C++ loop
@@ -66,9 +68,8 @@ def extension() -> ModuleType | None:
                 )
         except Exception as exc:  # no compiler, no headers: the Python loop still works
             warnings.warn(
-                f"trainables/_packed_rnn.cpp could not be built ({type(exc).__name__}: "
-                f"{str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}); training "
-                f"on the CPU uses the Python loop (slower; {ENV}=python silences this)",
+                f"trainables/_packed_rnn.cpp could not be built ({error_line(exc, last=True)}); "
+                f"training on the CPU uses the Python loop (slower; {ENV}=python silences this)",
                 RuntimeWarning,
                 stacklevel=2,
             )
