@@ -13,8 +13,8 @@ import pandas as pd
 
 from analysis._data import FAMILY, SearchRecord
 from analysis.reference import MARGIN_STABLE_RANGE
-from gridsearch.curves import TradeoffCurve, tradeoff_curve
 from gridsearch.summary import BASELINE_LABELS, TrialOutcome, pareto_front
+from gridsearch.tracking import TradeoffCurve, tradeoff_curve
 from trainables import names
 from trainables.stats import pearson_ci, recall_ci
 

@@ -19,7 +19,7 @@ import pandas as pd
 
 from analysis._compute import ENSEMBLE_RETRIEVAL, tradeoff_curves
 from analysis._data import FAMILY, SearchRecord
-from gridsearch.curves import TradeoffCurve
+from gridsearch.tracking import TradeoffCurve
 from trainables import names
 from trainables.presets import PRESETS
 from trainables.stats import pearson_ci, recall_ci

@@ -19,7 +19,7 @@ from matplotlib.ticker import MaxNLocator
 
 from analysis._compute import ParetoSet, ReferenceLine
 from analysis.reference import MARGIN_STABLE_RANGE
-from gridsearch.curves import TradeoffCurve
+from gridsearch.tracking import TradeoffCurve
 
 DPI = 100
 _EPOCH_ZERO_AT = 0.5  # log(0) does not exist: epoch 0 is drawn here and labelled "0"

@@ -35,7 +35,7 @@ from gridsearch import (  # noqa: E402
     best_trial_tag,
     results_url,
 )
-from tests.gridsearch.mlflow_ui import MlflowUI, chromium, screenshot  # noqa: E402
+from tests.gridsearch.tracking.mlflow_ui import MlflowUI, chromium, screenshot  # noqa: E402
 from trainables import names  # noqa: E402
 
 RUNS_WINDOW = (2300, 560)  # wide enough for every column of the results view

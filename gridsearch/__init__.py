@@ -2,11 +2,12 @@
 tracking.
 
 The public face for the packages above it (``analysis``, the benchmarks, the docs'
-scripts): what they may use of the search's layout, records, tracking store and tags,
-and the sampler and scheduler the benchmarks compare. Each name is imported on first
-use, so ``from gridsearch import RunsLayout`` (reading a search) imports neither Ray
-nor Optuna; the sampler and scheduler names (``SpaceFillingSampler``, ``make_sampler``,
-``searcher``, ``warm_start``, ``quiet``, ``make_scheduler``, ``resolve_scheduler``) do.
+scripts): what they may use of the search's layout, records, tracking store and tags
+(the last two from ``gridsearch.tracking``, the MLflow tracking subpackage), and the
+sampler and scheduler the benchmarks compare. Each name is imported on first use, so
+``from gridsearch import RunsLayout`` (reading a search) imports neither Ray nor Optuna;
+the sampler and scheduler names (``SpaceFillingSampler``, ``make_sampler``, ``searcher``,
+``warm_start``, ``quiet``, ``make_scheduler``, ``resolve_scheduler``) do.
 """
 
 from __future__ import annotations
@@ -21,15 +22,18 @@ if TYPE_CHECKING:
     from gridsearch._sampler import SpaceFillingSampler
     from gridsearch._scheduler import make_scheduler
     from gridsearch._scheduler_choice import resolve_scheduler
-    from gridsearch._store import TrackingError, check_reachable, results_url, using_tracking_uri
-    from gridsearch._tags import (
+    from gridsearch.tracking import (
         OUTCOME_TAG,
         PARENT_TAG,
         ROLE_SEARCH,
         ROLE_TAG,
         ROLE_TRIAL,
         TRIAL_TAG,
+        TrackingError,
         best_trial_tag,
+        check_reachable,
+        results_url,
+        using_tracking_uri,
     )
 
 _HOMES = {
@@ -39,15 +43,18 @@ _HOMES = {
     "gridsearch._sampler": ["SpaceFillingSampler"],
     "gridsearch._scheduler": ["make_scheduler"],
     "gridsearch._scheduler_choice": ["resolve_scheduler"],
-    "gridsearch._store": ["TrackingError", "check_reachable", "results_url", "using_tracking_uri"],
-    "gridsearch._tags": [
+    "gridsearch.tracking": [
         "OUTCOME_TAG",
         "PARENT_TAG",
         "ROLE_SEARCH",
         "ROLE_TAG",
         "ROLE_TRIAL",
         "TRIAL_TAG",
+        "TrackingError",
         "best_trial_tag",
+        "check_reachable",
+        "results_url",
+        "using_tracking_uri",
     ],
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}

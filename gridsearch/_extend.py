@@ -35,9 +35,9 @@ from ray.tune.search import Searcher, SearchGenerator
 
 from gridsearch._inputs import tracking_client
 from gridsearch._layout import rebase
-from gridsearch._tags import OUTCOME_TAG, ROLE_SEARCH, ROLE_TAG
 from gridsearch.settings import NothingToRun, SearchError, SearchSettings
 from gridsearch.summary import report_command
+from gridsearch.tracking import OUTCOME_TAG, ROLE_SEARCH, ROLE_TAG
 from storage import write_bytes_atomic
 
 __all__ = [

@@ -32,7 +32,7 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
 from gridsearch._optuna import ResumableOptunaSearch
-from gridsearch._runs import split_trial_config
+from gridsearch.tracking import split_trial_config
 from storage import write_text_atomic
 from trainables import names
 from trainables.config import ConfigError

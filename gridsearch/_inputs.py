@@ -13,8 +13,8 @@ from typing import Any
 from ray import tune
 
 from gridsearch._lock import setup_lock
-from gridsearch._store import TrackingError, check_reachable
 from gridsearch.settings import SMOKE_WORLD_IMAGES, SearchError, SearchSettings
+from gridsearch.tracking import TrackingError, check_reachable
 from storage import FeatureStore, StoreError, build_synthetic
 from storage.senteval import SemanticBenchmark, load_senteval
 from trainables.baselines import BASELINES_FILE, store_baselines

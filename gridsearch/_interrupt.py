@@ -41,7 +41,7 @@ from typing import Any
 from ray.tune import Callback
 
 from gridsearch._damage import drop_cut_short_pickle
-from gridsearch._write_queue import is_disk_full
+from gridsearch.tracking import is_disk_full
 
 __all__ = [
     "RESERVE_BYTES",

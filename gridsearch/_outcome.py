@@ -13,7 +13,7 @@
 ========================  =========  ====================================================
 
 Two outcomes share ``FINISHED`` and three ``KILLED``: whatever reads a trial's end back
-reads its ``outcome`` tag (``_tags.OUTCOME_TAG``), never its status.
+reads its ``outcome`` tag (``gridsearch.tracking.OUTCOME_TAG``), never its status.
 """
 
 from __future__ import annotations

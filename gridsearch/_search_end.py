@@ -12,11 +12,10 @@ from gridsearch import _extend, _optuna
 from gridsearch._fused_search import MemberResults
 from gridsearch._interrupt import Interruption
 from gridsearch._outcome import Outcome, classify
-from gridsearch._parent import close_parent
-from gridsearch._reconcile import ReconcileReport
 from gridsearch.registry import register_best
 from gridsearch.settings import SearchError, SearchSettings
 from gridsearch.summary import TrialOutcome, format_summary
+from gridsearch.tracking import ReconcileReport, close_parent
 
 if TYPE_CHECKING:
     from gridsearch._search_setup import SearchRun

@@ -16,15 +16,13 @@ from ray.tune import Callback
 from gridsearch import _extend, _optuna
 from gridsearch._fused_search import fused_search
 from gridsearch._interrupt import DiskGuard, Interruption
-from gridsearch._parent import parent_params
 from gridsearch._scheduler import cycle_epochs, describe_rungs, make_scheduler
 from gridsearch._scheduler_choice import FIFO_BELOW_EPOCHS, resolve_scheduler
-from gridsearch._store import ensure_experiment, start_parent_run
 from gridsearch.cluster import Resources
 from gridsearch.progress import ProgressPrinter, progress_dir, shown_keys
 from gridsearch.settings import SearchError, SearchSettings
 from gridsearch.spaces import SearchSpace
-from gridsearch.tracking import TrialTracker
+from gridsearch.tracking import TrialTracker, ensure_experiment, parent_params, start_parent_run
 from storage.senteval import SemanticBenchmark
 from trainables.baselines import BASELINES_FILE, json_text
 from trainables.data import TrainingData

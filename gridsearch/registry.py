@@ -63,9 +63,8 @@ import storage
 import trainables
 from gridsearch._outcome import Outcome
 from gridsearch._space_file import SPACE_NAME
-from gridsearch._store import using_tracking_uri
-from gridsearch._tags import TRIAL_TAG
 from gridsearch.summary import TrialOutcome, best_trial, pareto_front
+from gridsearch.tracking import TRIAL_TAG, using_tracking_uri
 from trainables import names
 from trainables.checkpoint import ENSEMBLE_FILE, load_ensemble
 from trainables.encoder import SentenceEncoder

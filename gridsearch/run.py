@@ -158,8 +158,8 @@ def _stopped(result: SearchResult) -> str:
 def _closing(result: SearchResult, left: bool) -> None:
     """Where to look at the results, and the command that continues or extends it."""
     settings = result.settings
-    from gridsearch._store import results_link  # MLflow: imported once a search ran
     from gridsearch.summary import closing_commands
+    from gridsearch.tracking import results_link  # MLflow: imported once a search ran
 
     partial = not any(o.status == "finished" for o in result.outcomes)
     (runs, mlflow_ui), *others = closing_commands(settings, partial=partial)

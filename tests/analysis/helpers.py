@@ -14,7 +14,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from analysis._data import HISTORY_KEYS, SearchRecord
-from gridsearch._tags import OUTCOME_TAG, PARENT_TAG, ROLE_TAG, TRIAL_TAG
+from gridsearch import OUTCOME_TAG, PARENT_TAG, ROLE_TAG, TRIAL_TAG
 
 
 def make_record(

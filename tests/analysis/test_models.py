@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from mlflow import MlflowClient
 
-from gridsearch._tags import TRIAL_TAG
+from gridsearch import TRIAL_TAG
 from trainables import checkpoint
 from trainables.checkpoint import CheckpointError, EnsembleWeights
 from trainables.config import TrainConfig

@@ -22,9 +22,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from gridsearch._interrupt import DiskGuard, Interruption, Reserve, quiet_disk_full_logs
-from gridsearch._tags import OUTCOME_TAG, ROLE_TAG, TRIAL_TAG
-from gridsearch._write_queue import WriteQueue
 from gridsearch.run import main
+from gridsearch.tracking import OUTCOME_TAG, ROLE_TAG, TRIAL_TAG
+from gridsearch.tracking._write_queue import WriteQueue
 from tests.gridsearch.test_drivers import SEARCH, Driver
 
 

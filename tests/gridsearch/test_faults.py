@@ -23,9 +23,8 @@ ray = pytest.importorskip("ray")
 from ray import tune  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
-from gridsearch._store import ensure_experiment, start_parent_run  # noqa: E402
 from gridsearch.settings import SMOKE_WORLD_IMAGES  # noqa: E402
-from gridsearch.tracking import TrialTracker  # noqa: E402
+from gridsearch.tracking import TrialTracker, ensure_experiment, start_parent_run  # noqa: E402
 from storage.build import build_synthetic  # noqa: E402
 from tests.gridsearch.faults import Driver, MlflowServer, node_running  # noqa: E402
 from trainables import names  # noqa: E402

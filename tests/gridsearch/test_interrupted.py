@@ -94,8 +94,8 @@ def test_an_interrupted_end_closes_everything_as_interrupted(tmp_path: Path) -> 
     or before Tune ended them: the parent KILLED "interrupted" though no trial is left,
     and every run still RUNNING closed "search_ended"."""
     from gridsearch._outcome import Outcome
-    from gridsearch._parent import close_parent
-    from tests.gridsearch.test_parent import _search
+    from gridsearch.tracking import close_parent
+    from tests.gridsearch.tracking.test_parent import _search
 
     client, _, parent, runs = _search(tmp_path, "retrieval")
     runs.log_epoch("a", {"margin": 0.2}, 0, {"dev/r10_mean": 3.0})

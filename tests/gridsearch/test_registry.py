@@ -29,8 +29,6 @@ import pytest
 from mlflow.tracking import MlflowClient
 from packaging.requirements import Requirement
 
-from gridsearch._lineage import DIGEST_LENGTH
-from gridsearch._store import using_tracking_uri
 from gridsearch.registry import (
     choose,
     model_name,
@@ -38,6 +36,8 @@ from gridsearch.registry import (
 )
 from gridsearch.run import main
 from gridsearch.summary import TrialOutcome, best_trial, pareto_front
+from gridsearch.tracking import using_tracking_uri
+from gridsearch.tracking._lineage import DIGEST_LENGTH
 from storage import FeatureStore
 from trainables import names
 from trainables.checkpoint import ENSEMBLE_FILE

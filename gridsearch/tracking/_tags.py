@@ -33,7 +33,7 @@ TRIAL_TAG = "tune.trial_id"  # a trial's run is found again by its Tune trial id
 OPTUNA_STUDY_TAG = "optuna.study"
 OPTUNA_TRIAL_TAG = "optuna.trial_number"
 # a trial's Outcome value (gridsearch._outcome); the parent's finished, failed or
-# interrupted (gridsearch._parent); OUTCOME_RUNNING on either while it runs
+# interrupted (_parent); OUTCOME_RUNNING on either while it runs
 OUTCOME_TAG = "outcome"
 OUTCOME_RUNNING = "running"
 ERROR_TAG = "error"  # a failed or abandoned trial's error, its last 5,000 characters
@@ -50,7 +50,7 @@ EXPERIMENT_KIND = "custom_model_development"
 # from the URL parameter ``viewStateShareKey`` and lists it under "Views".
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 RESULTS_VIEW = "search-results"  # the key of the view a search writes
-CHARTS_VIEW = "search-charts"  # the key of its chart view (gridsearch.curves.charts_view)
+CHARTS_VIEW = "search-charts"  # the key of its chart view (_curves.charts_view)
 
 
 def best_trial_tag(metric: str) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from ray.tune import Checkpoint
 
-from gridsearch._artifacts import CURVE_KEYS, write_trial_artifacts
+from gridsearch.tracking._artifacts import CURVE_KEYS, write_trial_artifacts
 from trainables import checkpoint
 from trainables.checkpoint import load_ensemble
 from trainables.config import TrainConfig

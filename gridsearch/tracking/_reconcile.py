@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gridsearch._outcome import classify
-from gridsearch._runs import TrialRuns
+from gridsearch.tracking._runs import TrialRuns
 from trainables import names
 
 __all__ = ["ReconcileReport", "epoch_metrics", "reconcile"]

@@ -8,10 +8,10 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from gridsearch._outcome import Outcome
-from gridsearch._reconcile import epoch_metrics
-from gridsearch._runs import TrialRuns, split_trial_config
-from gridsearch._store import ensure_experiment, start_parent_run
-from gridsearch._tags import OUTCOME_TAG, PARENT_TAG, ROLE_TAG, TRIAL_TAG
+from gridsearch.tracking._reconcile import epoch_metrics
+from gridsearch.tracking._runs import TrialRuns, split_trial_config
+from gridsearch.tracking._store import ensure_experiment, start_parent_run
+from gridsearch.tracking._tags import OUTCOME_TAG, PARENT_TAG, ROLE_TAG, TRIAL_TAG
 from trainables import names
 
 CONFIG = {"margin": 0.3, "hidden_size": 8, "variant": "gru-8-attention"}

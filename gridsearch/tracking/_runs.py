@@ -3,7 +3,7 @@ trial id after a retry or a ``--resume``, each epoch logged once (the first repo
 wins), and closed once with its outcome and artifacts.
 
 Every method talks to MLflow directly and may raise when the store is away; the caller
-(``tracking.TrialTracker``) queues them in a ``WriteQueue``, so a failed call is retried
+(``_callback.TrialTracker``) queues them in a ``WriteQueue``, so a failed call is retried
 as a whole.
 """
 
@@ -19,11 +19,11 @@ from typing import Any
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-from gridsearch._artifacts import CURVE_KEYS, write_trial_artifacts
-from gridsearch._lineage import copy_inputs
 from gridsearch._outcome import Outcome
-from gridsearch._store import param_value
-from gridsearch._tags import (
+from gridsearch.tracking._artifacts import CURVE_KEYS, write_trial_artifacts
+from gridsearch.tracking._lineage import copy_inputs
+from gridsearch.tracking._store import param_value
+from gridsearch.tracking._tags import (
     ERROR_TAG,
     OUTCOME_RUNNING,
     OUTCOME_TAG,
@@ -32,7 +32,7 @@ from gridsearch._tags import (
     ROLE_TRIAL,
     TRIAL_TAG,
 )
-from gridsearch._write_queue import is_disk_full
+from gridsearch.tracking._write_queue import is_disk_full
 from trainables import names
 from trainables.config import TrainConfig
 

@@ -12,10 +12,16 @@ from mlflow.tracking import MlflowClient
 
 from analysis import load_search
 from gridsearch._outcome import Outcome
-from gridsearch._parent import close_parent, summary_step
-from gridsearch._runs import TrialRuns
-from gridsearch._store import ensure_experiment, results_link, results_url, start_parent_run
-from gridsearch._tags import (
+from gridsearch.summary import TrialOutcome
+from gridsearch.tracking._parent import close_parent, summary_step
+from gridsearch.tracking._runs import TrialRuns
+from gridsearch.tracking._store import (
+    ensure_experiment,
+    results_link,
+    results_url,
+    start_parent_run,
+)
+from gridsearch.tracking._tags import (
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
     OUTCOME_TAG,
@@ -23,7 +29,6 @@ from gridsearch._tags import (
     VIEW_TAG_PREFIX,
     best_trial_tag,
 )
-from gridsearch.summary import TrialOutcome
 from trainables import names
 
 R10, SEM = names.BEST_RETRIEVAL, names.BEST_SEMANTIC

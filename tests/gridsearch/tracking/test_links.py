@@ -13,15 +13,15 @@ import optuna
 import pytest
 
 from gridsearch._optuna import MLFLOW_RUN_ATTR, TUNE_TRIAL_ATTR
-from gridsearch._tags import (
+from gridsearch.run import main
+from gridsearch.tracking._curves import CHARTS_SECTION
+from gridsearch.tracking._tags import (
     CHARTS_VIEW,
     OPTUNA_STUDY_TAG,
     OPTUNA_TRIAL_TAG,
     TRIAL_TAG,
     VIEW_TAG_PREFIX,
 )
-from gridsearch.curves import CHARTS_SECTION
-from gridsearch.run import main
 from tests.gridsearch.test_run import SMOKE
 from trainables import names
 

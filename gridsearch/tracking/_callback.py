@@ -14,7 +14,7 @@ two hold. A fused trial (``gridsearch._fused_search``) is several trials in one:
 member gets its own run (its ``tune.trial_id`` is the member's id, ``<trial>-m<i>``),
 with its own metrics at step = epoch under the keys a lone trial's run has, and its own
 end. The experiment gets a chart view that opens on the trade-off per epoch
-(``gridsearch.curves.charts_view``).
+(``_curves.charts_view``).
 """
 
 from __future__ import annotations
@@ -29,17 +29,22 @@ from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
-from gridsearch._artifacts import CURVE_KEYS
 from gridsearch._fused_search import Member, MemberResults, member_checkpoint, members_of
 from gridsearch._interrupt import Interruption
 from gridsearch._optuna import StudyLinks
 from gridsearch._outcome import Outcome, classify
-from gridsearch._reconcile import ReconcileReport, epoch_metrics, reconcile
-from gridsearch._runs import TrialRuns
-from gridsearch._store import objective_metrics
-from gridsearch._tags import CHARTS_VIEW, OPTUNA_STUDY_TAG, OPTUNA_TRIAL_TAG, VIEW_TAG_PREFIX
-from gridsearch._write_queue import WriteQueue
-from gridsearch.curves import charts_view
+from gridsearch.tracking._artifacts import CURVE_KEYS
+from gridsearch.tracking._curves import charts_view
+from gridsearch.tracking._reconcile import ReconcileReport, epoch_metrics, reconcile
+from gridsearch.tracking._runs import TrialRuns
+from gridsearch.tracking._store import objective_metrics
+from gridsearch.tracking._tags import (
+    CHARTS_VIEW,
+    OPTUNA_STUDY_TAG,
+    OPTUNA_TRIAL_TAG,
+    VIEW_TAG_PREFIX,
+)
+from gridsearch.tracking._write_queue import WriteQueue
 from trainables import names
 from trainables.tune import member_metrics
 

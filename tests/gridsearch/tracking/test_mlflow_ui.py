@@ -20,15 +20,16 @@ from typing import Any, NamedTuple
 import pytest
 
 from gridsearch._outcome import Outcome
-from gridsearch._store import results_url
-from gridsearch._tags import (
+from gridsearch.run import main
+from gridsearch.tracking._store import results_url
+from gridsearch.tracking._tags import (
     EXPERIMENT_KIND_TAG,
     RESULTS_VIEW,
     VIEW_TAG_PREFIX,
     best_trial_tag,
 )
-from gridsearch.run import main
-from tests.gridsearch.mlflow_ui import (
+from tests.gridsearch.test_selection import SEARCH  # 4 trials, ASHA stops some of them
+from tests.gridsearch.tracking.mlflow_ui import (
     MlflowUI,
     chromium,
     dump_dom,
@@ -36,7 +37,6 @@ from tests.gridsearch.mlflow_ui import (
     screenshot,
     visible_text,
 )
-from tests.gridsearch.test_selection import SEARCH  # 4 trials, ASHA stops some of them
 from trainables import names
 
 pytestmark = [

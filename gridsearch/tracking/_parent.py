@@ -27,11 +27,11 @@ from mlflow.entities import Metric, RunTag
 from mlflow.tracking import MlflowClient
 
 from gridsearch._space import SearchSpace
-from gridsearch._store import objective_metrics
-from gridsearch._tags import TRIAL_TAG, best_trial_tag
 from gridsearch.cluster import Resources
 from gridsearch.settings import SearchSettings
 from gridsearch.summary import TrialOutcome, best_trial
+from gridsearch.tracking._store import objective_metrics
+from gridsearch.tracking._tags import TRIAL_TAG, best_trial_tag
 from storage import FeatureStore
 from trainables import names
 

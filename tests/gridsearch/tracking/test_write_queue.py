@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from gridsearch._write_queue import WriteQueue
+from gridsearch.tracking._write_queue import WriteQueue
 
 
 class Store:
@@ -45,7 +45,7 @@ def test_a_refused_write_is_dropped_and_logged(caplog: pytest.LogCaptureFixture)
     store = Store()
     store.refuse = {"b"}
     queue = WriteQueue(store.reachable, "fake")
-    with caplog.at_level(logging.ERROR, logger="gridsearch._write_queue"):
+    with caplog.at_level(logging.ERROR, logger="gridsearch.tracking._write_queue"):
         for what in ("a", "b", "c"):
             queue.submit(what, store.write(what))
     assert store.written == ["a", "c"] and queue.pending == 0
@@ -58,7 +58,7 @@ def test_writes_wait_while_the_store_is_away_and_keep_their_order(
     store = Store()
     queue = WriteQueue(store.reachable, "fake", retry_every_s=0.05)
     store.up = False
-    with caplog.at_level(logging.WARNING, logger="gridsearch._write_queue"):
+    with caplog.at_level(logging.WARNING, logger="gridsearch.tracking._write_queue"):
         queue.submit("a", store.write("a"))
         queue.submit("b", store.write("b"))  # retried no sooner than retry_every_s
         assert queue.pending == 2 and queue.store_away and store.written == []

@@ -23,8 +23,10 @@ from typing import Any
 from mlflow.entities import Param
 from mlflow.tracking import MlflowClient
 
-from gridsearch._lineage import log_store_input
-from gridsearch._tags import (
+from gridsearch.settings import OBJECTIVES
+from gridsearch.tracking._curves import charts_url
+from gridsearch.tracking._lineage import log_store_input
+from gridsearch.tracking._tags import (
     CHARTS_VIEW,
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
@@ -35,8 +37,6 @@ from gridsearch._tags import (
     ROLE_TAG,
     VIEW_TAG_PREFIX,
 )
-from gridsearch.curves import charts_url
-from gridsearch.settings import OBJECTIVES
 from trainables import names
 
 __all__ = [
@@ -184,7 +184,7 @@ def results_url(experiment_id: str, ui: str = LOCAL_UI) -> str:
 
 def results_link(tracking_uri: str, experiment: str, charts: bool = False) -> str | None:
     """``results_url`` of ``experiment`` (with ``charts``: the page opened on its chart
-    view, ``curves.charts_url``), served by the tracking server itself or, for a local
+    view, ``_curves.charts_url``), served by the tracking server itself or, for a local
     store, by ``mlflow ui`` at its default address; None when it cannot be found."""
     try:
         found = MlflowClient(tracking_uri=tracking_uri).get_experiment_by_name(experiment)

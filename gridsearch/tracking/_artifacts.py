@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gridsearch.curves import draw_tradeoff, tradeoff_curve
+from gridsearch.tracking._curves import draw_tradeoff, tradeoff_curve
 from trainables import names
 from trainables.checkpoint import ENSEMBLE_FILE, TRAINER_FILE, EnsembleWeights, load_training_state
 from trainables.config import TrainConfig

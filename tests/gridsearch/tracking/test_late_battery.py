@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from gridsearch._store import ensure_experiment, start_parent_run
 from gridsearch.tracking import TrialTracker
+from gridsearch.tracking._store import ensure_experiment, start_parent_run
 from trainables import names
 from trainables.config import TrainConfig
 from trainables.data import TrainingData, default_senteval

@@ -1,0 +1,113 @@
+"""MLflow tracking of a search, written by the driver only: one parent run per search and
+one nested run per trial.
+
+- ``_callback``: ``TrialTracker``, the Tune callback that turns Tune's events into writes
+  of ``_runs`` queued in ``_write_queue``, and links each run to its Optuna trial;
+- ``_runs``: a trial's run, found again by its Tune trial id, each epoch once, closed once
+  with its outcome and ``_artifacts`` (config, trade-off plot, ensemble);
+- ``_write_queue``: the retrying writer, so a store that goes away never stops training;
+- ``_reconcile``: MLflow made to agree with Tune's experiment after a search or a resume;
+- ``_store``: the store checked, the experiment, the parent run, the UI's links and views;
+- ``_parent``: what the parent run records at the start and the end;
+- ``_lineage``: the feature store as every run's dataset input;
+- ``_tags``: the tag names (dependency-free); ``_curves``: a trial's trade-off curve and
+  MLflow's chart view of it.
+
+Each name is imported on first use, so reading a search (the tags, the store helpers,
+``TradeoffCurve``) imports neither Ray nor torch; ``TrialTracker`` imports Ray.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gridsearch.tracking._callback import TrialTracker
+    from gridsearch.tracking._curves import TradeoffCurve, tradeoff_curve
+    from gridsearch.tracking._parent import close_parent, parent_params
+    from gridsearch.tracking._reconcile import ReconcileReport
+    from gridsearch.tracking._runs import split_trial_config
+    from gridsearch.tracking._store import (
+        TrackingError,
+        check_reachable,
+        ensure_experiment,
+        results_link,
+        results_url,
+        start_parent_run,
+        using_tracking_uri,
+    )
+    from gridsearch.tracking._tags import (
+        OUTCOME_TAG,
+        PARENT_TAG,
+        ROLE_SEARCH,
+        ROLE_TAG,
+        ROLE_TRIAL,
+        TRIAL_TAG,
+        best_trial_tag,
+    )
+    from gridsearch.tracking._write_queue import is_disk_full
+
+_HOMES = {
+    "gridsearch.tracking._callback": ["TrialTracker"],
+    "gridsearch.tracking._curves": ["TradeoffCurve", "tradeoff_curve"],
+    "gridsearch.tracking._parent": ["close_parent", "parent_params"],
+    "gridsearch.tracking._reconcile": ["ReconcileReport"],
+    "gridsearch.tracking._runs": ["split_trial_config"],
+    "gridsearch.tracking._store": [
+        "TrackingError",
+        "check_reachable",
+        "ensure_experiment",
+        "results_link",
+        "results_url",
+        "start_parent_run",
+        "using_tracking_uri",
+    ],
+    "gridsearch.tracking._tags": [
+        "OUTCOME_TAG",
+        "PARENT_TAG",
+        "ROLE_SEARCH",
+        "ROLE_TAG",
+        "ROLE_TRIAL",
+        "TRIAL_TAG",
+        "best_trial_tag",
+    ],
+    "gridsearch.tracking._write_queue": ["is_disk_full"],
+}
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+__all__ = [
+    "OUTCOME_TAG",
+    "PARENT_TAG",
+    "ROLE_SEARCH",
+    "ROLE_TAG",
+    "ROLE_TRIAL",
+    "TRIAL_TAG",
+    "ReconcileReport",
+    "TrackingError",
+    "TradeoffCurve",
+    "TrialTracker",
+    "best_trial_tag",
+    "check_reachable",
+    "close_parent",
+    "ensure_experiment",
+    "is_disk_full",
+    "parent_params",
+    "results_link",
+    "results_url",
+    "split_trial_config",
+    "start_parent_run",
+    "tradeoff_curve",
+    "using_tracking_uri",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """``gridsearch.tracking.NAME``: imported from its module on first use (see the
+    docstring)."""
+    module = _HOME_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gridsearch.tracking' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
