@@ -14,6 +14,7 @@ from urllib.parse import unquote, urlparse
 from gridsearch._arguments import build_parser
 from gridsearch._flags import SearchError, check_amounts, check_experiment_name
 from gridsearch._layout import RunsLayout, rebase
+from storage.cli import error_line
 
 if TYPE_CHECKING:  # the class is handed in: settings.py builds on this module
     from gridsearch.settings import SearchSettings
@@ -69,10 +70,9 @@ def resumed(args: argparse.Namespace, settings_class: type[SearchSettings]) -> S
     try:
         settings = _from_saved(json.loads(path.read_text(encoding="utf-8")), settings_class)
     except (OSError, UnicodeDecodeError, ValueError, TypeError, KeyError, RecursionError) as err:
-        reason = str(err).splitlines()[0][:200] if str(err) else ""
         raise SearchError(
-            f"--resume: {path} is not a readable search record ({type(err).__name__}: "
-            f"{reason}); it is written when a search starts (and when a --resume extends "
+            f"--resume: {path} is not a readable search record ({error_line(err, 200)}); "
+            "it is written when a search starts (and when a --resume extends "
             "it), never by hand: start a new search, or restore the file"
         ) from None
     if settings.experiment != args.experiment:

@@ -45,6 +45,7 @@ from gridsearch.cluster import (
 from gridsearch.progress import progress_dir
 from gridsearch.settings import SearchError, SearchSettings
 from gridsearch.spaces import SearchSpace, load_space
+from storage.cli import error_line
 from storage.senteval import SemanticBenchmark
 from trainables.data import TrainingData
 from trainables.tune import fused_trainable, grounded_trainable
@@ -145,16 +146,11 @@ def _fit(tuner: tune.Tuner, settings: SearchSettings) -> Any:
         if not is_disk_full(err):
             raise
         raise SearchError(
-            f"no space left on a device the search writes to ({_last_line(err)}); free some "
-            f"space and continue with `{settings.resume_command}` (Tune keeps every finished "
-            f"epoch under {settings.experiment_path}, --resume records what MLflow lacks)"
+            "no space left on a device the search writes to "
+            f"({error_line(err, 200, last=True)}); free some space and continue with "
+            f"`{settings.resume_command}` (Tune keeps every finished epoch under "
+            f"{settings.experiment_path}, --resume records what MLflow lacks)"
         ) from None
-
-
-def _last_line(err: BaseException) -> str:
-    """The last line of an error's message (a Ray error ends with its cause), or its type."""
-    lines = str(err).strip().splitlines()
-    return lines[-1][:200] if lines else type(err).__name__
 
 
 def stopping_epochs(

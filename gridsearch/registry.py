@@ -65,6 +65,7 @@ from gridsearch._outcome import Outcome
 from gridsearch._space_file import SPACE_NAME
 from gridsearch.summary import TrialOutcome, best_trial, pareto_front
 from gridsearch.tracking import TRIAL_TAG, using_tracking_uri
+from storage.cli import error_line
 from trainables import names
 from trainables.checkpoint import ENSEMBLE_FILE, load_ensemble
 from trainables.encoder import SentenceEncoder
@@ -224,8 +225,8 @@ def register_best(
     except Exception as err:  # MLflow raises many kinds for a store that is away
         write(
             f"warning: the best models were not registered as {name!r} in "
-            f"{_without_password(tracking_uri)} ({_reason(err)}); the search is recorded all "
-            f"the same, every trial's {ENSEMBLE_FILE} in its run"
+            f"{_without_password(tracking_uri)} ({error_line(err, 200)}); the search is "
+            f"recorded all the same, every trial's {ENSEMBLE_FILE} in its run"
         )
         return {}
     for version in sorted(set(versions.values()), key=int):
@@ -325,12 +326,6 @@ class _Search:
             "chosen_as": ", ".join(aliases),
             **values,
         }
-
-
-def _reason(err: Exception) -> str:
-    lines = str(err).strip().splitlines()
-    text = f"{type(err).__name__}: {lines[0] if lines else ''}"
-    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def _without_password(uri: str) -> str:

@@ -37,6 +37,7 @@ from gridsearch.tracking._tags import (
     ROLE_TAG,
     VIEW_TAG_PREFIX,
 )
+from storage.cli import error_line
 from trainables import names
 
 __all__ = [
@@ -81,8 +82,7 @@ def check_reachable(uri: str) -> MlflowClient:
         client.search_experiments(max_results=1)
     except Exception as err:  # MLflow raises many kinds for a dead server or a bad URI
         raise TrackingError(
-            f"--tracking-uri {uri}: the MLflow tracking store cannot be used "
-            f"({type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''})"
+            f"--tracking-uri {uri}: the MLflow tracking store cannot be used ({error_line(err)})"
         ) from None
     return client
 
