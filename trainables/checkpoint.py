@@ -56,10 +56,12 @@ from trainables.vocabulary import Tokenizer
 __all__ = [
     "ENSEMBLE_FILE",
     "LAST_EVALUATED",
+    "MAY_CHANGE_ON_RESUME",
     "SCHEMA_VERSION",
     "TRAINER_FILE",
     "CheckpointError",
     "EnsembleWeights",
+    "check_resumable",
     "from_bytes",
     "load_ensemble",
     "load_training_state",
@@ -267,3 +269,28 @@ def load_ensemble(data: bytes | str | os.PathLike[str], what: str = "") -> Ensem
     except CheckpointError as err:
         raise CheckpointError(f"{what}: {err}") from None
     return weights
+
+
+# what a resumed run may change: where it runs and how long (the rest must match exactly)
+MAY_CHANGE_ON_RESUME = ("device", "epochs", "threads", "eval_batch_size")
+
+
+def check_resumable(saved: Mapping[str, Any], config: TrainConfig, what: str = "") -> None:
+    """A training state written with the config ``saved`` (its ``config`` dict) may go on
+    as ``config``: only ``MAY_CHANGE_ON_RESUME`` may differ. Else a ``CheckpointError``
+    naming ``what`` (default: the checkpoint) and every field that differs."""
+    what = what or "the checkpoint"
+    try:
+        before = TrainConfig.from_dict(saved)
+    except ValueError as err:
+        raise CheckpointError(f"{what}: its config is not valid ({err})") from None
+    changed = [
+        f"{name} (checkpoint {getattr(before, name)!r}, now {getattr(config, name)!r})"
+        for name in TrainConfig.field_names()
+        if name not in MAY_CHANGE_ON_RESUME and getattr(before, name) != getattr(config, name)
+    ]
+    if changed:
+        raise CheckpointError(
+            f"{what}: was written with a different config: {'; '.join(changed)}; resume "
+            f"with the same settings (only {', '.join(MAY_CHANGE_ON_RESUME)} may change)"
+        )

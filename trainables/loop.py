@@ -12,30 +12,29 @@ and the lengths that packing needs are read from a host copy.
 The test battery off the critical path (``SemanticEvaluation.background``, on by
 default): nothing selects on the battery, so after an epoch the Trainer evaluates what
 selects (dev retrieval, the dev semantic score) and test retrieval in place, and hands
-the battery to a background worker (``_BatteryWorker``: a thread, on a GPU with its own
-CUDA stream) that embeds and scores with a copy of the epoch's weights while the next
-epoch trains. Its metrics are filed under their own epoch: the battery started after
-epoch e is collected at the end of epoch e + 1 (waiting there only if it is not done),
-merged into ``history[e]`` (so the checkpoint history is as before), and delivered with
-the report of epoch e + 1 as ``names.late(key)`` beside ``names.LATE_EPOCH`` = e, which
-the search's tracking callback logs at MLflow step e (``gridsearch.tracking``). The same
-rule for every epoch makes the delivery deterministic (a trial's seeds deliver alike).
-Where a report must hold its own battery it waits for it: the last epoch (whose
-report also holds the ensemble's, computed while the battery runs) and the epochs in
-``complete_at`` (where a scheduler may stop the trial: ASHA's rungs). A run that stops
-in between (an interrupt, a closed generator) files the batteries that finished into
-``history``; a battery still running is lost with the run, but a run resumed from a
-checkpoint whose last epoch lacks its battery computes it again from the checkpoint's
-weights (those very weights) and delivers it with the next report. With
-``background=False`` the battery is computed in place, in the epoch's own report (the
-synchronous path: for debugging, and the benchmarks' baseline); both paths give the same
-metrics at the same epochs (tests/trainables/test_loop.py).
+the battery to a background worker (``trainables._battery.BatteryWorker``: a thread, on
+a GPU with its own CUDA stream) that embeds and scores with a copy of the epoch's
+weights while the next epoch trains. Its metrics are filed under their own epoch: the
+battery started after epoch e is collected at the end of epoch e + 1 (waiting there only
+if it is not done), merged into ``history[e]`` (so the checkpoint history is as before),
+and delivered with the report of epoch e + 1 as ``names.late(key)`` beside
+``names.LATE_EPOCH`` = e, which the search's tracking callback logs at MLflow step e
+(``gridsearch.tracking``). The same rule for every epoch makes the delivery
+deterministic (a trial's seeds deliver alike). Where a report must hold its own battery
+it waits for it: the last epoch (whose report also holds the ensemble's, computed while
+the battery runs) and the epochs in ``complete_at`` (where a scheduler may stop the
+trial: ASHA's rungs). A run that stops in between (an interrupt, a closed generator)
+files the batteries that finished into ``history``; a battery still running is lost with
+the run, but a run resumed from a checkpoint whose last epoch lacks its battery computes
+it again from the checkpoint's weights (those very weights) and delivers it with the
+next report. With ``background=False`` the battery is computed in place, in the epoch's
+own report (the synchronous path: for debugging, and the benchmarks' baseline); both
+paths give the same metrics at the same epochs (tests/trainables/test_loop.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import logging
 import math
@@ -50,6 +49,7 @@ import numpy as np
 import torch
 
 from trainables import checkpoint, families, names
+from trainables._battery import BatteryWorker
 from trainables.config import TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches, partner_rows
 from trainables.device import resolve_device
@@ -57,7 +57,6 @@ from trainables.embedding import embed_captions, embed_images, embed_sentences
 from trainables.loss import at_least_float32, make_loss
 from trainables.metrics import retrieval_metrics
 from trainables.model import GroundedEncoder
-from trainables.relatedness import cpu_threads
 from trainables.schedule import cyclic_cosine_lr
 from trainables.semantic import (
     DevSemanticEvaluator,
@@ -72,38 +71,12 @@ __all__ = [
     "NonFiniteLossError",
     "Snapshot",
     "Trainer",
-    "check_resumable",
 ]
 
 
 logger = logging.getLogger(__name__)
 
 EmbedFn = Callable[[Sequence[str]], torch.Tensor]
-
-
-# what a resumed run may change: where it runs and how long (the rest must match exactly)
-_MAY_CHANGE_ON_RESUME = ("device", "epochs", "threads", "eval_batch_size")
-
-
-def check_resumable(saved: Mapping[str, Any], config: TrainConfig, what: str = "") -> None:
-    """A training state written with the config ``saved`` (its ``config`` dict) may go on
-    as ``config``: only ``_MAY_CHANGE_ON_RESUME`` may differ. Else a ``CheckpointError``
-    naming ``what`` (default: the checkpoint) and every field that differs."""
-    what = what or "the checkpoint"
-    try:
-        before = TrainConfig.from_dict(saved)
-    except ValueError as err:
-        raise checkpoint.CheckpointError(f"{what}: its config is not valid ({err})") from None
-    changed = [
-        f"{name} (checkpoint {getattr(before, name)!r}, now {getattr(config, name)!r})"
-        for name in TrainConfig.field_names()
-        if name not in _MAY_CHANGE_ON_RESUME and getattr(before, name) != getattr(config, name)
-    ]
-    if changed:
-        raise checkpoint.CheckpointError(
-            f"{what}: was written with a different config: {'; '.join(changed)}; resume "
-            f"with the same settings (only {', '.join(_MAY_CHANGE_ON_RESUME)} may change)"
-        )
 
 
 def _summed(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -144,92 +117,6 @@ class _DeviceSplit:
     def chars(self) -> torch.Tensor:
         """``tokens`` (their name when every model read characters)."""
         return self.tokens
-
-
-class _BatteryWorker:
-    """The test battery of one epoch at a time, computed in a background thread from a
-    copy of the epoch's weights (``start``), collected by the training thread
-    (``collect``). On a GPU the thread works on its own CUDA stream, after the copy (made
-    on the training stream, so the next step cannot overwrite what it reads); on the
-    CPU it runs with one torch thread. The copy is one model kept for the purpose and
-    refilled at each start (one battery at a time, so nothing else reads it then)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.shadow: GroundedEncoder | None = None
-        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-        self.epoch: int | None = None  # the epoch of the battery started, until collected
-        # set once the battery started last has embedded its sentences (or has ended)
-        self.table_ready = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._result: dict[str, float] | None = None
-        self._error: BaseException | None = None
-
-    @property
-    def busy(self) -> bool:
-        """A battery was started and not collected yet (running or finished)."""
-        return self._thread is not None
-
-    @property
-    def finished(self) -> bool:
-        return self._thread is not None and not self._thread.is_alive()
-
-    def start(
-        self,
-        epoch: int,
-        model: GroundedEncoder,
-        battery: Callable[[Sequence[GroundedEncoder]], dict[str, float]],
-    ) -> None:
-        if self._thread is not None:
-            raise RuntimeError(f"the battery of epoch {self.epoch} was not collected")
-        with torch.no_grad():
-            if self.shadow is not None:
-                try:
-                    self.shadow.load_state_dict(model.state_dict())
-                except RuntimeError:  # a model rebuilt since (a resumed word model)
-                    self.shadow = None
-            if self.shadow is None:
-                self.shadow = copy.deepcopy(model)  # no RNG drawn: training's stays as it was
-        ready = None
-        if self.stream is not None:
-            ready = torch.cuda.Event()
-            ready.record()  # on the training stream, after the copy
-        shadow, stream = self.shadow, self.stream
-
-        def work() -> None:
-            try:
-                if stream is not None:
-                    with torch.cuda.device(self.device), torch.cuda.stream(stream):
-                        assert ready is not None
-                        stream.wait_event(ready)
-                        result = battery([shadow])
-                        stream.synchronize()  # its memory may be reused once it returns
-                else:
-                    with cpu_threads(1, "cpu"):
-                        result = battery([shadow])
-                self._result = result
-            except BaseException as err:  # raised again in collect()
-                self._error = err
-            finally:
-                self.table_ready.set()  # no one waits for a table that will not come
-
-        self.epoch, self._result, self._error = epoch, None, None
-        self.table_ready.clear()
-        self._thread = threading.Thread(target=work, name=f"test battery {epoch}", daemon=True)
-        self._thread.start()
-
-    def collect(self) -> tuple[int, dict[str, float]]:
-        """Wait for the battery started last; its epoch and metrics (or raise its error)."""
-        if self._thread is None or self.epoch is None:
-            raise RuntimeError("no battery was started")
-        self._thread.join()
-        epoch, result, error = self.epoch, self._result, self._error
-        self._thread, self.epoch, self._result, self._error = None, None, None, None
-        if error is not None:  # as it was raised (an out-of-memory error stays one)
-            error.add_note(f"in the test battery of epoch {epoch}, computed in the background")
-            raise error
-        assert result is not None
-        return epoch, result
 
 
 class Trainer:
@@ -276,7 +163,7 @@ class Trainer:
         self.snapshots: list[Snapshot] = []  # the best `ensemble_size` snapshots so far
         self._penalties: torch.Tensor | None = None  # the last epoch's attention penalties
         self.complete_at = frozenset(int(e) for e in complete_at)
-        self._battery = _BatteryWorker(self.device)  # the background battery (module doc)
+        self._battery = BatteryWorker(self.device)  # the background battery (module doc)
         self._late: dict[str, float] = {}  # an earlier epoch's battery, for the next report
         self.reuse = reuse
         self._test_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None  # this epoch's
@@ -744,7 +631,7 @@ class Trainer:
         """Continue from ``state_dict()``'s dictionary. A word model continues with the
         vocabulary it was trained with (saved in ``state``), whatever the data's."""
         what = what or "the checkpoint"
-        check_resumable(state["config"], self.config, what)
+        checkpoint.check_resumable(state["config"], self.config, what)
         try:
             saved = families.tokenizer_from_entries(self.config, state)
         except ValueError as err:

@@ -44,7 +44,7 @@ from trainables import checkpoint, names
 from trainables._train_cli import COMMAND, build_parser, epoch_line, json_line, paper_sizes_on_cpu
 from trainables.config import ConfigError, TrainConfig
 from trainables.data import TrainingData, default_senteval
-from trainables.loop import NonFiniteLossError, Trainer, check_resumable
+from trainables.loop import NonFiniteLossError, Trainer
 from trainables.semantic import make_semantic
 
 __all__ = [
@@ -177,7 +177,7 @@ def _resume_state(path: Path, config: TrainConfig) -> dict[str, Any] | None:
     if not path.exists():
         return None
     state = checkpoint.load_training_state(path, "cpu", what=what)
-    check_resumable(state["config"], config, what=what)
+    checkpoint.check_resumable(state["config"], config, what=what)
     return state
 
 
