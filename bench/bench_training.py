@@ -1,6 +1,6 @@
 """Training throughput of ``trainables.loop.Trainer`` against a straightforward loop.
 
-Issue 7, item 1: captions/s of the paper model (n=1024, attention) at batch 32 and 128,
+Captions/s of the paper model (n=1024, attention) at batch 32 and 128,
 the Trainer's own step (``Trainer.train_batches``, the code path of
 ``train_one_epoch``) against a reference loop written here the plain way: per batch
 the captions are sorted by length and gathered on the CPU, copied to the device with
@@ -9,7 +9,7 @@ is read with ``.item()`` every step. Both train the same model class with the sa
 optimiser, schedule and clipping, from the same seed; the two are timed alternately,
 best of ``--repeats``. On CUDA it also reports ``torch.cuda.max_memory_allocated``.
 
-Item 3 (``--flickr8k``): the paper's Flickr8k-sized run, 6,000 training images x 5
+With ``--flickr8k``: the paper's Flickr8k-sized run, 6,000 training images x 5
 captions of the embedded world, 32 epochs of batch 32 with the dev retrieval and
 semantic evaluation after every epoch. On a GPU the whole run is timed; on a CPU it is
 estimated from ``--steps`` timed steps and one timed evaluation (and says so).

@@ -20,7 +20,7 @@ def test_flops_count_the_recurrence_attention_and_image_encoder() -> None:
     attention = 2 * 2 * (2 * n) * 128
     image = 2 * 2048 * 2 * n
     assert bench.flops_per_caption(n, length) == 3 * ((rnn + attention) * length + image)
-    # the figure for n=1024: 2.58 GFLOP per caption at ~61 characters
+    # the paper model's cost (n=1024): 2.58 GFLOP per caption at ~61 characters
     assert bench.flops_per_caption(n, length) / 1e9 == pytest.approx(2.58, rel=0.01)
 
 
