@@ -17,6 +17,7 @@ import logging
 import math
 import multiprocessing
 import os
+import signal
 from collections.abc import Sequence
 from functools import cache
 from multiprocessing.pool import AsyncResult, Pool
@@ -146,6 +147,16 @@ def _render_chunk(task: tuple[str, Sequence[tuple[str, Scene]]]) -> int:
     return sum(_write_if_absent(os.path.join(directory, name), scene) for name, scene in jobs)
 
 
+def _quiet_worker() -> None:
+    """A drawing worker leaves signals to its parent: a forked worker inherits the
+    parent's handlers (a search's SIGTERM handler raises ``KeyboardInterrupt``), so
+    ``Pool.terminate`` would end each one with a traceback, and Ctrl+C, which reaches the
+    whole process group, likewise. The default SIGTERM ends a worker silently; SIGINT is
+    the parent's to act on (it closes the pool)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _remove_leftovers(directory: Path) -> None:
     """Delete temporary files an interrupted run left behind (one writer per directory)."""
     for entry in os.scandir(directory):
@@ -196,7 +207,7 @@ class RenderJob:
             # fork (where available) skips re-importing numpy and PIL in every worker.
             methods = multiprocessing.get_all_start_methods()
             context = multiprocessing.get_context("fork" if "fork" in methods else None)
-            self._pool = context.Pool(processes)
+            self._pool = context.Pool(processes, initializer=_quiet_worker)
             self._result = self._pool.map_async(_render_chunk, self._tasks, chunksize=1)
 
     def wait(self) -> int:
@@ -205,6 +216,10 @@ class RenderJob:
             written = sum(_render_chunk(task) for task in self._tasks)
         else:
             written = sum(self._result.get())
+            if self._pool is not None:  # every chunk drawn: the workers may end their way
+                self._pool.close()
+                self._pool.join()
+                self._pool = None
         self.close()
         logger.info("rendered %d of %d images into %s", written, self._count, self._directory)
         return written

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import random
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -444,3 +446,21 @@ def test_sts_gold_correlates_with_ngram_cosine_but_not_perfectly(world: WorldFil
             char_ngram_features(pairs.sentences1) * char_ngram_features(pairs.sentences2), axis=1
         )
         assert 0.2 < np.corrcoef(cosine, pairs.gold)[0, 1] < 0.9, task.name
+
+
+def test_drawing_workers_end_quietly_under_a_search_s_signal_handlers(tmp_path: Path) -> None:
+    """A forked worker inherits its parent's handlers: under the search's SIGTERM handler
+    (which raises KeyboardInterrupt) the pool's end printed a worker's traceback."""
+    code = (
+        "import signal, sys\n"
+        "from storage.synthetic import generate_scenes, render_images\n"
+        "def raise_(signum, frame): raise KeyboardInterrupt('SIGTERM')\n"
+        "signal.signal(signal.SIGTERM, raise_)\n"
+        "scenes = generate_scenes(1100, 0)\n"
+        "names = [f'{k:06d}.png' for k in range(1100)]\n"
+        f"print(render_images(scenes, names, {str(tmp_path)!r}, processes=2))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "1100"
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr, done.stderr
