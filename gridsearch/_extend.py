@@ -31,8 +31,9 @@ from urllib.parse import quote, unquote, urlparse
 
 from ray import tune
 from ray.tune.experiment import Trial
-from ray.tune.search import Searcher, SearchGenerator
+from ray.tune.search import ConcurrencyLimiter, Searcher, SearchGenerator
 
+from gridsearch._fused_search import FusedSearcher, configurations_of
 from gridsearch._inputs import tracking_client
 from gridsearch._layout import rebase
 from gridsearch.settings import NothingToRun, SearchError, SearchSettings
@@ -76,6 +77,13 @@ class ExtendedSearch(SearchGenerator):
         if self.num_samples > self._total_samples:
             self._total_samples = self.num_samples
             self._finished = False
+        # a fused search counts the configurations it hands out itself (Tune restored it
+        # before this state, so the larger count is not overwritten)
+        base = self.searcher
+        while isinstance(base, ConcurrencyLimiter):
+            base = base.searcher
+        if isinstance(base, FusedSearcher):
+            base.extend(self.num_samples)
 
 
 # Ray's private names this module relies on, because no public API does the job: Ray
@@ -144,7 +152,8 @@ def check_resume(settings: SearchSettings) -> None:
             f"--num-samples {wanted}: the search {settings.experiment!r} started with "
             f"{started_with} trials, and a --resume cannot take any back"
         )
-    if wanted is not None and wanted > len(trials):
+    ran = sum(configurations_of(trial.config) for trial in trials)  # a fused trial's members
+    if wanted is not None and wanted > ran:
         return  # an extension
     if any(trial.status != Trial.TERMINATED for trial in trials):
         return  # trials to continue (or failed ones to retry)
@@ -153,7 +162,7 @@ def check_resume(settings: SearchSettings) -> None:
     if parent.data.tags.get(OUTCOME_TAG) != "finished":
         return
     raise NothingToRun(
-        f"the search {settings.experiment!r} has run all its {len(trials)} trials: nothing "
+        f"the search {settings.experiment!r} has run all its {ran} trials: nothing "
         f"to run (a larger --num-samples extends it); its report: {report_command(settings)}"
     )
 

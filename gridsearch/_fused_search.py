@@ -14,9 +14,12 @@ Each member stays its own Optuna trial, told under the member's own id
 ``tune.trial_id`` tag): its intermediate values at step = epoch, its value when it ends.
 Early stopping is per member: the search's scheduler (ASHA at cycle ends, or its
 Pareto form) gets every member's report as if the member were a trial of its own, and a
-member it stops leaves its group: the searcher writes its position into the trial's
-``trainables.tune.stop_file``, which the trial reads after the report (Tune hands the
-report to the searcher before the trial goes on). Tune itself then runs FIFO.
+member it stops leaves its group: the searcher writes its position and epoch into the
+trial's ``trainables.tune.stop_file``, which the trial reads after the report (Tune hands
+the report to the searcher before the trial goes on). Tune itself then runs FIFO. A
+``--resume`` starts with an empty ``progress_dir``: the restored searcher writes its
+stop files again before any trial runs, so a member stopped before the interruption
+stays stopped at its epoch however old the checkpoint its trial resumes from.
 """
 
 from __future__ import annotations
@@ -44,12 +47,14 @@ __all__ = [
     "FusedSearcher",
     "Member",
     "MemberResults",
+    "configurations_of",
     "fused_search",
     "is_fused",
     "member_checkpoint",
     "member_id",
     "members_of",
     "shape_of",
+    "tune_trial_of",
 ]
 
 ASKS_PER_MEMBER = 2  # draws a trial may take to fill its group before it starts smaller
@@ -63,6 +68,12 @@ def member_id(trial_id: str, member: int) -> str:
 def is_fused(config: Any) -> bool:
     """Whether a Tune trial's config is a fused trial's (holds ``MEMBERS``)."""
     return isinstance(config, dict) and isinstance(config.get(MEMBERS), list)
+
+
+def configurations_of(config: Any) -> int:
+    """How many configurations a Tune trial's config trains: a fused trial's members,
+    else one (what a search's ``num_samples`` counts)."""
+    return len(config[MEMBERS]) if is_fused(config) else 1
 
 
 def shape_of(config: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -122,6 +133,7 @@ class _MemberResult:
     metrics_dataframe: Any  # its rows, its keys un-prefixed
     checkpoint: Any
     error: Any
+    tune_trial_id: str  # the fused trial it is a member of
 
 
 class MemberResults:
@@ -169,8 +181,17 @@ def _statuses(results: Any, count: int) -> list[str | None]:
     return [str(trial.status) for trial in trials]
 
 
+def tune_trial_of(result: Any) -> str:
+    """The id of the Tune trial a result of ``MemberResults`` comes from: a member's
+    fused trial's, else its own (``trial_id`` in its metrics)."""
+    fused = getattr(result, "tune_trial_id", None)
+    return str(fused) if fused is not None else str((result.metrics or {}).get("trial_id", "?"))
+
+
 def _member_result(result: Any, member: Member) -> _MemberResult:
-    frame = result.metrics_dataframe
+    """``result`` is Tune's ``Result``, or a trial read back from a saved experiment
+    (``_extend.saved_results``: no table, no checkpoint)."""
+    frame = getattr(result, "metrics_dataframe", None)
     rows = None
     if frame is not None:
         prefix = member_key(member.position, "")
@@ -183,11 +204,10 @@ def _member_result(result: Any, member: Member) -> _MemberResult:
         last = {k: v for k, v in rows.iloc[-1].to_dict().items() if v == v}
     else:
         last = member_metrics(dict(result.metrics or {})).get(member.position, {})
+    fused_trial = str((result.metrics or {}).get("trial_id", "?"))
     last["trial_id"] = member.trial_id
-    return _MemberResult(
-        last, member.config, rows, member_checkpoint(result.checkpoint, member.position),
-        result.error,
-    )  # fmt: skip
+    checkpoint = member_checkpoint(getattr(result, "checkpoint", None), member.position)
+    return _MemberResult(last, member.config, rows, checkpoint, result.error, fused_trial)
 
 
 @dataclass(frozen=True)
@@ -220,7 +240,8 @@ class FusedSearcher(Searcher):
         self.groups: dict[str, int] = {}  # trial id -> its number of members
         self.ended: set[str] = set()  # member ids whose Optuna trial was told its end
         self.last: dict[str, dict[str, Any]] = {}  # member id -> its last report
-        self.stopped: dict[str, list[int]] = {}  # trial id -> members stopped early
+        # trial id -> its members stopped early: position -> the epoch it stopped after
+        self.stopped: dict[str, dict[int, int]] = {}
         self.scheduled: set[str] = set()  # member ids the scheduler knows
 
     # -- what Tune asks -------------------------------------------------------------
@@ -288,7 +309,7 @@ class FusedSearcher(Searcher):
         return members
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        stops = []
+        stops: dict[int, int] = {}  # position -> the epoch it stops after
         for position, metrics in sorted(member_metrics(result).items()):
             member = member_id(trial_id, position)
             if member in self.ended:
@@ -298,14 +319,20 @@ class FusedSearcher(Searcher):
             if names.is_finished(metrics):  # its epochs are done: it left the group
                 self._end(member, metrics)
             elif self._stops(member, metrics):
-                stops.append(position)
+                stops[position] = int(metrics["epoch"])
                 self._end(member, metrics)
         if stops:
-            self.stopped.setdefault(trial_id, []).extend(stops)
-            if self.stops is not None:
-                path = stop_file(self.stops, trial_id)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                write_text_atomic(path, json.dumps(sorted(self.stopped[trial_id])))
+            self.stopped.setdefault(trial_id, {}).update(stops)
+            self._write_stops(trial_id)
+
+    def _write_stops(self, trial_id: str) -> None:
+        """The trial's stop file: every member stopped so far, with its epoch."""
+        if self.stops is None:
+            return
+        path = stop_file(self.stops, trial_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        stopped = sorted(self.stopped[trial_id].items())
+        write_text_atomic(path, json.dumps({str(m): epoch for m, epoch in stopped}))
 
     def _stops(self, member: str, metrics: dict[str, Any]) -> bool:
         """Whether the search's scheduler stops ``member`` at this report."""
@@ -323,11 +350,18 @@ class FusedSearcher(Searcher):
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:
+        self.stopped.pop(trial_id, None)  # it runs no more: its stop file is not needed
         for position in range(self.groups.get(trial_id, 0)):
             member = member_id(trial_id, position)
             if member not in self.ended:
                 last = None if error else self.last.get(member)
                 self._end(member, last, error=error)
+
+    def extend(self, total: int) -> None:
+        """Hand out up to ``total`` configurations in all (never fewer than before): a
+        ``--resume`` with a larger ``--num-samples`` (``_extend.ExtendedSearch``, once
+        Tune restored this searcher)."""
+        self.total = max(self.total, int(total))
 
     def _end(self, member: str, metrics: dict[str, Any] | None, error: bool = False) -> None:
         self.ended.add(member)
@@ -345,10 +379,15 @@ class FusedSearcher(Searcher):
             self.inner.__dict__.pop(_STATE, None)
 
     def restore(self, checkpoint_path: str) -> None:
+        """The saved state, and the stop files of the trials that will run again (a
+        resumed search's ``progress_dir`` starts empty; Tune restores its searcher
+        before it restores a trial)."""
         self.inner.restore(checkpoint_path)
         own = self.inner.__dict__.pop(_STATE, None)
         if own is not None:
             self.__dict__.update(own)
+        for trial_id in self.stopped:
+            self._write_stops(trial_id)
 
 
 _STATE = "_fused_searcher_state"  # the grouping's state inside the Optuna searcher's

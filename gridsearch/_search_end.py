@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gridsearch import _extend, _optuna
-from gridsearch._fused_search import MemberResults
+from gridsearch._fused_search import MemberResults, tune_trial_of
 from gridsearch._interrupt import Interruption
 from gridsearch._outcome import Outcome, classify
 from gridsearch.registry import register_best
@@ -61,7 +61,7 @@ def finish(
     stopped_by = interruption.reason
     interrupted = stopped_by is not None
     if interrupted:
-        ended = [r for r in results if r.error is not None or _trial_id(r) in run.ended.ids]
+        ended = [r for r in results if r.error is not None or tune_trial_of(r) in run.ended.ids]
         unfinished = max(run.num_samples - len(ended), 0)
     else:
         unfinished = max(run.num_samples - results.num_terminated - results.num_errors, 0)
@@ -119,6 +119,7 @@ def stopped(
     results = run.results
     if results is None:
         results = _extend.saved_results(run.settings)
+    results = MemberResults(results)  # a fused trial's members, each as a trial
     outcomes = _outcomes(results, run.shown, False, run.ended.ids)
     done = sum(o.status in _ENDED for o in outcomes)
     unfinished = max(run.num_samples - done, 0)
@@ -177,7 +178,8 @@ def _outcomes(
 ) -> list[TrialOutcome]:
     """One per trial of Tune's ``results``. ``complete``: no trial is left to run;
     ``ended``: trials Tune completed (a trial without its ensemble among them was
-    stopped early, not by the search's end)."""
+    stopped early, not by the search's end; a member of a fused trial goes by its
+    trial's)."""
     outcomes = []
     for result in results:
         metrics = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
@@ -185,7 +187,7 @@ def _outcomes(
         status = classify(
             metrics,
             error=result.error is not None,
-            search_complete=complete or trial_id in ended,
+            search_complete=complete or tune_trial_of(result) in ended,
         )
         config = result.config or {}
         shown = {k: config[k] for k in searched if k in config}

@@ -9,13 +9,21 @@ nothing). A Tune callback:
               margin=0.3875 | 0:31 elapsed, about 1:10 left
 
 (the status line is one line). A trial's start line names what it tried (the space's own
-parameters, not every key a preset sets); its other lines name it by number and id. The
+parameters, not every key a preset sets); its other lines name it by number (in the order
+Tune made the trials, those of a resumed search's earlier drivers included) and id. The
 status line comes after every trial that ends and, while trials run, every
 ``status_every_s`` (with each running trial's epoch and, from the trainable's side channel
 ``trainables.tune``, the share of it done). "Best" is the search's selection metric: the
 best dev value over a trial's epochs so far. The estimate assumes every trial left trains
 all its epochs at the pace of this run so far (a scheduler stopping trials early makes it
 shorter).
+
+A fused search (``--fuse K``, ``gridsearch._fused_search``) counts configurations, as its
+summary does: a Tune trial of k members takes k numbers (``start 1-2/4``, its start line
+naming each member's ``m<i>``), a member is done once it left its group (finished, or
+stopped early) and "best" is the best member (``<trial>-m<i>``); an epoch line shows the
+member best on the first selection metric, and a fused trial's end line says how its
+members ended.
 
 ``quiet_libraries`` keeps the libraries' own noise out of the same terminal.
 """
@@ -34,9 +42,11 @@ from typing import Any
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
+from gridsearch._fused_search import Member, members_of
 from gridsearch._space import SearchSpace
 from trainables import names
 from trainables.config import TrainConfig
+from trainables.tune import member_metrics
 
 __all__ = ["STATUS_EVERY_S", "ProgressPrinter", "progress_dir", "quiet_libraries", "shown_keys"]
 
@@ -82,8 +92,11 @@ class ProgressPrinter(Callback):
         self.clock = clock
         self.started = clock()
         self.last_status = self.started
-        self.numbers: dict[str, int] = {}  # trial id -> its number, in starting order
+        self.numbers: dict[str, int] = {}  # trial id -> its (first) number, in starting order
+        self.numbered = 0  # configurations numbered so far (a fused trial takes several)
         self.ended: set[str] = set()
+        self.member_last: dict[str, dict[str, Any]] = {}  # member id -> its last report
+        self.left: set[str] = set()  # member ids that left their running fused trial
         self.units_at_start: float | None = None  # work done before this driver (a resume)
         if progress_dir is not None:  # a stopped search's files are stale
             shutil.rmtree(progress_dir, ignore_errors=True)
@@ -106,6 +119,8 @@ class ProgressPrinter(Callback):
     def on_trial_start(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
     ) -> None:
+        for known in trials:  # in Tune's order: a resumed search's earlier trials first
+            self._number(known)
         self._print(f"start {self._number(trial)}  {trial.trial_id}  {self.label(trial)}".rstrip())
 
     def on_trial_result(
@@ -113,16 +128,30 @@ class ProgressPrinter(Callback):
     ) -> None:
         if "epoch" not in result:
             return
+        members = self._members(trial)
+        shown, lead = result, ""
+        if members:
+            reports = self._track(trial.trial_id, members, result)
+            if reports:
+                position = self._lead(reports)
+                shown = reports[position]
+                lead = f"  (m{position}, best of {len(reports)})"
         parts = [f"epoch {int(result['epoch'])}/{self.epochs}"]
         parts += [
-            f"{label} {result[key]:{spec}}" for label, key, spec in EPOCH_METRICS if key in result
+            f"{label} {shown[key]:{spec}}" for label, key, spec in EPOCH_METRICS if key in shown
         ]
-        self._print(f"      {self._number(trial)}  {trial.trial_id}  " + "  ".join(parts))
+        self._print(f"      {self._number(trial)}  {trial.trial_id}  " + "  ".join(parts) + lead)
 
     def on_trial_complete(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
     ) -> None:
         self.ended.add(trial.trial_id)
+        members = self._members(trial)
+        if members:
+            ends = self._ends([self._report(trial, m) for m in members])
+            self._print(f"done  {self._number(trial)}  {trial.trial_id}  {ends}")
+            self._status(trials)
+            return
         result = trial.last_result or {}
         if names.is_finished(result):
             status = f"test R@10 mean {result[names.FINISHED]:.1f} (ensemble)"
@@ -156,17 +185,25 @@ class ProgressPrinter(Callback):
     # -- the lines --------------------------------------------------------------
 
     def label(self, trial: Trial) -> str:
-        """What the trial tried: the space's own parameters (``shown_keys``)."""
-        config = trial.config or {}
+        """What the trial tried: the space's own parameters (``shown_keys``); a fused
+        trial's, each member's (``m0 margin=0.2; m1 margin=0.3``)."""
+        members = self._members(trial)
+        if members:
+            return "; ".join(f"m{m.position} {self._label(m.config)}".rstrip() for m in members)
+        return self._label(trial.config or {})
+
+    def _label(self, config: Mapping[str, Any]) -> str:
         return " ".join(_format(k, config[k]) for k in self.shown if k in config)
 
     def status_line(self, trials: Sequence[Trial], detail: bool = False) -> str:
-        """k of N trials done / running / left, the best so far, elapsed and an estimate;
-        ``detail``: each running trial's epoch (and the share of it done)."""
-        done = sum(1 for t in trials if t.trial_id in self.ended or t.status in ENDED)
+        """k of N trials done / running / left (configurations: a fused trial's members
+        count one by one), the best so far, elapsed and an estimate; ``detail``: each
+        running trial's epoch (and the share of it done)."""
+        done = sum(self._done(t) for t in trials)
         running = [t for t in trials if t.status == Trial.RUNNING and t.trial_id not in self.ended]
-        left = max(self.total - done - len(running), 0)
-        counts = f"{done} of {self.total} trials done, {len(running)} running, {left} left"
+        training = sum(self._size(t) - self._done(t) for t in running)
+        left = max(self.total - done - training, 0)
+        counts = f"{done} of {self.total} trials done, {training} running, {left} left"
         in_epoch = self._in_epoch()
         if detail and running:
             counts += " (" + ", ".join(self._running(t, in_epoch) for t in running) + ")"
@@ -184,8 +221,70 @@ class ProgressPrinter(Callback):
         self.write(f"[{_clock(self.clock() - self.started):>7}] {text}")
 
     def _number(self, trial: Trial) -> str:
-        number = self.numbers.setdefault(trial.trial_id, len(self.numbers) + 1)
-        return f"{number}/{self.total}"
+        """``3/8``; a fused trial's, the numbers of its members: ``3-4/8``."""
+        size = self._size(trial)
+        if trial.trial_id not in self.numbers:
+            self.numbers[trial.trial_id] = self.numbered + 1
+            self.numbered += size
+        first = self.numbers[trial.trial_id]
+        return f"{first}/{self.total}" if size == 1 else f"{first}-{first + size - 1}/{self.total}"
+
+    # -- a fused trial's members -------------------------------------------------
+
+    def _members(self, trial: Trial) -> list[Member]:
+        return members_of(trial.trial_id, trial.config)
+
+    def _size(self, trial: Trial) -> int:
+        """The configurations ``trial`` trains (a fused trial's members)."""
+        return len(self._members(trial)) or 1
+
+    def _done(self, trial: Trial) -> int:
+        """How many of ``trial``'s configurations are done: all once it ended; of a
+        running fused trial, the members that left it."""
+        if trial.trial_id in self.ended or trial.status in ENDED:
+            return self._size(trial)
+        return sum(m.trial_id in self.left for m in self._members(trial))
+
+    def _track(
+        self, trial_id: str, members: Sequence[Member], result: Mapping[str, Any]
+    ) -> dict[int, dict[str, Any]]:
+        """Keep each member's report in ``result``; a member that reported its ensemble,
+        or that a report leaves out (stopped early), left the group. Returns the
+        members' reports."""
+        reports = {p: r for p, r in member_metrics(dict(result)).items() if "epoch" in r}
+        for member in members:
+            report = reports.get(member.position)
+            if report is not None:
+                self.member_last[member.trial_id] = report
+            if report is None or names.is_finished(report):
+                self.left.add(member.trial_id)
+        return reports
+
+    def _lead(self, reports: Mapping[int, Mapping[str, Any]]) -> int:
+        """The member best on the first selection metric (as the fused trial's own
+        un-prefixed result chooses it: the first of equals)."""
+
+        def score(position: int) -> float:
+            value = _number(reports[position].get(self.metrics[0]))
+            return -math.inf if value is None else value
+
+        return max(sorted(reports), key=score)
+
+    def _ends(self, last: Sequence[Mapping[str, Any]]) -> str:
+        """How a fused trial's members ended (their last reports, by position), and the
+        best of them."""
+        finished = sum(names.is_finished(report) for report in last)
+        ends = [f"{finished} finished"] if finished else []
+        if finished < len(last):
+            ends.append(f"{len(last) - finished} stopped early")
+        best = []
+        for metric in self.metrics:
+            values = [_number(report.get(metric)) for report in last]
+            scored = [(v, p) for p, v in enumerate(values) if v is not None]
+            if scored:
+                value, position = max(scored, key=lambda pair: pair[0])
+                best.append(f"{self._value(metric, {metric: value})} (m{position})")
+        return ", ".join(ends) + (f"; best {', '.join(best)}" if best else "")
 
     def _value(self, metric: str, result: Mapping[str, Any]) -> str:
         label, spec = LABELS.get(metric, (metric, ".4g"))
@@ -195,16 +294,31 @@ class ProgressPrinter(Callback):
         """The best trial so far per selection metric (dev only), with what it tried."""
         found = []
         for metric in self.metrics:
-            scored = [
-                (value, t)
-                for t in trials
-                if (value := _number((t.last_result or {}).get(metric))) is not None
-            ]
+            scored = []
+            for trial in trials:
+                for name, report, config in self._candidates(trial):
+                    if (value := _number(report.get(metric))) is not None:
+                        scored.append((value, name, config))
             if scored:
-                value, best = max(scored, key=lambda pair: pair[0])
-                label = " ".join(filter(None, (best.trial_id, self.label(best))))
+                value, name, config = max(scored, key=lambda found: found[0])
+                label = " ".join(filter(None, (name, self._label(config))))
                 found.append(f"best {self._value(metric, {metric: value})}: {label}")
         return found
+
+    def _candidates(self, trial: Trial) -> list[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
+        """What may be the best so far: the trial (its id, last report and config), or a
+        fused trial's members, each by its own id, last report and config."""
+        members = self._members(trial)
+        if not members:
+            return [(trial.trial_id, trial.last_result or {}, trial.config or {})]
+        return [(m.trial_id, self._report(trial, m), m.config) for m in members]
+
+    def _report(self, trial: Trial, member: Member) -> Mapping[str, Any]:
+        """The member's last report: seen by this printer, else in its trial's last
+        result (a trial that ran before a --resume), else none."""
+        if member.trial_id in self.member_last:
+            return self.member_last[member.trial_id]
+        return member_metrics(dict(trial.last_result or {})).get(member.position, {})
 
     def _running(self, trial: Trial, in_epoch: Mapping[str, Mapping[str, float]]) -> str:
         now = in_epoch.get(trial.trial_id)
@@ -224,13 +338,24 @@ class ProgressPrinter(Callback):
         units = 0.0
         for trial in trials:
             if trial.trial_id in self.ended or trial.status in ENDED:
-                units += self.epochs + 1
+                units += (self.epochs + 1) * self._size(trial)
                 continue
-            reported = int((trial.last_result or {}).get("epoch", -1)) + 1
-            units += reported
+            members = self._members(trial)
+            if members:  # those that left count whole, as an ended trial does
+                units += (self.epochs + 1) * sum(m.trial_id in self.left for m in members)
+                reports = [
+                    self.member_last.get(m.trial_id, {})
+                    for m in members
+                    if m.trial_id not in self.left
+                ]
+            else:
+                reports = [trial.last_result or {}]
             now = in_epoch.get(trial.trial_id)
-            if now is not None and int(now["epoch"]) == reported and reported <= self.epochs:
-                units += float(now["done"])
+            for report in reports:
+                reported = int(report.get("epoch", -1)) + 1
+                units += reported
+                if now is not None and int(now["epoch"]) == reported and reported <= self.epochs:
+                    units += float(now["done"])
         return units
 
     def _estimate(

@@ -291,6 +291,10 @@ class MemberGroup:
             for run in self._runs.values():
                 run.close()
 
+    def reported(self, member: int) -> int:
+        """The last epoch ``member`` reported (-1: none yet; its seats go in lockstep)."""
+        return min(len(self.trainers[seat].history) for seat in self._seats(member)) - 1
+
     def stop(self, member: int) -> None:
         """Take ``member`` out of the group (early stopping): it trains no more, its
         training state stays as it is (``save`` keeps it); the others go on."""

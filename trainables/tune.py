@@ -19,8 +19,11 @@ its config holds several configurations of one shape (``MEMBERS``), trained toge
 as one fused model (``trainables.seeds.MemberGroup``), each member reported under its own
 prefix (``member_key``) in the trial's one result per epoch. A member leaves the group
 when its epochs are done, or when the driver's searcher stops it early: it writes the
-member's position into ``stop_file`` (in ``progress_dir``), which the trial reads after
-every report (Tune hands a report to the searcher before the trial goes on).
+member's position and the epoch it was stopped after into ``stop_file`` (in
+``progress_dir``), which the trial reads after every report (Tune hands a report to the
+searcher before the trial goes on) and after a restore: a trial restored from a
+checkpoint older than the stop trains the member up to that epoch again (the same
+epochs, as it trained them before), then stops it, so it always ends as it was stopped.
 
 With ``progress_dir`` (a directory the driver made; on a node where it does not exist,
 nothing is written) a thread writes ``<progress_dir>/<trial id>.json`` every few seconds:
@@ -209,18 +212,20 @@ def _group_result(
 
 def stop_file(progress_dir: str | Path, trial_id: str) -> Path:
     """The file through which the driver stops members of the fused trial ``trial_id``
-    early: a JSON list of member positions."""
+    early: a JSON object, each stopped member's position -> the epoch it stops after."""
     return Path(progress_dir) / f"{trial_id}.stop.json"
 
 
-def read_stops(path: Path | None) -> list[int]:
-    """The member positions ``stop_file`` lists (none when it does not exist)."""
+def read_stops(path: Path | None) -> dict[int, int]:
+    """The members ``stop_file`` stops, by position, each with the epoch it stops after
+    (none when it does not exist)."""
     if path is None:
-        return []
+        return {}
     try:
-        return [int(m) for m in json.loads(path.read_text(encoding="utf-8"))]
+        stops = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return []
+        return {}
+    return {int(member): int(epoch) for member, epoch in stops.items()}
 
 
 def _stop_path(progress_dir: str | None) -> Path | None:
@@ -230,8 +235,9 @@ def _stop_path(progress_dir: str | None) -> Path | None:
 
 
 def _apply_stops(group: MemberGroup, path: Path | None) -> None:
-    for member in read_stops(path):
-        if member in group.running:
+    """Stop the members the stop file names once they reported their stop epoch."""
+    for member, epoch in sorted(read_stops(path).items()):
+        if member in group.running and group.reported(member) >= epoch:
             logger.info("member %d stops early; %d train on", member, len(group.running) - 1)
             group.stop(member)
 

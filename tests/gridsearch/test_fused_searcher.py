@@ -90,10 +90,10 @@ def test_each_member_is_told_its_own_result_and_stopped_on_its_own(tmp_path: Pat
     assert config is not None and len(config[MEMBERS]) == 3  # one shape: one group
     for epoch in (0, 1):
         search.on_trial_result("t0", _report(epoch, {0: 10.0 + epoch, 1: 5.0, 2: 20.0}))
-    assert read_stops(stop_file(tmp_path, "t0")) == []
+    assert read_stops(stop_file(tmp_path, "t0")) == {}
     search.on_trial_result("t0", _report(2, {0: 30.0, 1: 5.0, 2: 20.0}))  # the first rung
-    assert read_stops(stop_file(tmp_path, "t0")) == [1]  # below the rung's median
-    assert json.loads(stop_file(tmp_path, "t0").read_text()) == [1]
+    assert read_stops(stop_file(tmp_path, "t0")) == {1: 2}  # below the rung's median at 2
+    assert json.loads(stop_file(tmp_path, "t0").read_text()) == {"1": 2}
     for epoch in range(3, 8):
         search.on_trial_result("t0", _report(epoch, {0: 30.0 + epoch, 2: 40.0 + epoch}))
     search.on_trial_result("t0", _report(8, {0: 50.0, 2: 60.0}, finished=True))
