@@ -10,7 +10,7 @@ nothing). A Tune callback:
 
 (the status line is one line). A trial's start line names what it tried (the space's own
 parameters, not every key a preset sets); its other lines name it by number (in the order
-Tune made the trials, those of a resumed search's earlier drivers included) and id. The
+the trials started, after those a resumed search's earlier drivers ended) and id. The
 status line comes after every trial that ends and, while trials run, every
 ``status_every_s`` (with each running trial's epoch and, from the trainable's side channel
 ``trainables.tune``, the share of it done). "Best" is the search's selection metric: the
@@ -119,8 +119,9 @@ class ProgressPrinter(Callback):
     def on_trial_start(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
     ) -> None:
-        for known in trials:  # in Tune's order: a resumed search's earlier trials first
-            self._number(known)
+        for known in trials:  # a resumed search's trials that earlier drivers ended first
+            if known.status in ENDED:
+                self._number(known)
         self._print(f"start {self._number(trial)}  {trial.trial_id}  {self.label(trial)}".rstrip())
 
     def on_trial_result(

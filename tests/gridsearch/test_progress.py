@@ -96,6 +96,24 @@ def test_status_line_counts_trials_names_the_best_and_estimates(tmp_path: Path) 
     assert not (tmp_path / "progress").exists()
 
 
+def test_trials_are_numbered_as_they_start_after_those_earlier_drivers_ended(
+    tmp_path: Path,
+) -> None:
+    lines: list[str] = []
+    printer = ProgressPrinter(
+        SPACES["margin_sweep"], 4, 2, RETRIEVAL, lines.append,
+        progress_dir=tmp_path / "progress", clock=Clock(),
+    )  # fmt: skip
+    earlier, first, second = _trial("aaa"), _trial("bbb"), _trial("ccc")
+    earlier.set_status(Trial.TERMINATED)  # ended by the driver a --resume continues
+    trials = [earlier, first, second]  # Tune's order: the order it made them
+    for trial in (second, first):  # the later-made one starts first
+        trial.set_status(Trial.RUNNING)
+        printer.on_trial_start(0, trials, trial)
+    starts = [line.split("] ", 1)[1].split()[:3] for line in lines]
+    assert starts == [["start", "2/4", "ccc"], ["start", "3/4", "bbb"]]
+
+
 def test_two_objectives_show_the_best_of_each(tmp_path: Path) -> None:
     lines: list[str] = []
     printer = ProgressPrinter(SPACES["margin_sweep"], 2, 2, [RETRIEVAL, SEMANTIC], lines.append)
