@@ -9,6 +9,7 @@ import string
 import numpy as np
 import pytest
 
+from bench import _authors
 from bench import bench_cpu_training as bench
 from bench._cli import BadInput
 from trainables.data import EncodedSplit
@@ -33,12 +34,12 @@ def test_the_authors_batches_hold_their_character_indices_and_our_features() -> 
         captions,
         np.array(["a", "b"]),
     )
-    [(features, chars, lengths)] = bench.authors_batches(split, np.array([[1, 6]]))
+    [(features, chars, lengths)] = _authors.authors_batches(split, np.array([[1, 6]]))
     assert lengths == [10, 10] and chars.shape == (2, 10)
     assert features.dtype == np.float64 and (features == split.features[[0, 1]]).all()
     assert list(chars[0]) == [string.printable.find(c) + 1 for c in "Two red 0s"]
     assert chars[0][8] == 1  # their '0' is index 1 (printable's 0 + 1), as their code does
-    assert bench._authors_index("a\u00e9") == [string.printable.find("a") + 1, -1]
+    assert _authors._authors_index("a\u00e9") == [string.printable.find("a") + 1, -1]
 
 
 @pytest.mark.parametrize("bad", ["", "256", "256:1", "a:32", "256:32,", "1024:32:1"])
