@@ -1,97 +1,192 @@
 #!/usr/bin/env bash
-# The checks that need a CUDA GPU, in one run with a time limit per step (the README's
-# "What was run where" says when they last ran and on what):
+# The checks that need a CUDA GPU, sized to one loan of a GPU machine (15 minutes of device
+# time with the machine's start, at most 10 minutes a command): two parts, run one after the
+# other on the same machine, each under its own deadline.
 #
-#   1. `pytest -m gpu`: every CUDA path of the library (no Ray, no MLflow needed);
-#   2. the not-slow trainables and storage suites on the GPU machine (the library defaults
-#      to the GPU there: encoders, the encode CLI and the ensembles take other kernels);
-#   3. a Ray search on one GPU: the margin sweep at the paper's model size, 4 trials
-#      packed with --gpus-per-trial 0.25 (each capped to a quarter of the memory), tracked
-#      in MLflow, interrupted by SIGINT after its first epochs, resumed from its checkpoints
-#      to the end, its best model registered; then that model loaded in a CPU-only process;
-#   4. `fused` (not in the default steps): fused trials against one lone trial, n = 1024 at
-#      batch 32 and 128, and the fused-seeds equivalence tests on the GPU;
-#   5. `eval` (not in the default steps): the evaluation's share of the paper-sized run.
+#   part1, at most 8 minutes, torch only:
+#     gpu     `pytest -m gpu`: every CUDA path of the library (no Ray, MLflow or Optuna)
+#     fused   bench/bench_fused.py at n = 1024, batch 32 and 128, in one process: the
+#             authors' loop, one lone trial, and k = 1, 4, 16 fused trials
+#     eval    bench/bench_eval.py --part epoch: the evaluation's share of a paper-sized epoch
+#   part2, at most 4 minutes, Ray, Optuna and MLflow unpacked from .gpu/site312.tar.xz:
+#     search  the margin sweep through Ray at the paper's model size, 4 trials packed on
+#             the GPU (--gpus-per-trial 0.25), SIGINT once under way, --resume to the end,
+#             the registered model then loaded in a process that sees no GPU
+#   part3, not in a 15-minute loan:
+#     sweep16 the paper's 16-margin sweep, 8 epochs, fused, from `python -m gridsearch.run`
 #
-#   bench/gpu_checks.sh OUT_DIR [STEP...]       # steps: gpu suite search fused eval
-#                                               # (default: gpu suite search)
+#   python bench/gpu_prepare.py --authors-repo PATH     # here, once: builds .gpu/
+#   bash bench/gpu_checks.sh OUT_DIR part1               # there, carrying .gpu
+#   bash bench/gpu_checks.sh OUT_DIR part2
+#   bash bench/gpu_checks.sh --cpu OUT_DIR part1 part2   # the dry run on a CPU, tiny sizes
 #
-# OUT_DIR receives checks.log (every step's output and exit status), summary.txt (the
-# search's last lines and the registered model's check), mlflow.db (the search's
-# tracking store, to open with `mlflow ui` elsewhere) and runs.tar.gz (its MLflow
-# artifacts, search record, Optuna study and report, without model files). The search needs Ray, Optuna and
-# MLflow importable (PYTHONPATH); the other steps need only torch, numpy, scipy, pyarrow,
-# pyyaml, pillow and pytest (pytest-xdist and pytest-timeout where present).
-# SEARCH_ARGS replaces the search's size options (a CPU dry run: SEARCH_ARGS="--smoke-test
-# --gpus-per-trial 0"); SEARCH_KILL_AFTER the seconds before the SIGINT (default 150);
-# SEARCH_RUNS the runs directory (default: a new temporary one); GPU_CHECKS_DEADLINE a
-# time (seconds since the epoch) no step may run past: each is cut to what is left.
+# Steps can also be named alone (`gpu fused eval search sweep16`). OUT_DIR receives
+# checks.log (every step's command, output and exit status), figures.txt (the benchmarks'
+# tables and the search's last lines), and after part2 mlflow.db (the search's tracking
+# store) and runs.tar.gz (its MLflow artifacts, search record and Optuna study, no models).
+# Each part stops at its deadline (8 and 4 minutes from its start; GPU_CHECKS_DEADLINE, a
+# time in seconds since the epoch, cuts it shorter): every step's limit is clamped to what
+# is left, and a step with under 20 s left is skipped and said so. --cpu runs the same steps
+# on the CPU at tiny sizes (the GPU group as its dry run, GROUNDED_GPU_TESTS_DEVICE=cpu):
+# what the tests run to check this script. The exit status is the number of failed steps.
 set -u
-out="${1:?usage: bench/gpu_checks.sh OUT_DIR [STEP...]}"
+cpu=0
+if [[ "${1:-}" == "--cpu" ]]; then
+    cpu=1
+    shift
+fi
+out="${1:?usage: bench/gpu_checks.sh [--cpu] OUT_DIR part1|part2|part3|STEP...}"
 shift
-steps="${*:-gpu suite search}"
 mkdir -p "$out"
+out="$(cd "$out" && pwd)"
 log="$out/checks.log"
+figures="$out/figures.txt"
 export PYTHONUNBUFFERED=1
 cd "$(dirname "$0")/.."
+failed=0
+deadline=0
 
 say() { echo "$*" | tee -a "$log"; }
 
-# step NAME LIMIT COMMAND...: run COMMAND with a time limit, its output into the log
+# start_part SECONDS: the deadline of the part that starts now
+start_part() {
+    deadline=$(($(date +%s) + $1))
+    if [[ -n "${GPU_CHECKS_DEADLINE:-}" ]] && ((GPU_CHECKS_DEADLINE < deadline)); then
+        deadline=$GPU_CHECKS_DEADLINE
+    fi
+}
+
+# left LIMIT: LIMIT, or the seconds left before the deadline if fewer
+left() {
+    local rest=$((deadline - $(date +%s) - 5))
+    ((rest < $1)) && echo "$rest" || echo "$1"
+}
+
+# step NAME LIMIT COMMAND...: COMMAND under a time limit (clamped to the deadline), its
+# output into the log; a non-zero exit is a failed step
 step() {
-    local name="$1" limit="$2" started code left
+    local name="$1" limit started code
+    limit=$(left "$2")
     shift 2
-    if [[ -n "${GPU_CHECKS_DEADLINE:-}" ]]; then # clamp to what is left of the deadline
-        left=$((GPU_CHECKS_DEADLINE - $(date +%s) - 5))
-        ((left < limit)) && limit=$left
-        if ((limit < 20)); then
-            say "== $name: skipped, ${left} s left before GPU_CHECKS_DEADLINE"
-            return 124
-        fi
+    if ((limit < 20)); then
+        say "== $name: skipped, ${limit} s left before the deadline"
+        failed=$((failed + 1))
+        return 124
     fi
     say "== $name (limit ${limit} s): $*"
     started=$(date +%s)
     timeout -k 15 "$limit" "$@" >>"$log" 2>&1
     code=$?
     say "== $name: exit $code after $(($(date +%s) - started)) s"
+    ((code == 0)) || failed=$((failed + 1))
     return $code
 }
 
-say "gpu_checks $(date -u +%FT%TZ) on $(hostname)"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$log" 2>&1
-python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
-      'cudnn', torch.backends.cudnn.version(), torch.cuda.get_device_name(0)
-      if torch.cuda.is_available() else 'no GPU')" 2>&1 | tee -a "$log"
+# interrupted NAME LIMIT PATTERN COMMAND...: COMMAND sent SIGINT (as Ctrl+C) as soon as its
+# output shows PATTERN, or at LIMIT, then given 30 s to stop; exit 130 (interrupted) or 0
+# (it ended first) pass
+interrupted() {
+    local name="$1" limit pattern="$3" started code pid part
+    limit=$(left "$2")
+    shift 3
+    if ((limit < 20)); then
+        say "== $name: skipped, ${limit} s left before the deadline"
+        failed=$((failed + 1))
+        return 124
+    fi
+    say "== $name (limit ${limit} s, SIGINT at the first '$pattern'): $*"
+    part="$(mktemp)"
+    started=$(date +%s)
+    # timeout forwards the SIGINT sent to it (a command started with & ignores its own)
+    timeout -s INT -k 30 "$limit" "$@" >"$part" 2>&1 &
+    pid=$!
+    while kill -0 "$pid" 2>/dev/null && ! grep -q -- "$pattern" "$part"; do sleep 0.5; done
+    kill -INT "$pid" 2>/dev/null && say "== $name: SIGINT after $(($(date +%s) - started)) s"
+    wait "$pid"
+    code=$?
+    cat "$part" >>"$log"
+    rm -f "$part"
+    say "== $name: exit $code after $(($(date +%s) - started)) s"
+    ((code == 0 || code == 130)) || failed=$((failed + 1))
+    return $code
+}
 
-xdist=()
-python3 -c "import xdist" 2>/dev/null && xdist=(-n 8)
+# figure NAME: the log's lines since the step NAME started, into figures.txt
+figure() {
+    awk -v name="== $1 " 'index($0, name) == 1 { keep = 1 } keep' "$log" >>"$figures"
+}
 
-for what in $steps; do
-    case "$what" in
-    gpu)
-        # the two files by name: collecting all of tests/ imports Ray, MLflow and Optuna
-        step gpu-tests 240 python3 -m pytest -m gpu tests/trainables/test_gpu.py \
-            tests/storage/test_gpu.py -q -p no:cacheprovider -rs
-        ;;
-    suite)
-        step trainables-storage 300 python3 -m pytest -m "not slow" tests/trainables \
-            tests/storage -q -p no:cacheprovider "${xdist[@]}"
-        ;;
-    search)
-        runs="${SEARCH_RUNS:-$(mktemp -d)/runs}"
-        read -r -a size <<<"${SEARCH_ARGS:---gpus-per-trial 0.25 --num-samples 4 --epochs 3}"
-        search=(python3 -m gridsearch.run --space margin_sweep --runs-dir "$runs"
-            --experiment gpu-sweep --no-dashboard --no-baselines)
-        # the first part is interrupted (SIGINT, as Ctrl+C) once its trials are under way,
-        # and given two minutes to checkpoint and stop before it is killed
-        say "== search-interrupted: SIGINT after ${SEARCH_KILL_AFTER:-150} s"
-        started=$(date +%s)
-        timeout -s INT -k 120 "${SEARCH_KILL_AFTER:-150}" "${search[@]}" "${size[@]}" >>"$log" 2>&1
-        say "== search-interrupted: exit $? after $(($(date +%s) - started)) s"
-        step search-resumed 420 "${search[@]}" --resume
-        tail -n 30 "$log" >"$out/summary.txt"
-        # the registered best model, loaded where no GPU is visible
-        step registered-on-cpu 120 env CUDA_VISIBLE_DEVICES= python3 -c "
+environment() {
+    say "gpu_checks $(date -u +%FT%TZ) on $(hostname)$( ((cpu)) && echo ', --cpu dry run')"
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$log" 2>&1
+    python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch',
+        torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(),
+        torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')" 2>&1 |
+        tee -a "$log" | tee -a "$figures"
+}
+
+# the search's packages: those installed, or the carried archive unpacked once
+search_packages() {
+    python3 -c "import ray, optuna, mlflow" 2>/dev/null && return 0
+    local site=/tmp/gpu-site
+    if [[ ! -d "$site/site312" ]]; then
+        mkdir -p "$site" && tar -xJf .gpu/site312.tar.xz -C "$site" ||
+            { say "== .gpu/site312.tar.xz: not unpacked (python bench/gpu_prepare.py here first)"; return 1; }
+    fi
+    export PYTHONPATH="$site/site312${PYTHONPATH:+:$PYTHONPATH}"
+    say "== search packages from .gpu/site312.tar.xz; pip check:"
+    python3 -m pip check >>"$log" 2>&1
+    python3 -c "import ray, optuna, mlflow; print('ray', ray.__version__, 'optuna',
+        optuna.__version__, 'mlflow', mlflow.__version__)" 2>&1 | tee -a "$log"
+}
+
+run_gpu() {
+    local select=() env=()
+    ((cpu)) && env=(GROUNDED_GPU_TESTS_DEVICE=cpu) &&
+        select=(-k "cuda_without_an_index or needs_no_ray or retrieval_metrics")
+    # the two files by name: collecting all of tests/ imports Ray, MLflow and Optuna
+    step gpu-tests 150 env "${env[@]}" python3 -m pytest -m gpu tests/trainables/test_gpu.py \
+        tests/storage/test_gpu.py -q -p no:cacheprovider -rs "${select[@]}"
+}
+
+run_fused() {
+    local size=(--device cuda --hidden-size 1024 --batch-size 32 128 --k 1 4 16 --steps 10
+        --warmup 2)
+    ((cpu)) && size=(--device cpu --hidden-size 16 --batch-size 8 16 --k 1 2 --steps 2
+        --warmup 1 --images 96 --store "$(world 120)")
+    local authors=()
+    [[ -d .gpu/caption2image ]] && authors=(--authors-repo .gpu/caption2image)
+    step fused 200 python3 bench/bench_fused.py "${authors[@]}" "${size[@]}"
+    figure fused
+}
+
+run_eval() {
+    local size=(--device cuda --repeats 2)
+    ((cpu)) && size=(--device cpu --hidden-size 16 --steps 2 --repeats 1 --train-images 96
+        --dev-images 12 --store "$(world 120)")
+    step eval 130 python3 bench/bench_eval.py --part epoch "${size[@]}"
+    figure eval
+}
+
+# world IMAGES: the embedded world of that size for the --cpu dry run, built once
+world() {
+    python3 -c "from bench import _common; print(_common.world(None, $1, scratch='/tmp'))" |
+        tail -n 1
+}
+
+run_search() {
+    search_packages || { failed=$((failed + 1)); return; }
+    local runs="${SEARCH_RUNS:-$(mktemp -d)/runs}" size=(--gpus-per-trial 0.25 --num-samples 4
+        --epochs 2)
+    ((cpu)) && size=(--smoke-test --gpus-per-trial 0)
+    local search=(python3 -m gridsearch.run --space margin_sweep --runs-dir "$runs"
+        --experiment gpu-sweep --no-dashboard --no-baselines)
+    # interrupted once a trial has trained (and checkpointed) its first epoch, then resumed
+    interrupted search-interrupted 90 " epoch 1/" "${search[@]}" "${size[@]}"
+    step search-resumed 100 "${search[@]}" --resume
+    figure search-resumed
+    # the registered best model, loaded where no GPU is visible
+    step registered-on-cpu 30 env CUDA_VISIBLE_DEVICES= python3 -c "
 import numpy as np, torch
 from trainables.encoder import SentenceEncoder
 assert not torch.cuda.is_available()
@@ -101,29 +196,36 @@ vectors = encoder.encode(['A small red circle.', 'Two blue squares.'])
 print('registered model on', encoder.device, vectors.shape, vectors.dtype,
       'norms', np.linalg.norm(vectors, axis=1).round(4))
 "
-        tail -n 3 "$log" >>"$out/summary.txt"
-        [[ -n "${SEARCH_REPORT:-}" ]] && step report 180 python3 -m analysis.report \
-            --runs-dir "$runs" --experiment gpu-sweep --out "$runs/report"
-        # the tracking store and what the MLflow UI and the report show, without the models
-        cp "$runs/mlflow.db" "$out/mlflow.db" 2>/dev/null
-        tar -czf "$out/runs.tar.gz" -C "$runs" --exclude='*.pt' --exclude='*.pth' \
-            --exclude='*/model/*' --exclude='world*' mlartifacts searches \
-            tune/gpu-sweep.optuna.db $([[ -d "$runs/report" ]] && echo report) >>"$log" 2>&1
-        ;;
-    fused)
-        step fused-tests 180 python3 -m pytest -q -p no:cacheprovider \
-            tests/trainables/test_fused.py tests/trainables/test_fused_seeds.py -m "not slow"
-        step fused-b32 240 python3 bench/bench_fused.py --device cuda --k 1 2 4 8 16 \
-            --hidden-size 1024 --batch-size 32 --steps 20 --warmup 3
-        step fused-b128 180 python3 bench/bench_fused.py --device cuda --k 1 4 16 \
-            --hidden-size 1024 --batch-size 128 --steps 10 --warmup 2
-        ;;
-    eval)
-        step eval-battery 420 python3 bench/bench_eval.py --part battery --device cuda
+    figure registered-on-cpu
+    cp "$runs/mlflow.db" "$out/mlflow.db" 2>/dev/null
+    tar -czf "$out/runs.tar.gz" -C "$runs" --exclude='*.pt' --exclude='*.pth' \
+        --exclude='*/model/*' mlartifacts searches tune/gpu-sweep.optuna.db >>"$log" 2>&1
+}
+
+run_sweep16() {
+    search_packages || { failed=$((failed + 1)); return; }
+    local size=(--num-samples 16 --epochs 8 --fuse 16)
+    ((cpu)) && size=(--smoke-test --num-samples 2 --gpus-per-trial 0)
+    step sweep16 570 python3 -m gridsearch.run --space margin_sweep --runs-dir \
+        "$(mktemp -d)/runs" --experiment sweep16 --no-dashboard --no-baselines "${size[@]}"
+    figure sweep16
+}
+
+environment
+for what in "${@:-part1}"; do
+    case "$what" in
+    part1) start_part 480; run_gpu; run_fused; run_eval ;;
+    part2) start_part 240; run_search ;;
+    part3) start_part 580; run_sweep16 ;;
+    gpu | fused | eval | search | sweep16)
+        ((deadline)) || start_part 580
+        "run_$what"
         ;;
     *)
-        say "unknown step $what (expected gpu, suite, search, fused or eval)"
+        say "unknown part or step $what (expected part1, part2, part3, gpu, fused, eval, search or sweep16)"
+        failed=$((failed + 1))
         ;;
     esac
 done
-say "gpu_checks done $(date -u +%FT%TZ)"
+say "gpu_checks done $(date -u +%FT%TZ), $failed failed step(s)"
+exit "$failed"
