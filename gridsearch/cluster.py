@@ -38,7 +38,9 @@ def start_ray(settings: SearchSettings) -> str | None:
     localhost unless the user opens it). Returns the dashboard's URL, if any."""
     if settings.address:
         try:
-            context = ray.init(address=settings.address, log_to_driver=False)
+            context = ray.init(
+                address=settings.address, log_to_driver=False, configure_logging=False
+            )
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise SearchError(
                 f"--address {settings.address}: cannot join the Ray cluster ({err})"

@@ -132,8 +132,7 @@ def _with_ray(
             result = stopped(run, dashboard, time.perf_counter() - started, interruption)
         finally:
             signals.done = True  # recorded (or not started): a late signal changes nothing
-            if not settings.address:
-                ray.shutdown()
+            ray.shutdown()  # a joined cluster (--address) runs on: only this driver leaves
     return result
 
 

@@ -127,9 +127,11 @@ class SearchSettings:
 
     @property
     def resume_command(self) -> str:
+        """The command that continues this search, on the cluster it ran on."""
+        joined = f" --address {self.address}" if self.address else ""
         return (
             f"python -m gridsearch.run --experiment {self.experiment} --resume "
-            f"--runs-dir {self.layout.root}"
+            f"--runs-dir {self.layout.root}{joined}"
         )
 
     @classmethod
