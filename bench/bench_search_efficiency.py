@@ -160,7 +160,7 @@ def search(
         "--space", space, "--data", store, "--epochs", str(args.epochs),
         "--seed", str(args.seed), "--max-concurrent", "2", "--cpus-per-trial", "1",
         "--no-dashboard", "--runs-dir", str(out / "runs"), "--experiment", label,
-        *extra,
+        *(["--address", args.address] if args.address else []), *extra,
     ]  # fmt: skip
     print(f"\n=== {label}: python -m gridsearch.run {' '.join(argv)}", flush=True)
     settings = SearchSettings.from_args(parse_args(argv))
@@ -368,8 +368,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None,
                    help="keep everything here (default: a temporary folder, removed "
                    "after)")  # fmt: skip
+    p.add_argument("--address", default=None,
+                   help="join this Ray cluster (default: each search starts its own)")  # fmt: skip
     p.add_argument("--smoke", action="store_true",
-                   help="tiny: 120 images, 2 epochs, 2 margins, 4 trials")  # fmt: skip
+                   help="tiny: 120 images, 2 models, 2 margins, 2 epochs, 4 ASHA "
+                   "trials")  # fmt: skip
     args = p.parse_args(argv)
     if args.smoke:
         args.images, args.epochs, args.margins, args.asha_trials = 120, 2, [0.1, 0.3], 4
@@ -383,6 +386,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     store = world(args.store, args.images)
     variants = scaled_variants(args.scale)
+    if args.smoke:  # the first two models: every search and the report's every row, small
+        variants = dict(list(variants.items())[:2])
     register_spaces(variants, margins, args.cycle_epochs)
     grid_size = len(variants) * len(margins)
     out = args.out.resolve() if args.out else Path(tempfile.mkdtemp(prefix="bench-search-"))

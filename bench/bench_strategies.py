@@ -94,6 +94,8 @@ def _parser() -> argparse.ArgumentParser:
                    "driver's spaces search it, see Parts)")  # fmt: skip
     p.add_argument("--startup", type=int, default=None,
                    help="ours-*: this many space-filling starts, not the driver's")  # fmt: skip
+    p.add_argument("--address", default=None,
+                   help="join this Ray cluster (default: start a local one, 2 CPUs)")  # fmt: skip
     p.add_argument("--results", type=Path, default=None,
                    help="a JSON-lines file: every finished search is appended to it, and a "
                    "search it already holds (same table, form, budget, objective, time "
@@ -143,7 +145,7 @@ def _comparison(p: argparse.ArgumentParser, args: argparse.Namespace) -> Compari
     return Comparison(table, warm_table, strategies, budget, both)
 
 
-def _start_ray() -> None:
+def _start_ray(address: str | None) -> None:
     import ray
 
     from gridsearch import quiet
@@ -151,8 +153,11 @@ def _start_ray() -> None:
     logging.getLogger("ray").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     quiet()
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-             logging_level=logging.ERROR)  # fmt: skip
+    if address:
+        ray.init(address=address, log_to_driver=False, logging_level=logging.ERROR)
+    else:
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 logging_level=logging.ERROR)  # fmt: skip
 
 
 def _saved(args: argparse.Namespace, c: Comparison) -> SavedSearches:
@@ -257,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     kept = _saved(args, c)
     if kept.found:
         print(f"{len(kept.found)} searches of these settings in {args.results}: read, not run")
-    _start_ray()
+    _start_ray(args.address)
     started = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix="strategies-") as scratch:

@@ -252,9 +252,11 @@ def record_problem(
     seeds: Sequence[int],
     scratch: Path,
     write: Any = print,
+    address: str | None = None,
 ) -> list[Curve]:
     """Run the grid over ``variants`` x ``margins`` once per seed with the package's own
-    driver (FIFO, 2 trials at a time with 1 CPU each) and keep every trial's epochs."""
+    driver (FIFO, 2 trials at a time with 1 CPU each; ``address``: on that Ray cluster) and
+    keep every trial's epochs."""
     from bench.bench_search_efficiency import register_spaces
     from gridsearch.driver import run_search
     from gridsearch.settings import SearchSettings, parse_args
@@ -267,6 +269,7 @@ def record_problem(
             "--seed", str(seed), "--scheduler", "fifo", "--max-concurrent", "2",
             "--cpus-per-trial", "1", "--no-dashboard", "--no-baselines",
             "--runs-dir", str(scratch), "--experiment", f"record-seed{seed}",
+            *(["--address", address] if address else []),
         ]  # fmt: skip
         settings = SearchSettings.from_args(parse_args(argv))
         started = time.perf_counter()
