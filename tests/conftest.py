@@ -1,8 +1,11 @@
 """Shared by every test package: a tiny embedded world, built once per test session
-through the real build path."""
+through the real build path, and one local Ray cluster per test process that the real
+searches join."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,8 +13,41 @@ import pytest
 from storage.build import build_synthetic
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules with the most slow test functions first (ties and the rest in their
+    order): under ``--dist loadscope`` a module runs whole on one worker, and a long one
+    started last would leave the other workers idle at the end."""
+    functions = {
+        (item.module, item.originalname) for item in items if item.get_closest_marker("slow")
+    }  # type: ignore[attr-defined]
+    slow = Counter(module for module, _ in functions)
+    items.sort(key=lambda item: -slow[item.module])  # type: ignore[attr-defined]
+
+
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("world") / "store"
     build_synthetic(out, images=120, seed=0)
     return out
+
+
+@pytest.fixture(scope="session")
+def ray_address() -> Iterator[str]:
+    """The address of one real local Ray cluster (a head node with two CPUs, as the CI
+    machine has) kept for the test process: a search joins it with ``--address`` instead of
+    starting and stopping a Ray of its own, which saves about 3.5 s and a fifth of the CPU
+    of a smoke search. The searches that test Ray's own start (the default local cluster)
+    or several nodes start their own."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False}
+    )
+    yield cluster.address
+    cluster.shutdown()
+
+
+@pytest.fixture(scope="session")
+def on_cluster(ray_address: str) -> list[str]:
+    """The flags that send a search (``gridsearch.run``) to the session's Ray cluster."""
+    return ["--address", ray_address]
