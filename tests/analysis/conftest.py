@@ -21,7 +21,7 @@ class RealSearch(NamedTuple):
 
 
 @pytest.fixture(scope="session")
-def real_search(tmp_path_factory: pytest.TempPathFactory) -> RealSearch:
+def real_search(tmp_path_factory: pytest.TempPathFactory, on_cluster: list[str]) -> RealSearch:
     """Four trials over margin (continuous) and rnn_type (categorical), objective both;
     the space takes a snapshot every epoch so the 2-epoch trials keep ensemble weights."""
     from gridsearch.run import main
@@ -31,6 +31,7 @@ def real_search(tmp_path_factory: pytest.TempPathFactory) -> RealSearch:
         "--space-file", str(SPACE_FILE),
         "--smoke-test", "--no-dashboard", "--scheduler", "fifo", "--objective", "both",
         "--num-samples", "4", "--runs-dir", str(runs_dir), "--experiment", "analysis",
+        *on_cluster,
     ]  # fmt: skip
     assert main(argv) == 0
     return RealSearch(runs_dir, "analysis")

@@ -37,11 +37,39 @@ def test_the_scripts_are_the_ones_expected() -> None:
     assert {"bench_strategies.py", "tabular.py", "bench_world_generation.py"} <= set(SCRIPTS)
 
 
-@pytest.mark.parametrize("script", SCRIPTS)
-def test_every_script_shows_its_help_run_as_a_file(script: str) -> None:
-    done = _python(str(BENCH / script), "--help")
+# Every script run as a file, in one process (one interpreter start instead of one per
+# script): each as `python bench/x.py --help` runs it, with bench/ itself first on sys.path
+# and no module of the bench package imported yet, so a script that does not put the
+# repository first (its opening line) fails to import ``bench``.
+AS_FILES = """
+import contextlib, io, json, runpy, sys
+bench, shown = sys.argv[1], {}
+for script in sys.argv[2:]:
+    for name in [m for m in sys.modules if m == "bench" or m.startswith("bench.")]:
+        del sys.modules[name]
+    sys.path[0], sys.argv = bench, [script, "--help"]
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(f"{bench}/{script}", run_name="__main__")
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except Exception as e:
+        code, out = 1, io.StringIO(repr(e))
+    shown[script] = [code, out.getvalue()]
+print(json.dumps(shown))
+"""
+
+
+def test_every_script_shows_its_help_run_as_a_file() -> None:
+    done = _python("-c", AS_FILES, str(BENCH), *SCRIPTS)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.startswith("usage: ") and "--help" in done.stdout
+    shown = json.loads(done.stdout.splitlines()[-1])
+    assert sorted(shown) == SCRIPTS
+    for script, (code, text) in shown.items():
+        assert code == 0, (script, text[-2000:])
+        assert text.startswith("usage: ") and "--help" in text, (script, text[:500])
 
 
 def test_a_script_runs_as_a_module_with_its_errors_on_one_line() -> None:
@@ -192,16 +220,31 @@ def test_strategies_checks_its_flags_before_starting_ray(
 
 
 @pytest.mark.slow
-def test_strategies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_strategies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_cluster: list[str]
+) -> None:
     from bench import bench_strategies
 
     results = tmp_path / "results.jsonl"
     argv = ["--table", str(BENCH / "recorded" / "paper_margin"), "--strategies", "ours",
             "--search-seeds", "1", "--budget", "0.05", "--time-scale", "0",
-            "--results", str(results)]  # fmt: skip
+            "--results", str(results), *on_cluster]  # fmt: skip
     assert bench_strategies.main(argv) == 0
     out = capsys.readouterr().out
     assert "| strategy | seeds | 5% | trial-epochs to >= 99%" in out
     assert "| ours | 1 | " in out and "held out:" in out
     assert bench_strategies.main(argv) == 0  # the second time read from --results
     assert "1 searches of these settings in" in capsys.readouterr().out
+
+
+def test_test_tiers_times_a_tier_with_its_counts_and_load(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench import bench_test_tiers
+
+    argv = ["--tier", "fast", "--", "-n", "0", "tests/test_tolerances.py"]
+    assert bench_test_tiers.main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].endswith(str(BENCH.parent)) and " cores; Python " in out[0]
+    assert out[1].startswith("fast: ") and " of the 180 s goal), " in out[1]
+    assert " passed, exit 0; load " in out[1] and " before, " in out[1]

@@ -14,6 +14,7 @@ def test_the_smoke_benchmark_runs_all_three_searches(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
+    on_cluster: list[str],
 ) -> None:
     from bench import bench_search_efficiency
     from gridsearch import spaces
@@ -22,7 +23,7 @@ def test_the_smoke_benchmark_runs_all_three_searches(
     monkeypatch.setattr(spaces, "SPACES", dict(spaces.SPACES))
 
     code = bench_search_efficiency.main(
-        ["--smoke", "--store", small_store, "--out", str(tmp_path / "out")]
+        ["--smoke", "--store", small_store, "--out", str(tmp_path / "out"), *on_cluster]
     )
     assert code == 0
     out = capsys.readouterr().out
@@ -31,8 +32,8 @@ def test_the_smoke_benchmark_runs_all_three_searches(
         for line in out.splitlines()
         if line.startswith("| ") and "(" in line.split(" | ")[0]
     }
-    # 8 models x 2 margins, every trial to both epochs; ASHA + TPE 4 trials, no more epochs
-    assert rows["grid (grid)"][1:3] == ["16", "32 (100%)"]
+    # 2 models x 2 margins, every trial to both epochs; ASHA + TPE 4 trials, no more epochs
+    assert rows["grid (grid)"][1:3] == ["4", "8 (100%)"]
     assert rows["asha-tpe (TPE)"][1] == "4"
     assert int(rows["asha-tpe (TPE)"][2].split()[0]) <= 8
     assert "pareto-tpe (TPE)" in rows

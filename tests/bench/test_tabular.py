@@ -73,7 +73,7 @@ def _without_time(metrics: dict[str, float]) -> dict[str, float]:
 
 @pytest.mark.slow
 def test_the_replay_gives_live_training_s_metrics_and_a_live_search_s_decisions(
-    tiny_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_world: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, on_cluster: list[str]
 ) -> None:
     from bench.bench_search_efficiency import scaled_variants
     from gridsearch.driver import run_search
@@ -85,7 +85,7 @@ def test_the_replay_gives_live_training_s_metrics_and_a_live_search_s_decisions(
     margins = (0.1, 0.3)
     curves = tabular.record_problem(
         str(tiny_world), variants, margins, epochs=2, cycle_epochs=1, seeds=[0],
-        scratch=tmp_path / "record", write=lambda line: None,
+        scratch=tmp_path / "record", write=lambda line: None, address=on_cluster[1],
     )  # fmt: skip
     tabular.RecordedTable(curves, {"variants": variants, "cycle_epochs": 1}).write(tmp_path / "t")
     table = tabular.RecordedTable.read(tmp_path / "t")
@@ -113,7 +113,7 @@ def test_the_replay_gives_live_training_s_metrics_and_a_live_search_s_decisions(
         "--space", "bench_tpe", "--data", str(tiny_world), "--epochs", "2", "--seed", "0",
         "--scheduler", "asha", "--num-samples", "4", "--max-concurrent", "1",
         "--cpus-per-trial", "1", "--no-dashboard", "--no-baselines",
-        "--runs-dir", str(tmp_path / "live"), "--experiment", "live",
+        "--runs-dir", str(tmp_path / "live"), "--experiment", "live", *on_cluster,
     ]  # fmt: skip
     settings = SearchSettings.from_args(parse_args(argv))
     run_search(settings)
@@ -121,7 +121,7 @@ def test_the_replay_gives_live_training_s_metrics_and_a_live_search_s_decisions(
     live_decisions = sorted((c.variant, c.margin, len(c.epochs) - 1) for c in live_trials)
     import ray
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address=on_cluster[1], log_to_driver=False, configure_logging=False)
     try:
         replayed = strategies.run_one(
             "ours-asha", table, 0, budget=100, time_scale=0.0, scratch=tmp_path / "replay",

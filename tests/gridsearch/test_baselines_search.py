@@ -18,10 +18,10 @@ from trainables import names
 
 @pytest.mark.slow
 def test_a_search_computes_the_baselines_once_and_shows_them(
-    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str], on_cluster: list[str]
 ) -> None:
     args = ["--space", "margin_sweep", "--smoke-test", "--no-dashboard", "--scheduler", "fifo",
-            "--runs-dir", str(tmp_path), "--baselines"]  # fmt: skip
+            "--runs-dir", str(tmp_path), "--baselines", *on_cluster]  # fmt: skip
     assert main([*args, "--experiment", "first"]) == 0
     out = capsys.readouterr().out
     assert "baselines: computed once for this store in " in out

@@ -86,10 +86,11 @@ def _runs(runs: Path, experiment: str) -> tuple[list, list]:
 
 @pytest.mark.slow
 def test_a_disk_that_fills_during_a_trial_is_resumed_not_failed(
-    disk64: Path, capsys: pytest.CaptureFixture[str]
+    disk64: Path, capsys: pytest.CaptureFixture[str], on_cluster: list[str]
 ) -> None:
     runs = disk64 / "runs"
-    args = [*SEARCH, "--num-samples", "3", "--runs-dir", str(runs), "--experiment", "full"]
+    args = [*SEARCH, "--num-samples", "3", "--runs-dir", str(runs), "--experiment", "full",
+            *on_cluster]  # fmt: skip
     driver = Driver(*args, "--min-free-disk", "0")  # no guard: a write meets ENOSPC
     driver.wait_for("epoch 1/2")  # the first trial has a checkpoint; its next write fails
     ballast = _fill(disk64)
@@ -110,7 +111,7 @@ def test_a_disk_that_fills_during_a_trial_is_resumed_not_failed(
     hit = {t.data.tags[TRIAL_TAG] for t in trials}
 
     ballast.unlink()  # space freed: the same search goes on
-    resume = ["--experiment", "full", "--resume", "--runs-dir", str(runs), "--no-dashboard"]
+    resume = ["--experiment", "full", "--resume", "--runs-dir", str(runs), *on_cluster]
     assert main(resume) == 0
     captured = capsys.readouterr()
     assert "3 trials: 3 finished" in captured.out and "finished in" in captured.out

@@ -1,12 +1,12 @@
 """Real drivers (the CLI in subprocesses, real Ray, real MLflow sqlite) meeting each other
 and their environment: one driver per experiment, two experiments side by side on a fresh
-runs directory, SIGTERM as a graceful stop, and a disk that fills mid-search."""
+runs directory, and a disk that fills mid-search (SIGTERM as a graceful stop:
+test_interrupted.py)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -60,18 +60,18 @@ def _trial_runs(mlflow_runs, runs_dir: Path, experiment: str) -> list:
 
 
 def test_one_driver_per_experiment_and_two_experiments_side_by_side(
-    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str], on_cluster: list[str]
 ) -> None:
     runs = str(tmp_path / "runs")  # fresh: the first two drivers set up its stores at once
     # a runs long enough (4 trials, one at a time) to still hold its lock while the two
     # refused drivers below start in this process
-    a = Driver(*SEARCH, "--num-samples", "4", "--runs-dir", runs, "--experiment", "a")
-    b = Driver(*SEARCH, "--num-samples", "1", "--runs-dir", runs, "--experiment", "b")
+    a = Driver(*SEARCH, "--num-samples", "4", "--runs-dir", runs, "--experiment", "a", *on_cluster)
+    b = Driver(*SEARCH, "--num-samples", "1", "--runs-dir", runs, "--experiment", "b", *on_cluster)
     a.wait_for("epoch 1/2")
-    assert main([*SEARCH, "--runs-dir", runs, "--experiment", "a"]) == 2  # a new one
+    assert main([*SEARCH, "--runs-dir", runs, "--experiment", "a", *on_cluster]) == 2  # a new one
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "a already holds a search" in err[0]
-    assert main(["--runs-dir", runs, "--experiment", "a", "--resume", "--no-dashboard"]) == 2
+    assert main(["--runs-dir", runs, "--experiment", "a", "--resume", *on_cluster]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --experiment a is being run by")
     assert f"pid {a.process.pid}" in err[0] and "since" in err[0]
@@ -84,21 +84,6 @@ def test_one_driver_per_experiment_and_two_experiments_side_by_side(
     assert not list((Path(runs) / "locks").glob("*.lock"))  # every lock released
 
 
-def test_sigterm_stops_the_search_like_ctrl_c(tmp_path: Path, mlflow_runs, capsys) -> None:
-    runs = str(tmp_path / "runs")
-    driver = Driver(*SEARCH, "--num-samples", "2", "--runs-dir", runs, "--experiment", "t")
-    driver.wait_for("epoch 1/2")
-    driver.process.send_signal(signal.SIGTERM)
-    code, out = driver.finish(timeout_s=120)
-    assert code == 130, out  # interrupted: not a success, and no Ray abort dump (134)
-    assert "the search stopped (SIGTERM)" in out and "--resume" in out
-    assert "Aborted" not in out and "Traceback" not in out
-    _trial_runs(mlflow_runs, Path(runs), "t")  # nothing left RUNNING
-    assert not (Path(runs) / "locks" / "t.lock").exists()
-    assert main(["--experiment", "t", "--resume", "--runs-dir", runs, "--no-dashboard"]) == 0
-    assert "2 trials: 2 finished" in capsys.readouterr().out
-
-
 def _mount_tmpfs(where: Path, megabytes: int) -> bool:
     where.mkdir()
     result = subprocess.run(
@@ -108,13 +93,16 @@ def _mount_tmpfs(where: Path, megabytes: int) -> bool:
     return result.returncode == 0
 
 
-def test_a_full_disk_stops_the_search_resumably(tmp_path: Path, mlflow_runs, capsys) -> None:
+def test_a_full_disk_stops_the_search_resumably(
+    tmp_path: Path, mlflow_runs, capsys, on_cluster: list[str]
+) -> None:
     disk = tmp_path / "disk"
     if not _mount_tmpfs(disk, 64):
         pytest.skip("cannot mount a small tmpfs here (needs root and CAP_SYS_ADMIN)")
     try:
         runs = disk / "runs"
-        args = [*SEARCH, "--num-samples", "3", "--runs-dir", str(runs), "--experiment", "d"]
+        args = [*SEARCH, "--num-samples", "3", "--runs-dir", str(runs), "--experiment", "d",
+                *on_cluster]  # fmt: skip
         driver = Driver(*args, "--min-free-disk", "24")
         driver.wait_for("epoch 1/2")
         free = shutil.disk_usage(disk).free
@@ -130,7 +118,7 @@ def test_a_full_disk_stops_the_search_resumably(tmp_path: Path, mlflow_runs, cap
         trials = _trial_runs(mlflow_runs, runs, "d")  # every run closed with its outcome
         assert all(r.data.tags["outcome"] in ("finished", "search_ended") for r in trials)
         ballast.unlink()
-        resume = ["--experiment", "d", "--resume", "--runs-dir", str(runs), "--no-dashboard"]
+        resume = ["--experiment", "d", "--resume", "--runs-dir", str(runs), *on_cluster]
         assert main(resume) == 0
         assert "3 trials: 3 finished" in capsys.readouterr().out
         trials = _trial_runs(mlflow_runs, runs, "d")

@@ -38,12 +38,12 @@ def _family(params: dict[str, str]) -> str:
 
 @pytest.mark.slow
 def test_an_encoders_search_trains_every_family_through_the_same_paths(
-    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str], on_cluster: list[str]
 ) -> None:
     grid = 3 * len(PRESETS)  # --smoke-test keeps the grid's first 2 points unless told more
     args = ["--space", "encoders", "--smoke-test", "--num-samples", str(grid), "--no-dashboard",
             "--scheduler", "fifo", "--epochs", "1", "--runs-dir", str(tmp_path),
-            "--experiment", "families"]  # fmt: skip
+            "--experiment", "families", *on_cluster]  # fmt: skip
     assert main(args) == 0
     out = capsys.readouterr().out
     assert f"{grid} trials: {grid} finished" in out

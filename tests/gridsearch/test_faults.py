@@ -212,9 +212,12 @@ def _fault_trainable(config: dict[str, Any], data: TrainingData, poisoned: Train
         real_report = ray_tune.report
 
         def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
-            real_report(metrics, checkpoint=checkpoint)
-            if metrics.get("epoch", 0) >= 1:  # on every attempt, the retry's too
+            # fails instead of the last epoch's report, on every attempt (the retry's too):
+            # the report before it had a whole epoch to reach the driver (raising right
+            # after a report races Tune's delivery of it)
+            if metrics.get("epoch", 0) >= 2:
                 raise RuntimeError("injected failure after an epoch")
+            real_report(metrics, checkpoint=checkpoint)
 
         ray_tune.report = report
     grounded_trainable(config, poisoned if fault == "nan" else data)
@@ -286,27 +289,28 @@ def test_diverging_and_raising_trials_fail_and_the_search_goes_on(
     assert "ensemble.pt" in {a.path for a in client.list_artifacts(rebuilt["none"].info.run_id)}
 
 
-def test_load_64_trials_8_at_a_time(cluster: Cluster, world: str, tmp_path: Path) -> None:
-    """64 short trials, 8 at once on the cluster's two CPUs; every run and every metric
-    point Tune received is in MLflow, each exactly once."""
+def test_load_24_trials_8_at_a_time(cluster: Cluster, world: str, tmp_path: Path) -> None:
+    """24 short trials, 8 at once on the cluster's two CPUs (three waves of results
+    arriving together); every run and every metric point Tune received is in MLflow, each
+    exactly once."""
     space = tmp_path / "load.yaml"
     space.write_text(  # short trials: no semantic evaluation, few steps per epoch
         "name: load\nfixed: {semantic_every: 0, batch_size: 32}\n"
         "params:\n  margin: {type: float, low: 0.1, high: 0.3}\n"
     )
     args = _search(
-        cluster, world, tmp_path, "load", "--epochs", "1", "--num-samples", "64",
+        cluster, world, tmp_path, "load", "--epochs", "1", "--num-samples", "24",
         "--max-concurrent", "8", "--cpus-per-trial", "0.25",
     )  # fmt: skip
     args[args.index("--space") : args.index("--space") + 2] = ["--space-file", str(space)]
     driver = Driver(args)
     assert driver.finish(timeout=900) == 0, driver.text
-    assert "64 trials: 64 finished" in driver.text
+    assert "24 trials: 24 finished" in driver.text
 
     client = _local_client(tmp_path)
     runs = _children(client, "load")
-    assert len(runs) == 64 and all(r.info.status == "FINISHED" for r in runs)
-    assert len({r.data.tags["tune.trial_id"] for r in runs}) == 64
+    assert len(runs) == 24 and all(r.info.status == "FINISHED" for r in runs)
+    assert len({r.data.tags["tune.trial_id"] for r in runs}) == 24
 
     expected = 0
     for trial_dir in (tmp_path / "tune" / "load").iterdir():
@@ -327,4 +331,4 @@ def test_load_64_trials_8_at_a_time(cluster: Cluster, world: str, tmp_path: Path
             ids,
         ).fetchall()
     assert all(count == 1 for *_, count in points)  # no point twice
-    assert len(points) == expected > 64 * 2 * 5
+    assert len(points) == expected > 24 * 2 * 5

@@ -174,7 +174,7 @@ def _last_status(out: str) -> str:
 
 @pytest.mark.slow
 def test_a_fused_search_stopped_mid_trial_resumes_each_member_once_and_as_it_ended(
-    tmp_path: Path, mlflow_runs
+    tmp_path: Path, mlflow_runs, on_cluster: list[str]
 ) -> None:
     """Four configurations in one fused trial under ASHA; Ctrl+C after its epoch 1 (the
     rung, where ASHA stopped the members below the median); --resume finishes it. A
@@ -183,7 +183,7 @@ def test_a_fused_search_stopped_mid_trial_resumes_each_member_once_and_as_it_end
     though the trial resumes from an earlier checkpoint."""
     runs = tmp_path / "runs"
     first = Driver(*SEARCH, "--scheduler", "asha", "--num-samples", "4", "--fuse", "4",
-                   "--runs-dir", str(runs), "--experiment", "x")  # fmt: skip
+                   "--runs-dir", str(runs), "--experiment", "x", *on_cluster)  # fmt: skip
     first.wait_for("epoch 1/2")
     first.process.send_signal(signal.SIGINT)
     code, out = first.finish()
@@ -191,7 +191,7 @@ def test_a_fused_search_stopped_mid_trial_resumes_each_member_once_and_as_it_end
     _, interrupted = _trial_runs(mlflow_runs, runs, "x")
     assert _summary_counts(out) == Counter(r.data.tags["outcome"] for r in interrupted.values())
     assert "the search stopped (SIGINT) with 4 trial(s) not finished" in out, out
-    resumed = Driver("--experiment", "x", "--resume", "--runs-dir", str(runs), "--no-dashboard")
+    resumed = Driver("--experiment", "x", "--resume", "--runs-dir", str(runs), *on_cluster)
     code, out = resumed.finish()
     assert code == 0 and "start 1-4/4" in out, out
     assert len(list((runs / "tune" / "x").glob("*/result.json"))) == 1  # the one trial, resumed
@@ -210,7 +210,7 @@ def test_a_fused_search_stopped_mid_trial_resumes_each_member_once_and_as_it_end
 
 @pytest.mark.slow
 def test_a_fused_search_stopped_at_a_trials_end_counts_its_members_and_resumes(
-    tmp_path: Path, mlflow_runs
+    tmp_path: Path, mlflow_runs, on_cluster: list[str]
 ) -> None:
     """Two fused trials of two, one at a time; SIGTERM when the first has ended: two
     configurations are done and two are not (not four: the ended trial's members are
@@ -218,7 +218,7 @@ def test_a_fused_search_stopped_at_a_trials_end_counts_its_members_and_resumes(
     runs = tmp_path / "runs"
     first = Driver(*SEARCH, "--scheduler", "fifo", "--num-samples", "4", "--fuse", "2",
                    "--max-concurrent", "1", "--runs-dir", str(runs),
-                   "--experiment", "y")  # fmt: skip
+                   "--experiment", "y", *on_cluster)  # fmt: skip
     first.wait_for("done  1-2/4")
     first.process.send_signal(signal.SIGTERM)
     code, out = first.finish()
@@ -226,7 +226,7 @@ def test_a_fused_search_stopped_at_a_trials_end_counts_its_members_and_resumes(
     assert "the search stopped (SIGTERM) with 2 trial(s) not finished" in out, out
     assert _summary_counts(out)["finished"] == 2
     assert "2 of 4 trials done, 0 running, 2 left" in out
-    resumed = Driver("--experiment", "y", "--resume", "--runs-dir", str(runs), "--no-dashboard")
+    resumed = Driver("--experiment", "y", "--resume", "--runs-dir", str(runs), *on_cluster)
     code, out = resumed.finish()
     assert code == 0, out
     assert "start 3-4/4" in out  # numbered after the trial an earlier driver ran
@@ -239,15 +239,15 @@ def test_a_fused_search_stopped_at_a_trials_end_counts_its_members_and_resumes(
 
 @pytest.mark.slow
 def test_a_finished_fused_search_extends_by_configurations_then_has_nothing_to_run(
-    tmp_path: Path, mlflow_runs
+    tmp_path: Path, mlflow_runs, on_cluster: list[str]
 ) -> None:
     """--resume --num-samples counts configurations, not fused trials: a finished search
     of two configurations in one fused trial, extended to four, runs one more fused trial
     of two; resumed again, it says it has run all four and exits 0 without Ray."""
     runs = tmp_path / "runs"
-    _search(runs, "z", "--scheduler", "fifo", "--num-samples", "2", "--fuse", "2")
+    _search(runs, "z", "--scheduler", "fifo", "--num-samples", "2", "--fuse", "2", *on_cluster)
     resume = [sys.executable, "-m", "gridsearch.run", "--experiment", "z", "--resume",
-              "--runs-dir", str(runs), "--no-dashboard"]  # fmt: skip
+              "--runs-dir", str(runs), *on_cluster]  # fmt: skip
     env = {**os.environ, FUSED_SEEDS_ENV: "fused"}
     extended = subprocess.run(
         [*resume, "--num-samples", "4"], env=env, capture_output=True, text=True, timeout=600
@@ -301,7 +301,7 @@ def test_a_restored_searcher_writes_the_stop_files_of_its_running_trials_again(
 
 @pytest.mark.slow
 def test_fused_members_at_two_seeds_record_what_lone_seeded_trials_record(
-    tmp_path: Path, mlflow_runs
+    tmp_path: Path, mlflow_runs, on_cluster: list[str]
 ) -> None:
     """``--fuse 2 --seeds-per-config 2``: one Tune trial, its four seats (two members at
     two seeds) one fused model; each member records what the same configuration records
@@ -309,7 +309,7 @@ def test_fused_members_at_two_seeds_record_what_lone_seeded_trials_record(
     metric keys (the spread over seeds among them), each metric at the same steps with
     the same values to float32 rounding, and its Optuna value; each member's seeds
     checkpointed as a lone seeded trial checkpoints them."""
-    more = ["--scheduler", "fifo", "--num-samples", "2", "--seeds-per-config", "2"]
+    more = ["--scheduler", "fifo", "--num-samples", "2", "--seeds-per-config", "2", *on_cluster]
     fused_out = _search(tmp_path, "fused", *more, "--fuse", "2", mode="fused")
     _search(tmp_path, "alone", *more, mode="sequential")
     assert "2 trials: 2 finished" in fused_out
@@ -354,7 +354,7 @@ def test_fused_members_at_two_seeds_record_what_lone_seeded_trials_record(
 
 @pytest.mark.slow
 def test_fused_members_on_two_objectives_are_each_their_own_pareto_trial(
-    tmp_path: Path, mlflow_runs
+    tmp_path: Path, mlflow_runs, on_cluster: list[str]
 ) -> None:
     """``--fuse 6 --objective both`` under ASHA's Pareto form: six configurations in one
     trial, each its own trial of the two-objective study with its own two values (no
@@ -362,7 +362,7 @@ def test_fused_members_on_two_objectives_are_each_their_own_pareto_trial(
     enough members before it dominate it; the summary's Pareto front is Optuna's, by
     member; the progress names the best member on each objective."""
     out = _search(tmp_path, "both", "--scheduler", "asha", "--objective", "both",
-                  "--num-samples", "6", "--fuse", "6")  # fmt: skip
+                  "--num-samples", "6", "--fuse", "6", *on_cluster)  # fmt: skip
     assert "at epoch 1," in out and "Pareto rank" in out
     study = _study(tmp_path, "both")
     assert len(study.directions) == 2

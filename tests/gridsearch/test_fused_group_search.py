@@ -42,10 +42,10 @@ def _study(runs_dir: Path, experiment: str) -> dict[float, optuna.trial.FrozenTr
 
 @pytest.mark.slow
 def test_a_fused_search_records_what_the_unfused_search_records(
-    tmp_path: Path, mlflow_runs
+    tmp_path: Path, mlflow_runs, on_cluster: list[str]
 ) -> None:
-    _search(tmp_path, "fused", "--fuse", "2")
-    _search(tmp_path, "alone")
+    _search(tmp_path, "fused", "--fuse", "2", *on_cluster)
+    _search(tmp_path, "alone", *on_cluster)
     (result,) = (tmp_path / "tune" / "fused").glob("*/result.json")  # one Tune trial
     assert {json.loads(line)[MEMBERS_FUSED] for line in result.read_text().splitlines()} == {1}
     assert len(list((tmp_path / "tune" / "alone").glob("*/result.json"))) == 2

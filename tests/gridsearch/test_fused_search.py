@@ -26,6 +26,8 @@ F32 = REORDERED[torch.float32]
 
 
 def _search(runs_dir: Path, experiment: str, mode: str) -> None:
+    """The search in a subprocess that starts its own Ray, whose trials inherit ``mode``
+    from the environment (a joined cluster's trials would not)."""
     args = [sys.executable, "-m", "gridsearch.run", "--space", "margin_sweep", "--smoke-test",
             "--no-dashboard", "--scheduler", "fifo", "--runs-dir", str(runs_dir),
             "--experiment", experiment, "--num-samples", "1", "--seeds-per-config", "2",

@@ -3,7 +3,7 @@
 MLflow parent run KILLED with outcome "interrupted", no run left RUNNING, and trials
 that ran out "finished" (never "stopped_early": FIFO stops no trial). Every signal at
 several phases of a real search (the CLI in a subprocess, a real local Ray, a real
-MLflow sqlite store); one of them is then resumed to its end."""
+MLflow sqlite store); two of them are then resumed to their end."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import optuna
 import pytest
 
 from tests.gridsearch.test_drivers import Driver
+from tests.gridsearch.test_run import check_runs
 
 pytestmark = pytest.mark.slow
 SEARCH = ["--space", "margin_sweep", "--smoke-test", "--no-dashboard", "--scheduler", "fifo"]
@@ -37,7 +39,8 @@ def _interrupted(mlflow_runs, runs: Path, experiment: str) -> Counter[str]:
 @pytest.mark.parametrize(
     ("signals", "when", "more"),
     [
-        (["SIGINT"], "epoch 1/2", []),  # one Ctrl+C mid-trial: Tune's graceful stop
+        # one Ctrl+C mid-trial: Tune's graceful stop; then resumed to the trials asked for
+        (["SIGINT"], "epoch 1/2", ["--num-samples", "3", "--max-concurrent", "1"]),
         (["SIGINT", "SIGINT"], "epoch 1/2", []),  # twice: the driver stops at once
         (["SIGTERM"], "start 1/", []),  # before the first result
         (["SIGTERM"], "done  1/", ["--max-concurrent", "1"]),  # at a trial's end
@@ -45,10 +48,24 @@ def _interrupted(mlflow_runs, runs: Path, experiment: str) -> Counter[str]:
     ids=["sigint-once", "sigint-twice", "sigterm-at-start", "sigterm-at-a-trial-end"],
 )
 def test_a_signal_is_an_interruption_everywhere(
-    tmp_path: Path, mlflow_runs, signals: list[str], when: str, more: list[str]
-) -> None:
+    tmp_path: Path, mlflow_runs, signals: list[str], when: str, more: list[str],
+    on_cluster: list[str],
+) -> None:  # fmt: skip
     runs = tmp_path / "runs"
-    args = [*SEARCH, "--num-samples", "2", *more, "--runs-dir", str(runs), "--experiment", "x"]
+    # Ctrl+C twice meets a Ray the driver started itself (a local one, the default); the
+    # other cases, the session's cluster (tests/conftest.py)
+    joined = [] if signals == ["SIGINT", "SIGINT"] else on_cluster
+    args = [
+        *SEARCH,
+        "--num-samples",
+        "2",
+        *more,
+        "--runs-dir",
+        str(runs),
+        "--experiment",
+        "x",
+        *joined,
+    ]  # fmt: skip  (a later --num-samples wins)
     driver = Driver(*args)
     driver.wait_for(when)
     for name in signals:
@@ -57,30 +74,43 @@ def test_a_signal_is_an_interruption_everywhere(
     code, out = driver.finish(timeout_s=300)
     assert code == 130, out
     assert "Traceback" not in out and "finished in" not in out
+    assert "Aborted" not in out  # no Ray abort dump (exit 134) after SIGTERM
     lines = out.splitlines()
     counts = [line for line in lines if re.match(r"\d+ trials: ", line)]
     assert len(counts) == 1 and "stopped_early" not in counts[0], out
     stopped = [line for line in lines if line.startswith(f"the search stopped ({signals[0]})")]
     assert len(stopped) == 1 and "not finished" in stopped[0], out
-    resume = f"python -m gridsearch.run --experiment x --resume --runs-dir {runs.resolve()}"
+    resume = " ".join(
+        [
+            "python -m gridsearch.run --experiment x --resume --runs-dir",
+            str(runs.resolve()),
+            *joined,
+        ]
+    )  # on the cluster it ran on
     assert f"continue it:  {resume}" in lines, out
     outcomes = _interrupted(mlflow_runs, runs, "x")
     assert set(outcomes) <= {"finished", "search_ended"}
     assert _summary_counts(counts[0]) == dict(outcomes)  # the summary says what MLflow holds
     assert not (runs / "locks" / "x.lock").exists()
+    asked = 3 if signals == ["SIGINT"] else 2
     if signals == ["SIGTERM"] and when.startswith("done"):
         assert outcomes["finished"] == 1  # the trial that had ended keeps its end
         assert "with 1 trial(s) not finished" in stopped[0]
+    elif signals == ["SIGINT"]:  # the first of three trials cut short, two not started
+        assert outcomes == {"search_ended": 1} and "with 3 trial(s) not finished" in stopped[0]
     else:  # trials were running: cut short, and said so
         assert outcomes["search_ended"] >= 1
         assert "with 2 trial(s) not finished" in stopped[0]
         return
-    resumed = Driver("--experiment", "x", "--resume", "--runs-dir", str(runs), "--no-dashboard")
-    code, out = resumed.finish()  # the trial left is run; the parent finished
-    assert code == 0 and "2 trials: 2 finished" in out, out
-    _, found = mlflow_runs(runs, "x")
+    resumed = Driver(*resume.split()[3:], "--no-dashboard")  # the command it printed
+    code, out = resumed.finish()  # the trials left are run; the parent finished
+    assert code == 0 and f"{asked} trials: {asked} finished" in out, out
+    client, found = mlflow_runs(runs, "x")
     (parent,) = [r for r in found if r.data.tags.get("search.role") == "search"]
     assert parent.info.status == "FINISHED" and parent.data.tags["outcome"] == "finished"
+    check_runs(client, found, trials=asked, epochs=2)  # each trial once, each epoch once
+    study = optuna.load_study(study_name="x", storage=f"sqlite:///{runs / 'tune' / 'x.optuna.db'}")
+    assert sorted(t.number for t in study.trials) == list(range(asked))
 
 
 def _summary_counts(line: str) -> dict[str, int]:
@@ -110,13 +140,13 @@ def test_an_interrupted_end_closes_everything_as_interrupted(tmp_path: Path) -> 
 
 
 def test_sigterm_before_ray_starts_releases_the_lock_and_says_how_to_go_on(
-    tmp_path: Path,
+    tmp_path: Path, on_cluster: list[str]
 ) -> None:
     """SIGTERM while the driver reads the data (before Ray, before anything is recorded)
     stops it like Ctrl+C: exit 130, no traceback, the experiment's lock released, and the
     line that says to run the same command again (not Python's default death, 143)."""
     runs = tmp_path / "runs"
-    driver = Driver(*SEARCH, "--runs-dir", str(runs), "--experiment", "early")
+    driver = Driver(*SEARCH, "--runs-dir", str(runs), "--experiment", "early", *on_cluster)
     driver.wait_for("data: ")
     driver.process.send_signal(signal.SIGTERM)
     code, out = driver.finish(timeout_s=120)

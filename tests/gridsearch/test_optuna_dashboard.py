@@ -42,12 +42,14 @@ class Dashboard(NamedTuple):
 
 
 @pytest.fixture(scope="module")
-def dashboard(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
+def dashboard(
+    tmp_path_factory: pytest.TempPathFactory, on_cluster: list[str]
+) -> Iterator[Dashboard]:
     """A two-trial search, then the optuna-dashboard command its closing lines print,
     serving on a free local port."""
     runs = tmp_path_factory.mktemp("runs")
     argv = ["--space", "margin_sweep", *SMOKE, "--num-samples", "2", "--runs-dir", str(runs)]
-    lines = _printed(lambda: main([*argv, "--experiment", EXPERIMENT]))
+    lines = _printed(lambda: main([*argv, "--experiment", EXPERIMENT, *on_cluster]))
     printed = next(line for line in lines if line.startswith("its Optuna study:  "))
     command = shlex.split(printed.split(":  ", 1)[1])
     assert command[0] == "optuna-dashboard"

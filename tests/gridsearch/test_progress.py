@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
@@ -163,7 +165,8 @@ def test_the_grid_samplers_stop_error_is_kept_out_and_nothing_else(
         optuna.create_study().stop()
     except RuntimeError as exc:
         stop_error = exc
-    with caplog.at_level(logging.WARNING):
+    # its own level set: another test in this process may have quietened Ray's loggers
+    with caplog.at_level(logging.WARNING, logger=logger.name):
         logger.warning(stop_error)
         logger.warning(ValueError("The reported value is NaN"))
     assert [r.getMessage() for r in caplog.records] == ["The reported value is NaN"]
@@ -171,15 +174,18 @@ def test_the_grid_samplers_stop_error_is_kept_out_and_nothing_else(
 
 @pytest.mark.slow
 def test_a_smoke_search_of_seeds_presets_is_small_and_shows_its_progress(
-    tmp_path: Path, mlflow_runs, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, mlflow_runs
 ) -> None:
     """The space that ran 14.5 minutes as a smoke test: 2 trials (its first two seed
     systems) at the smoke sizes; the progress says k of N, the best so far and an
-    estimate; Ray's token notice and the grid sampler's Study.stop error stay out."""
-    args = ["--space", "seeds_presets", "--smoke-test", "--no-dashboard",
-            "--runs-dir", str(tmp_path), "--experiment", "seeds"]  # fmt: skip
-    assert main(args) == 0
-    out, err = capfd.readouterr()
+    estimate; the notice of the Ray it starts (a local one, in its own process: this
+    test process joins only the session's cluster) and the grid sampler's Study.stop
+    error stay out."""
+    args = [sys.executable, "-m", "gridsearch.run", "--space", "seeds_presets", "--smoke-test",
+            "--no-dashboard", "--runs-dir", str(tmp_path), "--experiment", "seeds"]  # fmt: skip
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out, err = done.stdout, done.stderr
     assert "smoke test: the grid cut to its first 2 of 4 points (system char_rnn, word_bow)" in out
     assert "start 1/2" in out and "start 2/2" in out and "system=word_bow" in out
     assert "1 of 2 trials done" in out and "about " in out and " left" in out
@@ -196,11 +202,13 @@ def test_a_smoke_search_of_seeds_presets_is_small_and_shows_its_progress(
 
 
 @pytest.mark.slow
-def test_quiet_prints_the_summary_only(tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_quiet_prints_the_summary_only(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], on_cluster: list[str]
+) -> None:
     """--quiet, for scripts: the summary and nothing else (no progress lines, no closing
     commands, no library warnings); the exit status as without it."""
     args = ["--space", "margin_sweep", "--smoke-test", "--no-dashboard", "--quiet",
-            "--runs-dir", str(tmp_path), "--experiment", "q"]  # fmt: skip
+            "--runs-dir", str(tmp_path), "--experiment", "q", *on_cluster]  # fmt: skip
     assert main(args) == 0
     out, err = capfd.readouterr()
     assert out.splitlines()[0] == "2 trials: 2 finished" and "best retrieval" in out

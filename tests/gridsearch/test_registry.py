@@ -65,14 +65,16 @@ def _run(argv: list[str]) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def search(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory) -> Search:
+def search(
+    tiny_world: Path, tmp_path_factory: pytest.TempPathFactory, on_cluster: list[str]
+) -> Search:
     runs_dir = tmp_path_factory.mktemp("registry-search")
     # FIFO: every trial to the end whatever order they arrive in (auto would halve by
     # Pareto rank for "both")
     argv = ["--space", SPACE, *SMOKE, "--objective", "both", "--num-samples", "3"]
     argv += ["--scheduler", "fifo"]
     argv += ["--data", str(tiny_world), "--runs-dir", str(runs_dir), "--experiment", EXPERIMENT]
-    status, out = _run(argv)
+    status, out = _run([*argv, *on_cluster])
     assert status == 0, out
     assert "3 trials: 3 finished" in out  # every trial a candidate: the summary's best is ours
     return Search(runs_dir, f"sqlite:///{runs_dir / 'mlflow.db'}", out)
@@ -378,13 +380,15 @@ def test_a_registry_that_is_away_is_one_warning_and_nothing_else(
 
 
 @pytest.mark.slow
-def test_a_failing_registry_leaves_the_search_whole(tiny_world: Path, tmp_path: Path) -> None:
+def test_a_failing_registry_leaves_the_search_whole(
+    tiny_world: Path, tmp_path: Path, on_cluster: list[str]
+) -> None:
     # the logged models' folder of the experiment is taken by a file: registering fails
     blocked = tmp_path / "mlartifacts" / "blocked" / "models"
     blocked.parent.mkdir(parents=True)
     blocked.write_text("not a folder")
     argv = ["--space", "margin_sweep", *SMOKE, "--num-samples", "2", "--scheduler", "fifo"]
-    argv += ["--data", str(tiny_world)]
+    argv += ["--data", str(tiny_world), *on_cluster]
     status, out = _run([*argv, "--runs-dir", str(tmp_path), "--experiment", "blocked"])
     assert status == 0, out
     warnings = [line for line in out.splitlines() if line.startswith("warning:")]

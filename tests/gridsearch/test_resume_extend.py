@@ -20,7 +20,7 @@ from gridsearch._record import STARTED
 from gridsearch.run import main
 from gridsearch.settings import SearchError, SearchSettings
 from gridsearch.summary import closing_commands, dashboard_command, report_command
-from tests.gridsearch.test_run import SMOKE, _check_runs
+from tests.gridsearch.test_run import SMOKE, check_runs
 
 
 def _study(runs: Path, name: str) -> optuna.Study:
@@ -30,10 +30,10 @@ def _study(runs: Path, name: str) -> optuna.Study:
 
 @pytest.mark.slow
 def test_resume_extends_a_finished_search_then_has_nothing_to_run(
-    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str], on_cluster: list[str]
 ) -> None:
     runs = tmp_path.resolve()
-    where = ["--runs-dir", str(runs), "--experiment", "grow"]
+    where = ["--runs-dir", str(runs), "--experiment", "grow", *on_cluster]
     assert main(["--space", "margin_sweep", *SMOKE, "--num-samples", "2", *where]) == 0
     out = capsys.readouterr().out
     assert "2 trials: 2 finished" in out
@@ -46,13 +46,14 @@ def test_resume_extends_a_finished_search_then_has_nothing_to_run(
         "" if importlib.util.find_spec("optuna_dashboard") else "   (pip install optuna-dashboard)"
     )
     assert f"its Optuna study:  {dashboard}{hint}" in lines
-    resume = f"python -m gridsearch.run --experiment grow --resume --runs-dir {runs}"
+    resume = (f"python -m gridsearch.run --experiment grow --resume --runs-dir {runs} "
+              f"--address {on_cluster[1]}")  # fmt: skip
     assert any(line.endswith(f"{resume} --num-samples N") for line in lines)
     record_path = RunsLayout.at(runs).record("grow")
     record = json.loads(record_path.read_text())
     assert record["num_samples"] == 2 and record[STARTED]
 
-    resume_argv = [*shlex.split(resume)[3:], "--no-dashboard"]
+    resume_argv = [*shlex.split(resume)[3:], "--no-dashboard"]  # the command it printed
     assert main([*resume_argv, "--num-samples", "1"]) == 2  # fewer than it ran: refused
     err = capsys.readouterr().err
     assert err.startswith("error: --num-samples 1: the search 'grow' was asked for 2 trials")
@@ -62,7 +63,7 @@ def test_resume_extends_a_finished_search_then_has_nothing_to_run(
     out = capsys.readouterr().out
     assert "resuming 'grow' up to 3 trials" in out and "3 trials: 3 finished" in out
     client, found = mlflow_runs(runs, "grow")
-    _check_runs(client, found, trials=3, epochs=2)
+    check_runs(client, found, trials=3, epochs=2)
     study = _study(runs, "grow")
     assert sorted(t.number for t in study.trials) == [0, 1, 2]  # the same study, continued
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)

@@ -34,16 +34,17 @@ def _tree(root: Path) -> dict[str, tuple[int, int]]:
     }
 
 
-def _resume(runs: Path, *more: str) -> list[str]:
-    return ["--experiment", "m", "--resume", "--runs-dir", str(runs), "--no-dashboard", *more]
+def _resume(runs: Path, on_cluster: list[str], *more: str) -> list[str]:
+    return ["--experiment", "m", "--resume", "--runs-dir", str(runs), *on_cluster, *more]
 
 
 @pytest.mark.slow
 def test_a_copy_a_move_a_link_and_a_read_only_runs_directory(
-    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str], on_cluster: list[str]
 ) -> None:
     runs = tmp_path / "runs"
-    driver = Driver(*SEARCH, "--num-samples", "2", "--runs-dir", str(runs), "--experiment", "m")
+    driver = Driver(*SEARCH, "--num-samples", "2", "--runs-dir", str(runs), "--experiment", "m",
+                    *on_cluster)  # fmt: skip
     driver.wait_for("epoch 1/2")
     driver.process.send_signal(signal.SIGINT)
     code, out = driver.finish(timeout_s=300)
@@ -59,14 +60,14 @@ def test_a_copy_a_move_a_link_and_a_read_only_runs_directory(
         for path in [frozen, *frozen.rglob("*")]:
             path.chmod(path.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
         before = _tree(frozen)
-        assert main(_resume(frozen)) == 2
+        assert main(_resume(frozen, on_cluster)) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and err.startswith("error: --runs-dir "), err
         assert _tree(frozen) == before and _tree(runs) == original
         for path in [frozen, *frozen.rglob("*")]:
             path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
-    assert main(_resume(copy, "--num-samples", "3")) == 0  # the copy, extended
+    assert main(_resume(copy, on_cluster, "--num-samples", "3")) == 0  # the copy, extended
     out = capsys.readouterr().out
     assert f"the search started in {runs}" in out and "3 trials: 3 finished" in out
     assert _tree(runs) == original  # nothing written into the original
@@ -95,7 +96,7 @@ def test_a_copy_a_move_a_link_and_a_read_only_runs_directory(
     runs.rename(moved)  # the original, still interrupted, moved; then reached by a link
     link = tmp_path / "link"
     link.symlink_to(moved)
-    assert main(_resume(link)) == 0
+    assert main(_resume(link, on_cluster)) == 0
     out = capsys.readouterr().out
     assert "2 trials: 2 finished" in out
     assert f"--resume --runs-dir {moved}" in out  # the real path

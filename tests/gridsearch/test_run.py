@@ -3,11 +3,6 @@ read back through MLflow's client; and every bad input of the CLI."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import optuna
@@ -20,7 +15,7 @@ from trainables.config import TrainConfig
 SMOKE = ["--smoke-test", "--no-dashboard", "--scheduler", "fifo"]
 
 
-def _check_runs(client, runs, trials: int, epochs: int) -> None:
+def check_runs(client, runs, trials: int, epochs: int) -> None:
     parents = [r for r in runs if r.data.tags.get("search.role") == "search"]
     children = [r for r in runs if r.data.tags.get("search.role") == "trial"]
     assert len(parents) == 1 and len(children) == trials
@@ -44,7 +39,7 @@ def _check_runs(client, runs, trials: int, epochs: int) -> None:
 
 @pytest.mark.slow
 def test_smoke_search_records_every_trial_once(
-    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str], on_cluster: list[str]
 ) -> None:
     args = [
         "--space",
@@ -56,13 +51,14 @@ def test_smoke_search_records_every_trial_once(
         "smoke",
         "--num-samples",
         "3",
+        *on_cluster,
     ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "3 trials: 3 finished" in out
     assert f"mlflow ui --backend-store-uri sqlite:///{tmp_path / 'mlflow.db'}" in out
     client, runs = mlflow_runs(tmp_path, "smoke")
-    _check_runs(client, runs, trials=3, epochs=2)
+    check_runs(client, runs, trials=3, epochs=2)
     study = optuna.load_study(
         study_name="smoke", storage=f"sqlite:///{tmp_path / 'tune' / 'smoke.optuna.db'}"
     )
@@ -74,7 +70,7 @@ def test_smoke_search_records_every_trial_once(
     # the mean of 2 seeds.
     warm = ["--space", "margin_sweep", "--smoke-test", "--no-dashboard", "--runs-dir",
             str(tmp_path), "--experiment", "warm", "--num-samples", "2",
-            "--warm-start", "smoke", "--seeds-per-config", "2"]  # fmt: skip
+            "--warm-start", "smoke", "--seeds-per-config", "2", *on_cluster]  # fmt: skip
     assert main(warm) == 0
     out = capsys.readouterr().out
     assert "warm start: 3 ended trial(s) of 'smoke' start the study" in out
@@ -94,58 +90,6 @@ def test_smoke_search_records_every_trial_once(
     for run in runs:
         if run.data.tags.get("search.role") == "trial":
             assert names.spread(names.BEST_RETRIEVAL) in run.data.metrics
-
-
-@pytest.mark.slow
-def test_interrupted_search_resumes_to_the_requested_trials(
-    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str]
-) -> None:
-    command = [
-        sys.executable,
-        "-m",
-        "gridsearch.run",
-        "--space",
-        "margin_sweep",
-        *SMOKE,
-        "--runs-dir",
-        str(tmp_path),
-        "--experiment",
-        "cut",
-        "--num-samples",
-        "3",
-        "--max-concurrent",
-        "1",
-    ]
-    driver = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert driver.stdout is not None
-    deadline = time.monotonic() + 240
-    for line in driver.stdout:
-        if "epoch 1/2" in line or time.monotonic() > deadline:
-            break
-    driver.send_signal(signal.SIGINT)  # Ctrl+C in the middle of the first trial
-    rest = driver.communicate(timeout=120)[0]
-    assert driver.returncode == 130, rest  # interrupted: not a success
-    assert "not finished" in rest and "--resume" in rest
-    client, runs = mlflow_runs(tmp_path, "cut")
-    assert not [r for r in runs if r.info.status == "RUNNING"]  # nothing left dangling
-
-    assert (
-        main(["--experiment", "cut", "--resume", "--runs-dir", str(tmp_path), "--no-dashboard"])
-        == 0
-    )
-    assert "3 trials: 3 finished" in capsys.readouterr().out
-    client, runs = mlflow_runs(tmp_path, "cut")
-    _check_runs(client, runs, trials=3, epochs=2)
-    study = optuna.load_study(
-        study_name="cut", storage=f"sqlite:///{tmp_path / 'tune' / 'cut.optuna.db'}"
-    )
-    assert sorted(t.number for t in study.trials) == [0, 1, 2]
 
 
 def _fails(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
@@ -194,7 +138,7 @@ def test_bad_inputs_fail_clearly_and_write_nothing(
 
 @pytest.mark.slow
 def test_gpus_asked_for_but_absent(
-    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str], on_cluster: list[str]
 ) -> None:
     pytest.importorskip("torch")
     import torch
@@ -212,6 +156,7 @@ def test_gpus_asked_for_but_absent(
             str(tmp_path),
             "--experiment",
             "gpu",
+            *on_cluster,
         ],
         capsys,
     )

@@ -105,7 +105,7 @@ def _best(out: str, configs: dict[str, tuple[str, str]]) -> list[tuple[str, str]
 
 @pytest.mark.slow
 def test_shuffled_test_sets_select_the_same_trials(
-    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str], on_cluster: list[str]
 ) -> None:
     world = tmp_path / "world"
     build_synthetic(world, images=120, seed=0)
@@ -114,7 +114,7 @@ def test_shuffled_test_sets_select_the_same_trials(
     for name, store in copies.items():
         runs_dir = tmp_path / f"runs-{name}"
         argv = [*SEARCH, "--data", str(store), "--runs-dir", str(runs_dir), "--experiment", name]
-        assert main(argv) == 0
+        assert main([*argv, *on_cluster]) == 0
         out = capsys.readouterr().out
         found[name] = _trials(mlflow_runs, runs_dir, name)
         _, runs = mlflow_runs(runs_dir, name)

@@ -6,6 +6,7 @@ and is compared with CPU embeddings within ``tests.tolerances``' bound for the t
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -102,8 +103,23 @@ def test_bad_text_is_one_error_line(model: Path, case: str) -> None:
     assert done.stderr.decode().count("\n") == 1 and message in done.stderr.decode()
 
 
+def _in_process(argv: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    """``trainables.encode.main(argv)``: its exit status (argparse's too) and stderr."""
+    from trainables.encode import main
+
+    capfd.readouterr()
+    stdin, sys.stdin = sys.stdin, io.TextIOWrapper(io.BytesIO(b""))  # as encode() gives it
+    try:
+        status = main(argv)
+    except SystemExit as exit_:  # argparse's own exit for a bad command line
+        status = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        sys.stdin = stdin
+    return status, capfd.readouterr().err
+
+
 def test_bad_options_are_one_error_line_and_the_old_output_is_kept(
-    model: Path, tmp_path: Path
+    model: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     good = tmp_path / "sentences.txt"
     good.write_text("a red circle\n")
@@ -128,10 +144,13 @@ def test_bad_options_are_one_error_line_and_the_old_output_is_kept(
         (["--model", model, "--frobnicate"], "unrecognized arguments"),
         (["--input", good], "--model"),
     ]  # fmt: skip
-    for args, message in cases:
-        done = encode(*args)
-        err = done.stderr.decode()
-        assert done.returncode == 2, (args, err)
+    for i, (args, message) in enumerate(cases):
+        if i == 0:  # the command as a user runs it, in its own process
+            done = encode(*args)
+            status, err = done.returncode, done.stderr.decode()
+        else:  # the same entry point in this process: one interpreter start for the rest
+            status, err = _in_process([str(a) for a in args], capfd)
+        assert status == 2, (args, err)
         assert err.startswith("error:") and err.count("\n") == 1 and message in err, (args, err)
     assert kept.read_bytes() == b"precious"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kept.npy", "sentences.txt", "t.parquet"]

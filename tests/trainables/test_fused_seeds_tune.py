@@ -31,10 +31,9 @@ SMALL = dict(
 
 
 @pytest.fixture(scope="module")
-def local_ray():
+def local_ray(ray_address: str):
     ray.init(
-        address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-        configure_logging=False,
+        address=ray_address, log_to_driver=False, configure_logging=False,
         # the trials fuse their seeds here too (by default only a GPU does)
         runtime_env={"env_vars": {FUSED_SEEDS_ENV: "fused"}},
     )  # fmt: skip

@@ -27,11 +27,8 @@ SMALL = dict(
 
 
 @pytest.fixture(scope="module")
-def local_ray():
-    ray.init(
-        address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
-        configure_logging=False,
-    )  # fmt: skip
+def local_ray(ray_address: str):
+    ray.init(address=ray_address, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
 

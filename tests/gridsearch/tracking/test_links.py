@@ -29,9 +29,11 @@ EPOCHS = 2  # --smoke-test's
 
 
 @pytest.mark.slow
-def test_a_search_links_its_runs_study_and_trials_both_ways(tmp_path: Path, mlflow_runs) -> None:
+def test_a_search_links_its_runs_study_and_trials_both_ways(
+    tmp_path: Path, mlflow_runs, on_cluster: list[str]
+) -> None:
     argv = ["--space", "margin_sweep", *SMOKE, "--num-samples", "2", "--objective", "retrieval",
-            "--runs-dir", str(tmp_path), "--experiment", "linked"]  # fmt: skip
+            "--runs-dir", str(tmp_path), "--experiment", "linked", *on_cluster]  # fmt: skip
     assert main(argv) == 0
     client, runs = mlflow_runs(tmp_path, "linked")
     study = optuna.load_study(

@@ -63,9 +63,11 @@ class RunRow(NamedTuple):
 
 
 @pytest.fixture(scope="module")
-def ui(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowUI]:
+def ui(
+    tiny_world: Path, tmp_path_factory: pytest.TempPathFactory, on_cluster: list[str]
+) -> Iterator[MlflowUI]:
     runs_dir = tmp_path_factory.mktemp("ui-search")
-    argv = [*SEARCH, "--data", str(tiny_world), "--runs-dir", str(runs_dir)]
+    argv = [*SEARCH, "--data", str(tiny_world), "--runs-dir", str(runs_dir), *on_cluster]
     assert main([*argv, "--experiment", EXPERIMENT]) == 0
     with MlflowUI(f"sqlite:///{runs_dir / 'mlflow.db'}", runs_dir / "mlflow-ui.log") as server:
         yield server
