@@ -178,7 +178,7 @@ run_search() {
     search_packages || { failed=$((failed + 1)); return; }
     local runs="${SEARCH_RUNS:-$(mktemp -d)/runs}" size=(--gpus-per-trial 0.25 --num-samples 4
         --epochs 2)
-    ((cpu)) && size=(--smoke-test --gpus-per-trial 0)
+    ((cpu)) && size=(--smoke-test --gpus-per-trial 0 --num-samples 1)
     local search=(python3 -m gridsearch.run --space margin_sweep --runs-dir "$runs"
         --experiment gpu-sweep --no-dashboard --no-baselines)
     # interrupted once a trial has trained (and checkpointed) its first epoch, then resumed
