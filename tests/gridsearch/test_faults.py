@@ -32,7 +32,7 @@ from trainables.config import TrainConfig  # noqa: E402
 from trainables.data import TrainingData, default_senteval  # noqa: E402
 from trainables.loop import Trainer  # noqa: E402
 from trainables.semantic import make_semantic  # noqa: E402
-from trainables.tune import grounded_trainable  # noqa: E402
+from trainables.tune import trial  # noqa: E402
 
 pytestmark = pytest.mark.slow
 EPOCH_KEYS = (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC, "epoch")
@@ -220,7 +220,7 @@ def _fault_trainable(config: dict[str, Any], data: TrainingData, poisoned: Train
             real_report(metrics, checkpoint=checkpoint)
 
         ray_tune.report = report
-    grounded_trainable(config, poisoned if fault == "nan" else data)
+    trial(config, poisoned if fault == "nan" else data)
 
 
 def test_diverging_and_raising_trials_fail_and_the_search_goes_on(
