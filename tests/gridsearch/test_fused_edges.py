@@ -2,9 +2,8 @@
 end through the CLI, a real local Ray, a real MLflow sqlite store and a real Optuna study
 on the embedded world (``--smoke-test``):
 
-- ``--resume`` after a signal stopped it mid-trial (a member already stopped early by
-  ASHA stays stopped at its epoch, however old the checkpoint its trial resumes from) or
-  at a fused trial's end: every configuration trains once, each member's MLflow run has
+- ``--resume`` after a signal stopped it at a fused trial's end (mid-trial, on a cluster
+  of two nodes: ``test_faults``): every configuration trains once, each member's MLflow run has
   each epoch once and ends with its own outcome, its Optuna trial agrees, and the
   summary and the progress lines count configurations, not Tune trials;
 - ``--seeds-per-config 2``: each member is the mean of its seeds, as a lone seeded trial
@@ -167,42 +166,6 @@ def _last_status(out: str) -> str:
 
 
 # -- --resume -------------------------------------------------------------------------
-
-
-@pytest.mark.slow
-def test_a_fused_search_stopped_mid_trial_resumes_each_member_once_and_as_it_ended(
-    tmp_path: Path, mlflow_runs, on_cluster: list[str]
-) -> None:
-    """Four configurations in one fused trial under ASHA; Ctrl+C after its epoch 1 (the
-    rung, where ASHA stopped the members below the median); --resume finishes it. A
-    resumed search starts with an empty progress folder: the searcher writes the stop
-    file again, so the stopped members stay stopped at their rung, as Optuna was told,
-    though the trial resumes from an earlier checkpoint."""
-    runs = tmp_path / "runs"
-    first = Driver(*SEARCH, "--scheduler", "asha", "--num-samples", "4", "--fuse", "4",
-                   "--runs-dir", str(runs), "--experiment", "x", *on_cluster)  # fmt: skip
-    first.wait_for("epoch 1/2")
-    first.process.send_signal(signal.SIGINT)
-    code, out = first.finish()
-    assert code == 130 and "at epoch 1," in out, out  # ASHA's one rung
-    _, interrupted = _trial_runs(mlflow_runs, runs, "x")
-    assert _summary_counts(out) == Counter(r.data.tags["outcome"] for r in interrupted.values())
-    assert "the search stopped (SIGINT) with 4 trial(s) not finished" in out, out
-    resumed = Driver("--experiment", "x", "--resume", "--runs-dir", str(runs), *on_cluster)
-    code, out = resumed.finish()
-    assert code == 0 and "start 1-4/4" in out, out
-    assert len(list((runs / "tune" / "x").glob("*/result.json"))) == 1  # the one trial, resumed
-    client, members = _trial_runs(mlflow_runs, runs, "x")
-    outcomes = _check_members(client, members, _study(runs, "x"), 4)
-    assert _summary_counts(out) == Counter(outcomes.values())  # members, as MLflow holds them
-    asha = make_scheduler("asha", EPOCHS, 1, RETRIEVAL, "max")
-    stopped = _replayed_stops(asha, client, members, [RETRIEVAL])
-    assert stopped, "this search's ASHA stops a member at its rung (seeded, deterministic)"
-    assert {m for m, o in outcomes.items() if o == "stopped_early"} == stopped
-    for member in stopped:  # it trained no further than its rung, before or after
-        assert _steps(client, members[member]) == [0, 1]
-    assert _last_status(out).startswith("4 of 4 trials done, 0 running, 0 left")
-    assert f"{len(stopped)} stopped early" in out  # the fused trial's end line
 
 
 @pytest.mark.slow
