@@ -248,3 +248,13 @@ def test_test_tiers_times_a_tier_with_its_counts_and_load(
     assert out[0].endswith(str(BENCH.parent)) and " cores; Python " in out[0]
     assert out[1].startswith("fast: ") and " of the 180 s goal), " in out[1]
     assert " passed, exit 0; load " in out[1] and " before, " in out[1]
+
+
+def test_trial_path_refuses_a_baseline_that_is_no_revision(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench import bench_trial_path
+
+    assert bench_trial_path.main(["--baseline", "no-such-revision"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: --baseline no-such-revision: not a revision")
