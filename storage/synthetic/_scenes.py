@@ -291,27 +291,3 @@ def generate_scene_arrays(n: int, seed: int | np.random.SeedSequence) -> SceneAr
 def generate_scenes(n: int, seed: int | np.random.SeedSequence) -> list[Scene]:
     """``n`` random scenes, fully determined by ``seed`` (see :func:`generate_scene_arrays`)."""
     return generate_scene_arrays(n, seed).scenes()
-
-
-def scenes_to_arrays(scenes: list[Scene]) -> SceneArrays:
-    """Pack :class:`Scene` objects into :class:`SceneArrays` (the inverse of ``scenes()``)."""
-    n = len(scenes)
-    shape = np.full((n, MAX_OBJECTS), -1, dtype=np.int64)
-    colour = np.zeros((n, MAX_OBJECTS), dtype=np.int64)
-    size = np.zeros((n, MAX_OBJECTS), dtype=np.int64)
-    x = np.zeros((n, MAX_OBJECTS))
-    y = np.zeros((n, MAX_OBJECTS))
-    shape_index = {s: k for k, s in enumerate(SHAPES)}
-    colour_index = {c: k for k, c in enumerate(COLOUR_NAMES)}
-    size_index = {s: k for k, s in enumerate(SIZES)}
-    texture_index = {t: k for k, t in enumerate(TEXTURES)}
-    for i, scene in enumerate(scenes):
-        for k, obj in enumerate(scene.objects):
-            shape[i, k] = shape_index[obj.shape]
-            colour[i, k] = colour_index[obj.colour]
-            size[i, k] = size_index[obj.size]
-            x[i, k], y[i, k] = obj.x, obj.y
-    background = np.array([s.background.colour for s in scenes], dtype=np.int64).reshape(n, 3)
-    texture = np.array([texture_index[s.background.texture] for s in scenes], dtype=np.int64)
-    variant = np.array([s.background.variant for s in scenes], dtype=np.int64)
-    return SceneArrays(shape, colour, size, x, y, background, texture, variant)
