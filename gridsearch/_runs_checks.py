@@ -209,12 +209,11 @@ def _not_a_folder(part: Path, folder: Path, what: str, err: OSError) -> str:
 def _check_writable(deepest: Path, folder: Path, what: str) -> None:
     """``deepest`` takes new files: its permissions allow it, and it is not on a
     read-only mount (which ``os.access`` does not see for root)."""
+    problem: str | None = None
     try:
         read_only = bool(os.statvfs(deepest).f_flag & os.ST_RDONLY)
     except OSError as err:
         read_only, problem = False, err.strerror or str(err)
-    else:
-        problem = None
     if read_only:
         problem = "Read-only file system"
     elif problem is None and not os.access(deepest, os.W_OK | os.X_OK):
