@@ -61,7 +61,7 @@ def prepare_runs_dir(settings: SearchSettings) -> None:
     Ray starts: every folder it writes can hold it (``_runs_checks.check_folders``); for
     a ``--resume``, every state file is whole (``_damage``, read only) and runs nothing
     when read back (``_runs_checks.check_state_files``), also in a copied or moved runs
-    directory, before ``_extend.relocate`` rewrites anything. Then the runs directory is
+    directory, before ``_relocate.relocate`` rewrites anything. Then the runs directory is
     made."""
     _runs_checks.check_folders(settings)
     if settings.resume:
