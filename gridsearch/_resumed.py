@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from gridsearch._arguments import build_parser
-from gridsearch._flags import SearchError, check_amounts, check_experiment_name
+from gridsearch._flags import (
+    COUNT_BOUNDS,
+    SearchError,
+    check_amounts,
+    check_count,
+    check_experiment_name,
+)
 from gridsearch._layout import RunsLayout, rebase
 from storage.cli import error_line
 
@@ -194,8 +200,7 @@ def _resumed_trials(args: argparse.Namespace, settings: SearchSettings) -> int |
     wanted, recorded = args.num_samples, settings.num_samples
     if wanted is None:
         return recorded
-    if wanted < 1:
-        raise SearchError(f"--num-samples: got {wanted}, expected a positive integer")
+    check_count("--num-samples", wanted, *COUNT_BOUNDS["num_samples"])
     if recorded is not None and wanted < recorded:
         raise SearchError(
             f"--num-samples {wanted}: the search {settings.experiment!r} was asked for "

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 
 import pytest
 
+from gridsearch._flags import COUNT_BOUNDS
 from gridsearch._layout import RunsLayout
 from gridsearch.settings import SearchError, SearchSettings
 
@@ -201,3 +203,31 @@ def test_layout_spells_every_path(tmp_path: Path) -> None:
     assert layout.report("e") == tmp_path.resolve() / "reports" / "e"
     assert layout.mlartifacts == tmp_path.resolve() / "mlartifacts"
     assert layout.optuna_db("e", str(layout.tune)) == layout.tune / "e.optuna.db"
+
+
+@pytest.mark.parametrize("flag", list(COUNT_BOUNDS))
+def test_every_count_is_bounded_with_what_it_would_cost(tmp_path: Path, flag: str) -> None:
+    """Every count a search takes: its bound is taken; one past it, or 2**32 - 1 (the
+    case that grew a worker by half a gigabyte a second), is one line naming the flag,
+    the bound, what each unit holds and the memory the count would take at least."""
+    bound, each = COUNT_BOUNDS[flag]
+    name = f"--{flag.replace('_', '-')}"
+    search = ["--space", "margin_sweep", "--runs-dir", str(tmp_path), "--experiment", "e"]
+    taken = SearchSettings.from_argv([*search, name, str(bound)])
+    assert getattr(taken, flag) == bound
+    for value, memory in ((bound + 1, r"[\d.]+ (bytes|KiB|MiB)"), (2**32 - 1, r"32\.0 GiB")):
+        with pytest.raises(SearchError) as refused:
+            SearchSettings.from_argv([*search, name, str(value)])
+        line = str(refused.value)
+        assert line.startswith(f"{name}: got {value:,}, expected at most {bound:,}"), line
+        assert each in line and re.search(rf"more than {memory} ", line), line
+
+
+def test_a_resume_bounds_its_number_of_trials(tmp_path: Path) -> None:
+    bound = COUNT_BOUNDS["num_samples"][0]
+    runs = ["--runs-dir", str(tmp_path), "--experiment", "e"]
+    SearchSettings.from_argv(["--space", "margin_sweep", *runs]).save_record(num_samples=2)
+    resumed = SearchSettings.from_argv([*runs, "--resume", "--num-samples", str(bound)])
+    assert resumed.num_samples == bound
+    with pytest.raises(SearchError, match=rf"--num-samples: got {bound + 1:,}, expected at most"):
+        SearchSettings.from_argv([*runs, "--resume", "--num-samples", str(bound + 1)])
