@@ -28,10 +28,10 @@ exactly what ``trainables.encoder.SentenceEncoder.encode`` returns for the trial
 ``model_config={"device": "auto"}``. Another column, a value that is not a string, or
 a sentence over the ``encode`` command's 10,000 characters is refused with what was
 expected (a model server answers 400; MLflow itself turns a list's values into strings
-and drops unnamed extra columns before the model sees them). It is a model from code (``_encoder_model.py``, no
-pickle), carries this package's code (``gridsearch``, ``storage``, ``trainables`` as
-``code_paths``: it loads without the package installed, with the code it was registered
-with) and requires this package's dependencies.
+and drops unnamed extra columns before the model sees them). It is a model from code
+(``_encoder_model.py``, no pickle), carries this package's code (``gridsearch``,
+``storage``, ``trainables`` as ``code_paths``: it loads without the package installed,
+with the code it was registered with) and requires this package's dependencies.
 """
 
 from __future__ import annotations
