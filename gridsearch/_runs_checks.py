@@ -2,7 +2,7 @@
 (``gridsearch._inputs.prepare_runs_dir`` runs these first):
 
 - ``check_folders``: every folder the search will write (the runs directory, its
-  ``locks/``, ``searches/``, ``.progress/``, ``mlartifacts/``, the Tune experiment, the
+  ``locks/``, ``searches/``, ``mlartifacts/``, the Tune experiment, the
   sqlite stores' folders, the embedded world) is a folder or can be made one: no part of
   its path is a regular file, a symbolic link loop or a dangling link, and the deepest
   existing part takes new files (``os.access``, and not on a read-only mount, where
@@ -29,7 +29,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gridsearch._pickles import STATE, TORCH, json_problem, pickle_problem
-from gridsearch.progress import progress_dir
 from gridsearch.settings import SearchError, SearchSettings
 
 __all__ = ["SQLITE_MAX_PATH", "TRIAL_PATH_ROOM", "check_folders", "check_state_files"]
@@ -157,7 +156,6 @@ def _folders(settings: SearchSettings) -> list[tuple[Path, str]]:
         (layout.root, "--runs-dir"),
         (layout.lock(name).parent, "the search's lock"),
         (layout.record(name).parent, "the search's record"),
-        (progress_dir(layout.root, name), "the trials' progress"),
     ]
     if not settings.tracking_uri.startswith(("http://", "https://")):
         folders.append((layout.mlartifacts / name, "the MLflow artifacts"))

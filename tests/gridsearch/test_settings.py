@@ -114,6 +114,7 @@ OTHER_VALUE: dict[str, list[str] | None] = {
     "sampler": ["--sampler", "gp"],
     "seeds_per_config": ["--seeds-per-config", "3"],
     "fuse": ["--fuse", "4"],
+    "engine": ["--engine", "sequential"],
     "full_size": ["--full-size"],
     "smoke_test": ["--smoke-test"],
     "data": ["--data", "other-store"],
