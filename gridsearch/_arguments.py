@@ -5,6 +5,7 @@ what it is and, for an option that takes a value, its default, once."""
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
 
 from gridsearch._sampler import MODELS
@@ -12,7 +13,7 @@ from gridsearch._scheduler_choice import FIFO_BELOW_EPOCHS, SCHEDULERS
 from storage.cli import OneLineParser
 from trainables.config import ENGINES
 
-__all__ = ["OBJECTIVE_CHOICES", "build_parser"]
+__all__ = ["OBJECTIVE_CHOICES", "build_parser", "given_flags"]
 
 OBJECTIVE_CHOICES = ("retrieval", "semantic", "both")
 
@@ -25,6 +26,15 @@ def build_parser() -> argparse.ArgumentParser:
     for group in (_what_to_search, _data, _resources, _where_results_go, _output):
         group(p)
     return p
+
+
+def given_flags(argv: Sequence[str] | None) -> frozenset[str]:
+    """The destinations of the flags ``argv`` gives (with any value, the default's
+    included): ``argv`` parsed again by a parser whose every default is left out."""
+    probe = build_parser()
+    for action in probe._actions:  # argparse's own way to leave a default out
+        action.default = argparse.SUPPRESS
+    return frozenset(vars(probe.parse_args(argv)))
 
 
 def _output(p: argparse.ArgumentParser) -> None:

@@ -52,10 +52,10 @@ class DamagedState(ValueError):
     what is wrong with it, and how to recover."""
 
 
-def check_resume_state(settings: SearchSettings) -> None:
+def check_resume_state(settings: SearchSettings, *, repair: bool = True) -> None:
     """Every state file a ``--resume`` of ``settings`` reads, before Ray starts: raises
-    ``SearchError`` (one line) for the first damaged one. Trial error files cut short
-    are removed (``repair_error_files``)."""
+    ``SearchError`` (one line) for the first damaged one. With ``repair``, trial error
+    files cut short are removed (``repair_error_files``); without, nothing is written."""
     from gridsearch.settings import SearchError
 
     try:
@@ -68,7 +68,7 @@ def check_resume_state(settings: SearchSettings) -> None:
         if "://" not in settings.storage_path:
             folder = Path(settings.experiment_path)
             check_tune_state(folder, settings.experiment)
-            for removed in repair_error_files(folder):
+            for removed in repair_error_files(folder) if repair else ():
                 logger.warning("removed %s: cut short (its error.txt keeps the error)", removed)
     except DamagedState as err:
         raise SearchError(str(err)) from None

@@ -1,5 +1,4 @@
-"""A ``--resume`` that continues or extends a search, or finds nothing left to run; and
-one of a runs directory copied or moved since the search started (``relocate``).
+"""A ``--resume`` that continues or extends a search, or finds nothing left to run.
 
 Tune restores a search's number of trials with its search algorithm's state and has no
 way to change it: ``Tuner.restore`` takes no ``num_samples`` and the resumed ``tune.run``
@@ -9,25 +8,18 @@ that raises the restored number once Tune has restored it, so the same searcher 
 same Optuna study, continued) suggests the extra trials.
 
 A copied or moved runs directory continues where it is now: ``settings`` rebase the
-record's paths (``_layout.rebase``), and ``relocate`` rewrites what else names the old
-place before anything reads it: Tune's pickled tuner and searcher state (they hold the
-Optuna study's database URL, which unpickling opens), and the sqlite databases under
-the runs directory (MLflow's artifact locations, kept absolute). Pickles are rewritten
-opcode by opcode, never unpickled, so nothing connects to the old place meanwhile.
+record's paths (``_layout.rebase``), and ``gridsearch._relocate`` rewrites what else
+names the old place before anything reads it.
 """
 
 from __future__ import annotations
 
-import io
 import logging
 import os
-import pickletools
-import sqlite3
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlparse
+from urllib.parse import unquote, urlparse
 
 from ray import tune
 from ray.tune.experiment import Trial
@@ -35,11 +27,9 @@ from ray.tune.search import ConcurrencyLimiter, Searcher, SearchGenerator
 
 from gridsearch._groups import GroupSearcher, configurations_of
 from gridsearch._inputs import tracking_client
-from gridsearch._layout import rebase
 from gridsearch.settings import NothingToRun, SearchError, SearchSettings
 from gridsearch.summary import report_command
 from gridsearch.tracking import OUTCOME_TAG, ROLE_SEARCH, ROLE_TAG
-from storage import write_bytes_atomic
 
 __all__ = [
     "RAY_INTERNALS",
@@ -48,8 +38,6 @@ __all__ = [
     "check_writable",
     "ended_trials",
     "extend",
-    "rebase_pickle",
-    "relocate",
     "resumable",
     "saved_results",
     "use_callbacks",
@@ -291,99 +279,3 @@ def check_writable(settings: SearchSettings) -> None:
                 "there (its Tune experiment, MLflow store, Optuna study and record): resume "
                 "a writable copy (cp -r RUNS COPY, then --runs-dir COPY)"
             )
-
-
-def relocate(settings: SearchSettings) -> str:
-    """Make a runs directory copied or moved from ``settings.moved_from`` (see the module
-    docstring) name itself: its Tune experiment's state files and its sqlite databases,
-    then the record. Idempotent: a relocation cut short is done again by the next
-    ``--resume``, as the record is rewritten last. Returns the line that says so."""
-    old, new = settings.moved_from, settings.layout.root
-    assert old is not None
-    experiment = _local(settings.experiment_path)
-    if experiment is not None and experiment.is_relative_to(new) and experiment.is_dir():
-        for path in sorted(experiment.iterdir()):
-            if path.is_file():
-                _rebase_file(path, old, new)
-    for location in (settings.tracking_uri, settings.optuna_storage):
-        database = _local(location) if location.startswith("sqlite:///") else None
-        if database is not None and database.is_relative_to(new) and database.is_file():
-            _rebase_database(database, old, new)
-    settings.save_record()
-    return (
-        f"resuming in {new}: the search started in {old}; what it recorded there now names "
-        "the same files here"
-    )
-
-
-def _rebase_file(path: Path, old: Path, new: Path) -> None:
-    """Rewrite one state file of a Tune experiment (a pickle, or text) that names
-    ``old``; others as they are."""
-    data = path.read_bytes()
-    if str(old).encode() not in data:
-        return
-    if data[:1] == b"\x80":  # a pickle (protocol 2 or later)
-        moved = rebase_pickle(data, old, new)
-    else:
-        moved = rebase(data.decode("utf-8"), old, new).encode("utf-8")
-    write_bytes_atomic(path, moved)
-
-
-_STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"}
-
-
-def rebase_pickle(data: bytes, old: Path, new: Path) -> bytes:
-    """``data`` (a pickle) with every string naming a path under ``old`` naming it under
-    ``new`` (``_layout.rebase``), rewritten opcode by opcode without unpickling it (which
-    would run code, and open the databases it names). Frames are dropped: optional."""
-    ops = list(pickletools.genops(data))
-    out = io.BytesIO()
-    for index, (opcode, arg, start) in enumerate(ops):
-        end = ops[index + 1][2] if index + 1 < len(ops) else len(data)
-        if opcode.name == "FRAME":
-            continue
-        if opcode.name in _STRINGS and isinstance(arg, str):
-            moved = rebase(arg, old, new)
-            if moved != arg:
-                out.write(_string_op(moved))
-                continue
-        out.write(data[start:end])
-    return out.getvalue()
-
-
-def _string_op(text: str) -> bytes:
-    encoded = text.encode("utf-8", "surrogatepass")
-    if len(encoded) < 256:
-        return b"\x8c" + bytes([len(encoded)]) + encoded  # SHORT_BINUNICODE
-    return b"X" + struct.pack("<I", len(encoded)) + encoded  # BINUNICODE
-
-
-def _rebase_database(path: Path, old: Path, new: Path) -> None:
-    """Every text value under ``old`` in the sqlite database at ``path`` (MLflow's
-    artifact locations and model sources, the search's recorded paths), in one
-    transaction."""
-    connection = sqlite3.connect(path)
-    try:
-        connection.create_function(
-            "rebased", 1, lambda value: rebase(value, old, new), deterministic=True
-        )
-        needles = {str(old), quote(str(old))}
-        with connection:
-            tables = [
-                name
-                for (name,) in connection.execute(
-                    "SELECT name FROM sqlite_master WHERE type = 'table' "
-                    "AND name NOT LIKE 'sqlite_%'"
-                )
-            ]
-            for table in tables:
-                columns = [row[1] for row in connection.execute(f'PRAGMA table_info("{table}")')]
-                for column in columns:
-                    for needle in needles:
-                        connection.execute(
-                            f'UPDATE "{table}" SET "{column}" = rebased("{column}") WHERE '
-                            f'typeof("{column}") = \'text\' AND instr("{column}", ?) > 0',
-                            (needle,),
-                        )
-    finally:
-        connection.close()

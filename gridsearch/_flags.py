@@ -16,6 +16,7 @@ __all__ = [
     "SearchError",
     "check_amounts",
     "check_args",
+    "check_count",
     "check_experiment_name",
     "check_tracking_uri",
     "shorten",
@@ -57,16 +58,27 @@ def check_args(args: argparse.Namespace) -> None:
         check_tracking_uri(args.tracking_uri)
 
 
+# The most each count may be, and what each unit of it holds (for the message: a count
+# past its bound says what it would hold, the memory of its references alone as a floor)
+COUNT_BOUNDS: dict[str, tuple[int, str]] = {
+    "num_samples": (100_000, "a Tune trial the driver keeps in memory and in its "
+                    "experiment state, an Optuna trial and an MLflow run"),
+    "epochs": (100_000, "an evaluation, an MLflow metric step and a checkpoint"),
+    "max_concurrent": (10_000, "a Ray worker process with PyTorch loaded"),
+    "max_failures": (1_000, "a retry of a failed trial from its checkpoint"),
+    "seeds_per_config": (64, "one more model and its optimiser state in the same trial's "
+                         "worker, and one more configuration in its list"),
+    "fuse": (64, "one more model and its optimiser state in the same trial's worker, and "
+             "one more configuration in its list"),
+}  # fmt: skip
+_REFERENCE_BYTES = 8  # a list's slot: the least one more item of any list can take
+
+
 def _check_counts(args: argparse.Namespace) -> None:
-    counts = ("num_samples", "epochs", "max_concurrent", "max_failures", "seeds_per_config")
-    for flag in (*counts, "fuse"):
-        value = getattr(args, flag)
+    for flag, (bound, each) in COUNT_BOUNDS.items():
         non_negative = flag in ("epochs", "max_failures", "fuse")
-        if value is not None and value < (0 if non_negative else 1):
-            raise SearchError(
-                f"--{flag.replace('_', '-')}: got {value}, expected a "
-                f"{'non-negative' if non_negative else 'positive'} integer"
-            )
+        name = f"--{flag.replace('_', '-')}"
+        check_count(name, getattr(args, flag), bound, each, non_negative=non_negative)
     if not 0 <= args.seed < SEED_LIMIT:
         raise SearchError(
             f"--seed: got {args.seed}, expected an integer from 0 to {SEED_LIMIT - 1}"
@@ -92,6 +104,34 @@ def check_amounts(args: argparse.Namespace) -> None:
             continue
         if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
             raise SearchError(f"{flag}: got {value:g}, expected {expected}")
+
+
+def check_count(
+    flag: str, value: int | None, bound: int, each: str, *, non_negative: bool = False
+) -> None:
+    """``value`` (None: not given) a count from 1 (0 with ``non_negative``) to ``bound``;
+    past it, the message says what each unit holds and the memory the count's list of
+    references alone would take."""
+    if value is None:
+        return
+    if value < (0 if non_negative else 1):
+        raise SearchError(
+            f"{flag}: got {value}, expected a "
+            f"{'non-negative' if non_negative else 'positive'} integer"
+        )
+    if value > bound:
+        floor = value * _REFERENCE_BYTES
+        raise SearchError(
+            f"{flag}: got {value:,}, expected at most {bound:,}: each is {each}, so "
+            f"{value:,} would take more than {_bytes(floor)} for their references alone"
+        )
+
+
+def _bytes(count: int) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} bytes"
 
 
 def check_experiment_name(name: str, flag: str = "--experiment") -> str:

@@ -4,7 +4,6 @@ a ``SearchError`` naming the flag, raised before Ray starts or any trial runs.""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any
 
 from ray import tune
 
+from gridsearch import _damage, _runs_checks
 from gridsearch._lock import setup_lock
 from gridsearch.settings import SMOKE_WORLD_IMAGES, SearchError, SearchSettings
 from gridsearch.tracking import TrackingError, check_reachable
@@ -57,14 +57,19 @@ def check_experiment_path(settings: SearchSettings) -> None:
 
 
 def prepare_runs_dir(settings: SearchSettings) -> None:
-    """The runs directory exists and takes files (the lock, the default sqlite stores,
-    the search's record live there): checked before anything else is written."""
+    """Everything a runs directory is checked for before the search writes anything or
+    Ray starts: every folder it writes can hold it (``_runs_checks.check_folders``); for
+    a ``--resume``, every state file is whole (``_damage``, read only) and runs nothing
+    when read back (``_runs_checks.check_state_files``), also in a copied or moved runs
+    directory, before ``_relocate.relocate`` rewrites anything. Then the runs directory is
+    made."""
+    _runs_checks.check_folders(settings)
+    if settings.resume:
+        _damage.check_resume_state(settings, repair=False)
+        _runs_checks.check_state_files(settings)
     root = settings.layout.root
     try:
         root.mkdir(parents=True, exist_ok=True)
-        probe = root / f".write-test-{os.getpid()}"
-        probe.write_bytes(b"")
-        probe.unlink()
     except OSError as err:
         raise SearchError(
             f"--runs-dir {root}: not a writable directory ({err.strerror or err})"

@@ -16,6 +16,11 @@ returns, so that the MLflow runs are closed and ``--resume`` continues where it 
   id). Its ``error.pkl``, cut short by the full disk, is removed (Tune would fail reading
   it back; ``error.txt`` keeps the error).
 
+Whatever a trial failed for, the guard removes the ``error.pkl`` Tune writes beside its
+``error.txt``: it pickles the error's class as code (``cloudpickle`` by value), which a
+``--resume`` refuses to read back (``gridsearch._pickles``); Tune then reports the
+error from ``error.txt``, which holds the same text.
+
 So that the writes of a search that stops for a full disk still fit (Tune's experiment
 state and error files, MLflow's ends of runs), the guard sets space aside on each device
 it watches while Tune runs (``Reserve``, a file of ``RESERVE_BYTES``) and gives it back
@@ -131,10 +136,10 @@ class DiskGuard(Callback):
         self._after_failure(trial)
 
     def _after_failure(self, trial: Any) -> bool:
-        """A trial failed: when for a full disk, stop the search (resumably); True then."""
+        """A trial failed: its pickled error is removed (see the module docstring); when
+        it failed for a full disk, the search stops (resumably): True then."""
         folders = _trial_folders(trial)
-        for folder in folders:
-            drop_cut_short_pickle(folder / "error.pkl")
+        _forget_pickled_error(trial, folders)
         error = next((e for f in folders if is_disk_full(e := _tail(f / "error.txt"))), None)
         if error is None:
             return False
@@ -261,6 +266,17 @@ def _not_counted(trial: Any) -> None:
     metadata.error_filename = None
     metadata.pickled_error_filename = None
     metadata.invalidate_cache()
+
+
+def _forget_pickled_error(trial: Any, folders: list[Path]) -> None:
+    """Remove the trial's ``error.pkl`` (code, see the module docstring): Tune reads its
+    ``error.txt`` instead."""
+    for folder in folders:
+        (folder / "error.pkl").unlink(missing_ok=True)
+    metadata = getattr(trial, "run_metadata", None)
+    if metadata is not None and metadata.pickled_error_filename is not None:
+        metadata.pickled_error_filename = None
+        metadata.invalidate_cache()
 
 
 def _trial_folders(trial: Any) -> list[Path]:

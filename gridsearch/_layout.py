@@ -45,13 +45,20 @@ def rebase(text: str, old: Path, new: Path) -> str:
     return text
 
 
+def _real(path: str | os.PathLike[str]) -> Path:
+    """``path`` absolute, its symbolic links resolved as far as they go: a loop of them is
+    left as it is (``Path.resolve`` raises on one), for the runs directory's checks to
+    name (``gridsearch._runs_checks``) before anything is written."""
+    return Path(os.path.realpath(path))
+
+
 @dataclass(frozen=True)
 class RunsLayout:
     root: Path  # absolute
 
     @classmethod
     def at(cls, runs_dir: str | os.PathLike[str]) -> RunsLayout:
-        return cls(Path(runs_dir).resolve())
+        return cls(_real(runs_dir))
 
     @property
     def mlflow_db(self) -> Path:
@@ -75,7 +82,7 @@ class RunsLayout:
         """The study's sqlite file: beside the Tune experiment when that is a local path,
         else under ``optuna/`` (sqlite cannot live on s3:// or gs://)."""
         folder = self.root / "optuna" if "://" in storage_path else Path(storage_path)
-        return folder.resolve() / f"{experiment}.optuna.db"
+        return _real(folder) / f"{experiment}.optuna.db"
 
     def record(self, experiment: str) -> Path:
         """The search's settings (``asdict(SearchSettings)``), read by ``--resume``."""

@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from gridsearch._arguments import build_parser
-from gridsearch._flags import SearchError, check_amounts, check_experiment_name
+from gridsearch._flags import (
+    COUNT_BOUNDS,
+    SearchError,
+    check_amounts,
+    check_count,
+    check_experiment_name,
+)
 from gridsearch._layout import RunsLayout, rebase
 from storage.cli import error_line
 
@@ -82,6 +88,7 @@ def resumed(args: argparse.Namespace, settings_class: type[SearchSettings]) -> S
         )
     if settings.layout.root != layout.root:  # copied or moved since the search started
         settings = _moved(settings, layout)
+    _check_said(args, settings, path)
     now = {
         "resume": True,
         "num_samples": _resumed_trials(args, settings),
@@ -95,6 +102,66 @@ def resumed(args: argparse.Namespace, settings_class: type[SearchSettings]) -> S
     }
     assert tuple(now) == RESUME_KEEPS
     return dataclasses.replace(settings, **now)
+
+
+# flags a --resume reads besides RESUME_KEEPS' (or handles before it: --list-spaces)
+_RESUME_READS = {"experiment", "runs_dir", "quiet", "list_spaces", "no_dashboard",
+                 "tracking_wait", "min_free_disk", "warm_start"}  # fmt: skip
+# a flag's destination -> the setting it gives, and how (the rest: the same name, as is)
+_SETTING_OF = {"time_budget": "time_budget_s", "no_verify": "verify"}
+
+
+def _check_said(args: argparse.Namespace, settings: SearchSettings, record: Path) -> None:
+    """Refuse a flag given with ``--resume`` that the resumed search would not follow:
+    one that sets what the search recorded (``--objective``, ``--fuse``, ...) to another
+    value than the record's. A flag given with the recorded value is what the resume
+    does anyway. (A namespace built without ``parse_args``: the flags off their
+    default count as given.)"""
+    defaults = vars(build_parser().parse_args([]))
+    given = getattr(args, "given", None)
+    if given is None:
+        given = {dest for dest, value in defaults.items() if getattr(args, dest, value) != value}
+    for dest in sorted(given):
+        if dest in RESUME_KEEPS or dest in _RESUME_READS or dest not in defaults:
+            continue
+        said, recorded = _as_setting(dest, getattr(args, dest)), _recorded(settings, dest)
+        if said == recorded:
+            continue
+        flag = _flag(dest, getattr(args, dest))
+        raise SearchError(
+            f"{flag}: a --resume continues the search {settings.experiment!r} with the "
+            f"settings it started with ({_flag(dest, _as_arg(dest, recorded))}, its record "
+            f"{record}); leave {flag.split()[0]} out, or start a new search (--warm-start "
+            f"{settings.experiment} starts one from its finished trials)"
+        )
+
+
+def _as_setting(dest: str, value: Any) -> Any:
+    """What the flag ``dest`` given ``value`` makes of its setting (``from_args``)."""
+    if dest == "no_verify":
+        return not value
+    if dest in ("space_file", "data") and value is not None and "://" not in str(value):
+        return str(Path(value).resolve())
+    return str(value) if isinstance(value, Path) else value
+
+
+def _recorded(settings: SearchSettings, dest: str) -> Any:
+    value = getattr(settings, _SETTING_OF.get(dest, dest))
+    return str(value) if isinstance(value, Path) else value
+
+
+def _as_arg(dest: str, setting: Any) -> Any:
+    return not setting if dest == "no_verify" else setting
+
+
+def _flag(dest: str, value: Any) -> str:
+    """How the command line says ``dest`` is ``value``."""
+    if dest == "baselines":
+        return "--baselines" if value else "--no-baselines"
+    name = "--" + dest.replace("_", "-")
+    if isinstance(value, bool) or value is None:  # a switch (or a setting left unset)
+        return name if value else f"without {name}"
+    return f"{name} {value}"
 
 
 # the settings that name files; those under the recorded runs directory move with it
@@ -133,8 +200,7 @@ def _resumed_trials(args: argparse.Namespace, settings: SearchSettings) -> int |
     wanted, recorded = args.num_samples, settings.num_samples
     if wanted is None:
         return recorded
-    if wanted < 1:
-        raise SearchError(f"--num-samples: got {wanted}, expected a positive integer")
+    check_count("--num-samples", wanted, *COUNT_BOUNDS["num_samples"])
     if recorded is not None and wanted < recorded:
         raise SearchError(
             f"--num-samples {wanted}: the search {settings.experiment!r} was asked for "

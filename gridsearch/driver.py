@@ -19,7 +19,7 @@ from typing import Any
 import ray
 from ray import tune
 
-from gridsearch import _damage, _extend, _optuna
+from gridsearch import _damage, _extend, _optuna, _relocate
 from gridsearch._inputs import (
     check_experiment_path,
     load_baselines,
@@ -76,7 +76,7 @@ def run_search(
         with lock:  # before the experiment is read: another driver may be writing it
             check_experiment_path(settings)  # again, now that no other driver can start it
             if settings.moved_from is not None:  # a copied or moved runs directory
-                write(_extend.relocate(settings))
+                write(_relocate.relocate(settings))
             if settings.resume:  # nothing left to run, or fewer trials than recorded
                 _damage.check_resume_state(settings)  # a damaged state file: one line, before Ray
                 _extend.check_resume(settings)

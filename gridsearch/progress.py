@@ -418,15 +418,36 @@ class _GridSamplerStop(logging.Filter):
 _OPTUNA_SEARCH_LOGGER = "ray.tune.search.optuna.optuna_search"
 
 
+class _TuneRestoreAdvice(logging.Filter):
+    """Tune's ``tune.run`` ends an interrupted experiment with a warning that tells how
+    to restore it through its Python API (``Resume experiment with: Tuner.restore(...)``,
+    or ``tune.run(..., resume=True)``, per entry point): not the command that continues
+    this search, which the driver prints (``continue it:``, also under ``--quiet``). This
+    filter drops those records, and only them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (
+            "has been interrupted, but the most recent state was" in message
+            and ("Resume experiment with:" in message or "Resume training with:" in message)
+        )
+
+
+_TUNE_RUN_LOGGER = "ray.tune.tune"
+
+
 def quiet_libraries() -> None:
     """Keep the libraries' noise out of the terminal through their own settings: Tune's
     warnings that a loop step was slow (``TUNE_WARN_THRESHOLD_S``, read when Tune is
     imported: ``gridsearch.run`` sets it, this checks it), and the grid sampler's
-    ``Study.stop`` error (``_GridSamplerStop``). Ray's token-authentication notice is
-    answered where Ray starts (``cluster.start_ray``). Idempotent."""
-    logger = logging.getLogger(_OPTUNA_SEARCH_LOGGER)
-    if not any(isinstance(f, _GridSamplerStop) for f in logger.filters):
-        logger.addFilter(_GridSamplerStop())
+    ``Study.stop`` error (``_GridSamplerStop``), Tune's advice on restoring an
+    interrupted experiment (``_TuneRestoreAdvice``). Ray's token-authentication notice
+    is answered where Ray starts (``cluster.start_ray``). Idempotent."""
+    for name, kind in ((_OPTUNA_SEARCH_LOGGER, _GridSamplerStop),
+                       (_TUNE_RUN_LOGGER, _TuneRestoreAdvice)):  # fmt: skip
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, kind) for f in logger.filters):
+            logger.addFilter(kind())
 
 
 def _number(value: Any) -> float | None:

@@ -25,10 +25,13 @@ The model (``SentenceEncoderModel``) takes one column of strings (a DataFrame wi
 takes a list only for that) and returns float32 L2-normalised embeddings ``(N, dim)``,
 exactly what ``trainables.encoder.SentenceEncoder.encode`` returns for the trial's
 ``ensemble.pt`` (its one artifact), on the CPU unless loaded with
-``model_config={"device": "auto"}``. It is a model from code (``_encoder_model.py``, no
-pickle), carries this package's code (``gridsearch``, ``storage``, ``trainables`` as
-``code_paths``: it loads without the package installed, with the code it was registered
-with) and requires this package's dependencies.
+``model_config={"device": "auto"}``. Another column, a value that is not a string, or
+a sentence over the ``encode`` command's 10,000 characters is refused with what was
+expected (a model server answers 400; MLflow itself turns a list's values into strings
+and drops unnamed extra columns before the model sees them). It is a model from code
+(``_encoder_model.py``, no pickle), carries this package's code (``gridsearch``,
+``storage``, ``trainables`` as ``code_paths``: it loads without the package installed,
+with the code it was registered with) and requires this package's dependencies.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ import json
 import re
 import tempfile
 import tomllib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +54,11 @@ from mlflow.entities import LoggedModelOutput
 from mlflow.exceptions import MlflowException
 from mlflow.models import ModelSignature
 from mlflow.models.model import ModelInfo
-from mlflow.protos.databricks_pb2 import RESOURCE_ALREADY_EXISTS, ErrorCode
+from mlflow.protos.databricks_pb2 import (
+    INVALID_PARAMETER_VALUE,
+    RESOURCE_ALREADY_EXISTS,
+    ErrorCode,
+)
 from mlflow.pyfunc.model import PythonModel, PythonModelContext
 from mlflow.tracking import MlflowClient
 from mlflow.types import ColSpec, DataType, Schema, TensorSpec
@@ -68,6 +75,7 @@ from gridsearch.tracking import TRIAL_TAG, using_tracking_uri
 from storage.cli import error_line
 from trainables import names
 from trainables.checkpoint import ENSEMBLE_FILE, load_ensemble
+from trainables.encode import MAX_CHARS
 from trainables.encoder import SentenceEncoder
 
 __all__ = [
@@ -118,17 +126,37 @@ class SentenceEncoderModel(PythonModel):
 
 def _sentences(model_input: Any) -> list[str]:
     """The ``sentence`` column of a DataFrame (what MLflow passes after checking the
-    input against the signature), or a Series or list of strings."""
+    input against the signature: a list's column is unnamed, ``0``), or a Series or list
+    of strings, each at most ``MAX_CHARS`` characters as the ``encode`` command takes.
+    Anything else is an ``MlflowException`` of a bad parameter, which a model server
+    answers with 400 and the message."""
     if isinstance(model_input, pd.DataFrame):
         columns = list(model_input.columns)
-        if INPUT_COLUMN not in columns and len(columns) != 1:
-            raise ValueError(f"model input: expected a {INPUT_COLUMN!r} column, got {columns}")
-        model_input = model_input[INPUT_COLUMN if INPUT_COLUMN in columns else columns[0]]
+        if columns not in ([INPUT_COLUMN], [0]):
+            raise _bad_input(
+                f"expected one column, {INPUT_COLUMN!r} (or a list of strings), got "
+                f"the columns {[str(c)[:40] for c in columns[:5]]}"
+            )
+        model_input = model_input[columns[0]]
+    if isinstance(model_input, str | bytes) or not isinstance(model_input, Iterable):
+        raise _bad_input(f"expected a list of strings, got {type(model_input).__name__}")
     sentences = list(model_input)
-    wrong = next((s for s in sentences if not isinstance(s, str)), None)
-    if wrong is not None:
-        raise TypeError(f"model input: expected strings, got {type(wrong).__name__} {wrong!r}")
+    for row, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise _bad_input(
+                f"expected strings, got {type(sentence).__name__} {str(sentence)[:40]!r} "
+                f"in row {row}"
+            )
+        if len(sentence) > MAX_CHARS:
+            raise _bad_input(
+                f"row {row} has {len(sentence):,} characters; sentences of at most "
+                f"{MAX_CHARS:,} are encoded"
+            )
     return sentences
+
+
+def _bad_input(what: str) -> MlflowException:
+    return MlflowException(f"model input: {what}", error_code=INVALID_PARAMETER_VALUE)
 
 
 def model_name(space: str) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gridsearch._arguments import build_parser
+from gridsearch._arguments import build_parser, given_flags
 from gridsearch._flags import SearchError, check_args
 from gridsearch._layout import RunsLayout
 from gridsearch._record import STARTED, write_record
@@ -54,8 +54,11 @@ class NothingToRun(Exception):
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The raw command line (``--help``, ``--list-spaces``); ``SearchSettings.from_argv``
-    validates it."""
-    return build_parser().parse_args(argv)
+    validates it. ``given``: the flags it names (a ``--resume`` refuses those it would
+    not follow)."""
+    args = build_parser().parse_args(argv)
+    args.given = given_flags(argv)
+    return args
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ Example::
 
 from storage._atomic import write_bytes_atomic, write_text_atomic
 from storage._build import build_karpathy, build_synthetic
+from storage._captions import MAX_CAPTION_CHARS
 from storage._device import DeviceError, resolve, with_index
 from storage._errors import StoreError
 from storage._fs import Location
@@ -21,6 +22,7 @@ from storage._writer import StoreWriter
 
 __all__ = [
     "CAPTIONS_PER_IMAGE",
+    "MAX_CAPTION_CHARS",
     "SPLITS",
     "DeviceError",
     "FeatureStore",

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from storage._captions import check_caption_lengths
 from storage._errors import StoreError, describe
 from storage._files import read_regular
 from storage._json import parse_json
@@ -186,7 +187,8 @@ def resolve_image_path(images_dir: Path, relpath: str) -> Path:
 def check_every_split(dataset: KarpathyDataset) -> None:
     """Refuse a data set with no image in one of the store's splits: training needs
     ``train``, selection ``val`` and reporting ``test``, so a store missing one would
-    only fail later, further from the cause."""
+    only fail later, further from the cause; or with a caption longer than training
+    takes (``storage._captions``)."""
     for split in SPLITS:
         if not dataset.images.get(split):
             sources = " or ".join(repr(s) for s, target in _SPLIT_OF.items() if target == split)
@@ -195,3 +197,7 @@ def check_every_split(dataset: KarpathyDataset) -> None:
                 f"'split': {sources}); a store needs at least one image in each of "
                 f"{', '.join(SPLITS)}"
             )
+        images = dataset.images[split]
+        check_caption_lengths(
+            str(dataset.path), split, [i.image_id for i in images], [i.captions for i in images]
+        )

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from storage._captions import check_caption_lengths
 from storage._errors import MissingFileError, StoreError, os_reason
 from storage._fs import Location
 from storage._schema import (
@@ -142,11 +143,14 @@ class FeatureStore:
         )
 
     def verify(self) -> int:
-        """Check every shard (present, checksum, schema, rows) and the caption alignment;
-        raise :class:`StoreError` naming the first bad shard. Returns the shard count."""
+        """Check every shard (present, checksum, schema, rows), the caption alignment and
+        that no caption is longer than training takes (``MAX_CAPTION_CHARS``); raise
+        :class:`StoreError` naming the first bad shard or caption. Returns the shard
+        count."""
         count = 0
         for split, info in self.manifest.splits.items():  # counts: checked when parsed
-            self.read_split(split, verify=True)
+            data = self.read_split(split, verify=True)
+            check_caption_lengths(self.location.uri, split, data.image_ids, data.captions)
             count += len(info.image_shards) + len(info.caption_shards)
         return count
 

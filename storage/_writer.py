@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from storage._captions import check_caption_lengths
 from storage._errors import StoreError
 from storage._fs import Location
 from storage._json import parse_json
@@ -186,6 +187,7 @@ class StoreWriter:
         where = f"shard {split}-{index}"
         dim, dtype = self.feature_dim, self.feature_dtype
         check_shapes(where, dim, len(image_ids), features, captions)
+        check_caption_lengths(where, split, image_ids, captions)  # before anything is written
         image_table = encode_images(
             where, dim, dtype, image_ids, features, skipped_images, truncated_images
         )

@@ -17,11 +17,13 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from storage import CAPTIONS_PER_IMAGE, FeatureStore, SplitData, StoreError
+from storage import CAPTIONS_PER_IMAGE, MAX_CAPTION_CHARS, FeatureStore, SplitData
+from storage._captions import check_caption_lengths as _check_lengths
 from trainables.model import CharEncoding
 from trainables.vocabulary import Tokenizer
 
 __all__ = [
+    "MAX_CAPTION_CHARS",
     "EncodedSplit",
     "TrainingData",
     "default_senteval",
@@ -117,31 +119,11 @@ class TrainingData:
         return cls(**splits, unknown_chars=encoding.unknown_count, source=where)
 
 
-# Captions are padded to the longest of their split, one byte per character for each of
-# the split's captions (and the encoders' memory grows with it): the longest caption of
-# the paper's datasets is a few hundred characters, so a longer one is a broken store.
-MAX_CAPTION_CHARS = 2_000
-
-
 def check_caption_lengths(split: SplitData, where: str) -> None:
-    """Refuse a split whose longest caption exceeds ``MAX_CAPTION_CHARS``, naming it and
-    what padding every caption of the split to its length would cost."""
-    captions = split.captions.reshape(-1)
-    if not len(captions):
-        return
-    lengths = np.fromiter((len(c) for c in captions), dtype=np.int64, count=len(captions))
-    longest = int(lengths.argmax())
-    if lengths[longest] <= MAX_CAPTION_CHARS:
-        return
-    image = split.image_ids[longest // CAPTIONS_PER_IMAGE]
-    cost = int(lengths[longest]) * len(captions)
-    raise StoreError(
-        f"{where}: caption {longest % CAPTIONS_PER_IMAGE} of image {image!r} in split "
-        f"{split.name!r} has {int(lengths[longest]):,} characters; captions are at most "
-        f"{MAX_CAPTION_CHARS:,} (padding the split's {len(captions):,} captions to it would "
-        f"take {cost / 2**30:.1f} GiB before the encoders' own memory): shorten it in the "
-        "source and rebuild the store"
-    )
+    """Refuse a split whose longest caption exceeds ``MAX_CAPTION_CHARS`` (a store built
+    before ``storage.build`` refused one), naming it and what padding every caption of
+    the split to its length would cost."""
+    _check_lengths(where, split.name, split.image_ids, split.captions)
 
 
 def epoch_batches(num_images: int, batch_size: int, seed: int, epoch: int) -> np.ndarray:

@@ -172,11 +172,9 @@ def _weights(model: str | os.PathLike[str], tracking_uri: str | None) -> Ensembl
     text = os.fspath(model)
     path = Path(text)
     if path.is_dir():
-        inside = [path / name for name in (TRAINER_FILE, ENSEMBLE_FILE) if (path / name).exists()]
+        inside = _models_in(path)
         if not inside:
-            raise CheckpointError(
-                f"model {text}: a folder without {TRAINER_FILE} or {ENSEMBLE_FILE} in it"
-            )
+            raise CheckpointError(_no_model_in(text, path))
         path = inside[0]
     if path.exists():
         return _from_file(path)
@@ -184,6 +182,32 @@ def _weights(model: str | os.PathLike[str], tracking_uri: str | None) -> Ensembl
         return _model_source()(text, tracking_uri)
     raise CheckpointError(
         f"model {text}: no such file, and not an MLflow run id, trial id or models:/ URI"
+    )
+
+
+def _models_in(folder: Path) -> list[Path]:
+    return [folder / name for name in (TRAINER_FILE, ENSEMBLE_FILE) if (folder / name).exists()]
+
+
+def _no_model_in(text: str, folder: Path) -> str:
+    """Why the folder ``text`` is no model: a checkpoint of a trial of several models (a
+    fused trial's, each member's in its own folder) names them; any other says what a
+    model folder holds."""
+    try:
+        members = sorted(
+            (sub for sub in folder.iterdir() if sub.is_dir() and _models_in(sub)),
+            key=lambda sub: [int(part) if part.isdigit() else part
+                             for part in re.split(r"(\d+)", sub.name)],
+        )  # fmt: skip
+    except OSError:
+        members = []
+    if not members:
+        return f"model {text}: a folder without {TRAINER_FILE} or {ENSEMBLE_FILE} in it"
+    shown = ", ".join(f"{sub.name}/" for sub in members[:8])
+    more = f" and {len(members) - 8} more" if len(members) > 8 else ""
+    return (
+        f"model {text}: a checkpoint of {len(members)} models, one per folder ({shown}{more}: "
+        f"a fused trial's members); give one of them, e.g. {folder / members[0].name}"
     )
 
 

@@ -79,6 +79,15 @@ logger = logging.getLogger(__name__)
 EmbedFn = Callable[[Sequence[str]], torch.Tensor]
 
 
+def _as_encoded(summed: torch.Tensor, models: int) -> torch.Tensor:
+    """The sum of ``models`` models' sentence embeddings as ``SentenceEncoder.encode``
+    gives it by default, L2-normalised, so that the semantic scores a run reports (its
+    ensemble's above all) are the ones its saved model reproduces: the supervised
+    relatedness protocol is not scale-free. One model's is normalised already (by the
+    model), and is left as it is."""
+    return summed if models <= 1 else torch.nn.functional.normalize(summed, dim=1)
+
+
 def _summed(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     """Their sum from zeros, in order: what ``trainables.embedding`` computes for an
     ensemble from its models' embeddings (the same additions, so the same values)."""
@@ -459,10 +468,12 @@ class Trainer:
                 del self._tables[epoch]
 
     def ensemble_metrics(self) -> dict[str, float]:
-        """Test metrics of the ensemble of the best snapshots (embeddings summed on both
-        sides, not renormalised), under ``ensemble/``; the current model when no snapshot
-        was taken. With ``reuse`` the sums are of the embeddings the snapshots got at
-        their epochs, where kept (the same numbers as embedding again)."""
+        """Test metrics of the ensemble of the best snapshots under ``ensemble/``: its
+        retrieval of embeddings summed on both sides, not renormalised; its semantic
+        battery of the sums L2-normalised, as the saved ensemble encodes by default; the
+        current model when no snapshot was taken. With ``reuse`` the sums are of the
+        embeddings the snapshots got at their epochs, where kept (the same numbers as
+        embedding again)."""
         members: list[tuple[int, Any, dict[str, torch.Tensor] | None]]
         members = [(s.epoch, s.test, s.state) for s in self.snapshots]
         if not members:
@@ -520,8 +531,8 @@ class Trainer:
                         kept = self.embed_fn([model(i)])(sentences).cpu()
                 vectors[i] = kept
         with torch.inference_mode():
-            total = _summed([vectors[i] for i in range(len(epochs))]).to(self.device)
-        values = self.semantic.test(EmbeddingTable(sentences, total))
+            total = _as_encoded(_summed([vectors[i] for i in range(len(epochs))]), len(epochs))
+        values = self.semantic.test(EmbeddingTable(sentences, total.to(self.device)))
         return {names.key(names.ENSEMBLE, k): float(v) for k, v in values.items()}
 
     def _retrieval(
@@ -591,16 +602,18 @@ class Trainer:
         return images, captions
 
     def embed_fn(self, models: Sequence[GroundedEncoder]) -> EmbedFn:
-        """Sentences -> caption embeddings summed over ``models`` (for the semantic sets)."""
+        """Sentences -> caption embeddings summed over ``models``, as a saved ensemble
+        encodes them by default (``_as_encoded``), for the semantic sets."""
 
         def embed(sentences: Sequence[str]) -> torch.Tensor:
-            return embed_sentences(
+            summed = embed_sentences(
                 models,
                 sentences,
                 batch_size=self.config.eval_batch_size,
                 precision=self.config.precision,
                 encoding=self.tokenizer,
             )
+            return _as_encoded(summed, len(models))
 
         return embed
 

@@ -209,20 +209,31 @@ def test_a_damaged_record_is_one_line(
 
 
 @pytest.mark.parametrize("which", ["study", "tracking", "tune"])
-@pytest.mark.parametrize("damage", list(DAMAGE))
+@pytest.mark.parametrize(
+    ("damage", "moved"),
+    [*((damage, False) for damage in DAMAGE), ("truncated", True)],
+    ids=[*DAMAGE, "truncated, moved"],
+)
 def test_resume_names_a_damaged_state_file_before_ray_starts(
-    tmp_path: Path, which: str, damage: str, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, which: str, damage: str, moved: bool, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Also in a runs directory moved since the search started: the damage is named
+    before the move is taken in (which rewrites the state files), so nothing is written."""
     runs = tmp_path / "runs"
     settings = _recorded(runs)
     study = _study(Path(settings.optuna_storage.removeprefix("sqlite:///")))
     tracking = _tracking(runs / "mlflow.db")
     tune = _tune_folder(Path(settings.experiment_path))
     DAMAGE[damage]({"study": study, "tracking": tracking, "tune": tune / "tuner.pkl"}[which])
+    if moved:
+        runs = runs.rename(tmp_path / "elsewhere")
+    resume = ["--experiment", EXPERIMENT, "--resume", "--runs-dir", str(runs)]
     with pytest.raises(SearchError) as caught:  # the library call
-        _damage.check_resume_state(settings)
+        _damage.check_resume_state(SearchSettings.from_argv(resume))
+    assert str(runs) in str(caught.value)  # the file where it is now
     before = _files(runs)
-    code = main(["--experiment", EXPERIMENT, "--resume", "--runs-dir", str(runs)])
+    capsys.readouterr()  # what setting the files up printed
+    code = main(resume)
     captured = capsys.readouterr()
     err = captured.err.strip().splitlines()
     assert code == 2 and err == [f"error: {caught.value}"], captured

@@ -75,6 +75,7 @@ def test_a_signal_is_an_interruption_everywhere(
     assert code == 130, out
     assert "Traceback" not in out and "finished in" not in out
     assert "Aborted" not in out  # no Ray abort dump (exit 134) after SIGTERM
+    assert "Tuner.restore" not in out and "resume=True" not in out  # not Tune's advice
     lines = out.splitlines()
     counts = [line for line in lines if re.match(r"\d+ trials: ", line)]
     assert len(counts) == 1 and "stopped_early" not in counts[0], out

@@ -7,6 +7,7 @@ smoke search on a real local Ray."""
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -169,6 +170,42 @@ def test_the_grid_samplers_stop_error_is_kept_out_and_nothing_else(
         logger.warning(stop_error)
         logger.warning(ValueError("The reported value is NaN"))
     assert [r.getMessage() for r in caplog.records] == ["The reported value is NaN"]
+
+
+def test_tunes_advice_on_restoring_an_interrupted_run_is_kept_out_and_nothing_else(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Tune's tune.run ends an interrupted run with how to restore it through its Python
+    API, for each of its entry points (read from Tune's own source); the driver prints
+    the command that continues the search instead, so those records are dropped (also
+    under --quiet, which keeps library warnings out). Its other warnings are kept."""
+    import inspect
+
+    import ray.tune.tune
+
+    source = inspect.getsource(ray.tune.tune)
+    entrypoints = re.findall(r'"restore_entrypoint": (?:\'|")(.*?)(?:\'|"),?\n', source)
+    assert len(entrypoints) >= 4 and 'Tuner.restore(path="{path}", trainable=...)' in entrypoints
+    quiet_libraries()
+    quiet_libraries()  # idempotent
+    logger = logging.getLogger("ray.tune.tune")
+    with caplog.at_level(logging.WARNING, logger=logger.name):
+        for entrypoint in entrypoints:
+            advice = entrypoint.format(path="/runs/tune/x")
+            logger.warning(
+                "Experiment has been interrupted, but the most recent state was "
+                f"saved.\nResume experiment with: {advice}"
+            )
+            logger.warning(
+                "Training has been interrupted, but the most recent state was saved.\n"
+                f"Resume training with: {advice}"
+            )
+        logger.error("Trials did not complete: %s", ["x_00000"])
+        logger.warning("Experiment state snapshotting failed: no space left")
+    assert [r.getMessage() for r in caplog.records] == [
+        "Trials did not complete: ['x_00000']",
+        "Experiment state snapshotting failed: no space left",
+    ]
 
 
 @pytest.mark.slow

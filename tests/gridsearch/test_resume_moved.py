@@ -17,8 +17,8 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
-from gridsearch._extend import rebase_pickle
 from gridsearch._layout import RunsLayout, rebase
+from gridsearch._relocate import rebase_pickle
 from gridsearch.run import main
 from gridsearch.settings import SearchError, SearchSettings
 from tests.gridsearch.test_drivers import Driver

@@ -134,6 +134,38 @@ def test_what_is_not_a_model_is_named(ensemble_file, tmp_path: Path) -> None:
         assert "weights_only=False" not in str(caught.value)
 
 
+@pytest.mark.parametrize(
+    "members", [["member-0", "member-1"], [f"member-{i}" for i in range(11)], ["a", "b", "c"]]
+)
+def test_a_folder_of_several_models_names_them_and_each_loads(
+    trained, ensemble_file, tmp_path: Path, members: list[str]
+) -> None:
+    """A fused trial's checkpoint folder keeps one model per member folder (its training
+    state, or an ensemble file), whatever the folders are called: loading the folder
+    names them and the one to give instead, which loads; nothing is guessed."""
+    _, trainer, _ = trained
+    state = trainer.save_checkpoint()
+    for i, name in enumerate(members):
+        (tmp_path / name).mkdir()
+        if i % 2:
+            (tmp_path / name / checkpoint.ENSEMBLE_FILE).write_bytes(ensemble_file.read_bytes())
+        else:
+            (tmp_path / name / checkpoint.TRAINER_FILE).write_bytes(state)
+    (tmp_path / "group.json").write_text('{"stopped": []}')
+    (tmp_path / "empty").mkdir()  # a folder without a model is no member
+    with pytest.raises(CheckpointError) as caught:
+        SentenceEncoder.load(tmp_path)
+    line = str(caught.value)
+    assert "\n" not in line and f"a checkpoint of {len(members)} models" in line, line
+    assert f"{members[0]}/, {members[1]}/" in line and "empty/" not in line, line
+    if len(members) > 8:
+        assert f"and {len(members) - 8} more" in line and f"{members[8]}/" not in line
+    named = Path(line.rsplit("e.g. ", 1)[1])
+    assert named == tmp_path / members[0]
+    encoder = SentenceEncoder.load(named, device="cpu")
+    assert encoder.encode(SENTENCES[:1]).shape == (1, encoder.embedding_dim)
+
+
 def test_images_of_the_wrong_size_are_named(ensemble_file) -> None:
     encoder = SentenceEncoder.load(ensemble_file, device="cpu")
     with pytest.raises(ValueError, match=r"features: expected shape \(N, "):

@@ -539,3 +539,31 @@ def test_the_background_battery_on_a_gpu_records_what_the_synchronous_one_does(
             if key.startswith(f"{names.TEST}/") and key.endswith(("pearson", "spearman")):
                 expected = recorded[False][epoch][key]
                 assert value == pytest.approx(expected, abs=0.05), (epoch, key)
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_the_ensembles_semantic_scores_are_its_saved_models_by_default(
+    tiny_world: Path, data: TrainingData, reuse: bool
+) -> None:
+    """What a run reports as its ensemble's semantic battery (``ensemble/*``: what MLflow
+    shows) is what the saved ensemble gives through ``SentenceEncoder.encode`` with its
+    defaults, scored by the same evaluator: every score, the supervised relatedness
+    protocol's (not scale-free) included; from the snapshots' kept tables and embedded
+    again alike."""
+    from trainables.checkpoint import EnsembleWeights
+    from trainables.encoder import SentenceEncoder
+
+    config = TrainConfig(**{**SMALL, "epochs": 3, "semantic_every": 3})
+    semantic = _semantic(tiny_world, config, background=False)
+    trainer = Trainer(config, data, semantic, reuse=reuse)
+    final = list(trainer.run())[-1]
+    assert final["ensemble/size"] == 2.0  # a sum of two models' embeddings
+    saved = EnsembleWeights.from_training_state(trainer.state_dict())
+    encoder = SentenceEncoder(saved, device="cpu")
+    again = semantic.test(encoder.encode)
+    prefix = f"{names.ENSEMBLE}/"
+    reported = {k.removeprefix(prefix): v for k, v in final.items() if k.startswith(prefix)}
+    scores = {k: v for k, v in again.items() if k in reported}
+    assert {"semantic", "sickr_pearson", "stsb_pearson"} <= set(scores), sorted(again)
+    for key, value in scores.items():
+        assert reported[key] == pytest.approx(value, abs=1e-5), key

@@ -1,0 +1,102 @@
+"""What a served registered model (``mlflow models serve``) answers to a request that is
+not sentences: the scoring server's own request handling (``invocations``, in this
+process) on a real logged ``SentenceEncoderModel``: 400 with a line that says what was
+expected, for every kind of input the model can tell apart; 200 and the vectors of
+``SentenceEncoder.encode`` for sentences in each of the forms MLflow takes. (MLflow turns
+every value of a list into a string and drops columns the signature does not name before
+the model sees them: ``[1, 2, 3]``, ``[null]`` and extra columns are not told apart.)"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlflow.pyfunc
+import numpy as np
+import pytest
+from mlflow.exceptions import MlflowException
+from mlflow.pyfunc import scoring_server
+from mlflow.tracking import MlflowClient
+
+from gridsearch.registry import log_encoder
+from gridsearch.tracking import using_tracking_uri
+from trainables import checkpoint
+from trainables.checkpoint import EnsembleWeights
+from trainables.config import TrainConfig
+from trainables.data import TrainingData
+from trainables.encode import MAX_CHARS
+from trainables.encoder import SentenceEncoder
+from trainables.loop import Trainer
+
+SMALL = dict(hidden_size=8, batch_size=8, epochs=1, snapshot_interval=1, ensemble_size=1,
+             device="cpu", semantic_every=0, threads=1)  # fmt: skip
+SENTENCES = ["A small red circle.", "", "two blue squares"]
+
+
+@pytest.fixture(scope="module")
+def served(tiny_world: Path, tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("served")
+    trainer = Trainer(TrainConfig(**SMALL), TrainingData.from_store(str(tiny_world)))
+    list(trainer.run())
+    ensemble = EnsembleWeights.from_training_state(trainer.state_dict()).save(
+        folder / checkpoint.ENSEMBLE_FILE
+    )
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    experiment = client.create_experiment("served", artifact_location=(folder / "a").as_uri())
+    info = log_encoder(client, ensemble, experiment_id=experiment)
+    with using_tracking_uri(uri):
+        model = mlflow.pyfunc.load_model(info.model_uri)
+    return model, SentenceEncoder.load(ensemble, device="cpu").encode(SENTENCES)
+
+
+def _answer(model, body: object) -> tuple[int, str]:
+    """The status and body ``mlflow models serve`` answers to the JSON ``body``."""
+    schema = model.metadata.get_input_schema()
+    try:
+        done = scoring_server.invocations(json.dumps(body), "application/json", model, schema)
+    except MlflowException as refused:
+        return refused.get_http_status_code(), refused.message
+    return done.status, done.response
+
+
+def test_sentences_in_each_form_are_embedded(served) -> None:
+    model, expected = served
+    for body in (
+        {"inputs": SENTENCES},
+        {"dataframe_split": {"columns": ["sentence"], "data": [[s] for s in SENTENCES]}},
+        {"dataframe_records": [{"sentence": s} for s in SENTENCES]},
+        {"inputs": ["x" * MAX_CHARS]},  # the bound itself
+    ):
+        status, answer = _answer(model, body)
+        assert status == 200, answer
+        if len(body.get("inputs", [])) != 1:
+            got = np.asarray(json.loads(answer)["predictions"], dtype=np.float32)
+            np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ({"dataframe_split": {"columns": ["text"], "data": [["a"]]}}, "'sentence'"),
+        ({"dataframe_records": [{"text": "a"}]}, "'sentence'"),
+        ({"inputs": ["x" * (MAX_CHARS + 1)]}, f"{MAX_CHARS + 1:,} characters"),
+        ({"inputs": ["ok", "x" * 480_000]}, "row 1 has 480,000 characters"),
+        ({"dataframe_split": {"columns": ["sentence"], "data": [["a"], [None]]}}, "sentence"),
+        ({"inputs": {"sentence": ["a"]}}, "Invalid input"),
+    ],
+    ids=[
+        "misnamed",
+        "misnamed-records",
+        "past-the-bound",
+        "480k",
+        "null-cell",
+        "named-inputs",
+    ],
+)
+def test_a_request_that_is_not_sentences_is_a_400_saying_what_was_expected(
+    served, body: object, expected: str
+) -> None:
+    model, _ = served
+    status, answer = _answer(model, body)
+    assert status == 400 and expected in answer, (status, answer[:300])
