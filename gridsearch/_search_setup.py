@@ -157,7 +157,7 @@ class SearchRun:
                 self.num_samples,
                 self.epochs,
                 settings.metric,
-                _Lines(self.write),
+                self.write,
                 signals=signals,
             ),
             guard,
@@ -250,30 +250,6 @@ def _as_list(value: str | list[str]) -> list[str]:
 def _first(value: Any) -> Any:
     """Tune's own metric/mode: the first objective (the searcher handles both)."""
     return value[0] if isinstance(value, list) else value
-
-
-def _silent(line: str) -> None:
-    """What a restored copy of the progress printer writes to: nothing."""
-
-
-class _Lines:
-    """The progress printer's ``write``, as Tune pickles it into ``tuner.pkl`` with the
-    callbacks: without the function, which ``cloudpickle`` would save as code when it
-    lives in ``__main__`` (``python -m gridsearch.run``'s ``say``), and a ``--resume``
-    refuses a state file that holds code (``gridsearch._pickles``). A resumed search
-    gets this driver's own printer (``_extend.use_callbacks``)."""
-
-    def __init__(self, write: Write) -> None:
-        self.write = write
-
-    def __call__(self, line: str) -> None:
-        self.write(line)
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.write = _silent
 
 
 class _Ended(Callback):

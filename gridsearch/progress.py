@@ -49,7 +49,7 @@ from trainables.tune import member_metrics
 __all__ = ["STATUS_EVERY_S", "ProgressPrinter", "quiet_libraries", "shown_keys"]
 
 STATUS_EVERY_S = 30.0  # a status line at least this often while trials run
-ASK_WAIT_S = 0.5  # the longest a line waits for the trials' within-epoch progress
+ASK_WAIT_S = 0.05  # the longest a line waits for the trials' within-epoch progress
 # how the selection metrics are named on screen
 LABELS = {
     names.selectable(names.BEST_RETRIEVAL): ("dev R@10 mean", ".1f"),
@@ -62,11 +62,16 @@ EPOCH_METRICS = (
 ENDED = (Trial.TERMINATED, Trial.ERROR)
 
 
+def _silent(line: str) -> None:
+    """What a restored copy of the progress printer writes to: nothing."""
+
+
 class ProgressPrinter(Callback):
     """Progress lines of one search (module docstring). ``total``: the trials the search
     runs; ``epochs``: each trial's; ``metric``: the selection metric(s) (one, or a list for
     two objectives); ``signals``: the trials' ``TrialSignals`` actor, which holds their
-    within-epoch progress (None: none shown); ``clock``: seconds (monotonic)."""
+    within-epoch progress (None: none shown), asked for at most ``ask_wait_s`` a line;
+    ``clock``: seconds (monotonic)."""
 
     def __init__(
         self,
@@ -78,6 +83,7 @@ class ProgressPrinter(Callback):
         *,
         signals: Any = None,
         status_every_s: float = STATUS_EVERY_S,
+        ask_wait_s: float = ASK_WAIT_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.space = space
@@ -88,6 +94,7 @@ class ProgressPrinter(Callback):
         self.write = write
         self.signals = signals
         self.status_every_s = status_every_s
+        self.ask_wait_s = ask_wait_s
         self.clock = clock
         self.started = clock()
         self.last_status = self.started
@@ -102,8 +109,11 @@ class ProgressPrinter(Callback):
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (Tune's ``tuner.pkl`` keeps the callbacks) without the signals actor,
-        which ends with its driver: a resumed search passes its own callbacks."""
-        return {**self.__dict__, "signals": None, "_asked": None}
+        which ends with its driver, and without ``write``, which ``cloudpickle`` would
+        save as code when it lives in ``__main__`` (``python -m gridsearch.run``'s), and a
+        ``--resume`` refuses a state file that holds code (``gridsearch._pickles``). A
+        resumed search passes its own callbacks (``_extend.use_callbacks``)."""
+        return {**self.__dict__, "signals": None, "_asked": None, "write": _silent}
 
     # -- Tune's callback API --------------------------------------------------
 
@@ -367,14 +377,14 @@ class ProgressPrinter(Callback):
 
     def _in_epoch(self) -> dict[str, dict[str, float]]:
         """The running trials' within-epoch progress, as they told their signals actor
-        (the last answer while a new one takes longer than ``ASK_WAIT_S``: a display never
-        holds up the search)."""
+        (the last answer while a new one takes longer than ``ask_wait_s``: a display
+        never holds up the search)."""
         if self.signals is None:
             return {}
         try:
             if self._asked is None:
                 self._asked = self.signals.progress.remote()
-            ready, _ = ray.wait([self._asked], timeout=ASK_WAIT_S)
+            ready, _ = ray.wait([self._asked], timeout=self.ask_wait_s)
             if ready:  # else still asked (an actor starting on a busy machine): kept
                 self._told, self._asked = dict(ray.get(self._asked)), None
         except Exception:  # the actor is gone: the last answer stands

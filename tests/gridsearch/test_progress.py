@@ -55,7 +55,14 @@ def test_status_line_counts_trials_names_the_best_and_estimates(signals: Any) ->
     lines: list[str] = []
     clock = Clock()
     printer = ProgressPrinter(
-        SPACES["margin_sweep"], 4, 2, RETRIEVAL, lines.append, signals=signals, clock=clock
+        SPACES["margin_sweep"],
+        4,
+        2,
+        RETRIEVAL,
+        lines.append,
+        signals=signals,
+        clock=clock,
+        ask_wait_s=30.0,  # the actor answers in time, however busy the machine
     )
     first, second, third = _trial("aaa", margin=0.1625), _trial("bbb", margin=0.3), _trial("ccc")
     trials = [first, second, third]
@@ -99,8 +106,11 @@ def test_status_line_counts_trials_names_the_best_and_estimates(signals: Any) ->
     assert lines[-1].endswith("about 1:25 left")  # 6 of 12 epochs done in 85 s
     # Tune keeps its callbacks in tuner.pkl: the signals actor, which ends with this
     # driver, stays out of it (a resumed search could not unpickle its handle)
+    # nor its write function (code, when it lives in __main__: a --resume refuses it)
     assert b"ray._private.serialization" not in ray.cloudpickle.dumps(printer)
-    assert printer.signals is signals
+    restored, shown = ray.cloudpickle.loads(ray.cloudpickle.dumps(printer)), len(lines)
+    restored.write("a line of the restored copy")
+    assert len(lines) == shown and restored.signals is None and printer.signals is signals
 
 
 def test_trials_are_numbered_as_they_start_after_those_earlier_drivers_ended() -> None:
