@@ -1,0 +1,31 @@
+"""What a search says of the hardware it runs on before its trials start
+(``gridsearch.cluster.fixed_settings``), and how long its Ray dashboard stays up."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gridsearch.cluster import FUSE_ON_CPU, Resources, fixed_settings
+from gridsearch.settings import SearchSettings
+
+CPU = Resources(cpu=1.0, gpu=0.0, concurrent=2, cluster_cpus=2.0, cluster_gpus=0.0)
+GPU = Resources(cpu=4.0, gpu=1.0, concurrent=1, cluster_cpus=4.0, cluster_gpus=1.0)
+
+
+def _settings(tmp_path: Path, *flags: str) -> SearchSettings:
+    return SearchSettings.from_argv(
+        ["--space", "margin_sweep", "--runs-dir", str(tmp_path), *flags]
+    )
+
+
+def test_fuse_on_cpus_says_at_the_start_that_it_does_not_pay_there(tmp_path: Path) -> None:
+    _, note = fixed_settings(_settings(tmp_path, "--fuse", "4"), CPU)
+    lines = note.splitlines()
+    assert lines[0].startswith("no GPU: using CPU-sized model settings")
+    assert lines[1] == FUSE_ON_CPU.format(fuse=4)
+    assert lines[1].startswith("--fuse 4 on CPUs: it does not pay here")
+    _, smoke = fixed_settings(_settings(tmp_path, "--fuse", "2", "--smoke-test"), CPU)
+    assert smoke == FUSE_ON_CPU.format(fuse=2)  # a smoke test's only line
+    for flags, resources in ((("--fuse", "4"), GPU), ((), CPU), (("--fuse", "1"), CPU)):
+        _, other = fixed_settings(_settings(tmp_path, *flags), resources)
+        assert "--fuse" not in other, (flags, other)
