@@ -163,7 +163,7 @@ def _stopped(result: SearchResult, wall_s: float) -> str:
 def _closing(result: SearchResult, left: bool) -> None:
     """Where to look at the results, and the command that continues or extends it."""
     settings = result.settings
-    from gridsearch.summary import closing_commands
+    from gridsearch.summary import closing_commands, ray_dashboard_line
     from gridsearch.tracking import results_link  # MLflow: imported once a search ran
 
     partial = not any(o.status == "finished" for o in result.outcomes)
@@ -176,10 +176,7 @@ def _closing(result: SearchResult, left: bool) -> None:
     for what, command in others:  # the report, the Optuna study
         say(f"{what}:  {command}")
     if result.dashboard:
-        say(
-            f"Ray dashboard:  {result.dashboard} (live while a search runs; for one that stays "
-            "up, `ray start --head` and pass --address auto)"
-        )
+        say(ray_dashboard_line(settings, result.dashboard))
     if left and result.resumable:
         say(f"continue it:  {settings.resume_command}")
     elif not left:

@@ -29,3 +29,15 @@ def test_fuse_on_cpus_says_at_the_start_that_it_does_not_pay_there(tmp_path: Pat
     for flags, resources in ((("--fuse", "4"), GPU), ((), CPU), (("--fuse", "1"), CPU)):
         _, other = fixed_settings(_settings(tmp_path, *flags), resources)
         assert "--fuse" not in other, (flags, other)
+
+
+def test_the_dashboard_line_says_how_long_it_lives_and_how_to_keep_one(tmp_path: Path) -> None:
+    from gridsearch.summary import ray_dashboard_line
+
+    url = "http://127.0.0.1:8265"
+    local = ray_dashboard_line(_settings(tmp_path), url)
+    assert local.startswith(f"Ray dashboard:  {url} stopped with the search")
+    assert "`ray start --head --dashboard-host 127.0.0.1`" in local and "--address auto" in local
+    assert "`ray get-auth-token`" in local and "`ray stop`" in local
+    joined = ray_dashboard_line(_settings(tmp_path, "--address", "10.0.0.1:6379"), url)
+    assert joined == f"Ray dashboard:  {url} (the cluster's: up as long as the cluster is)"
