@@ -49,12 +49,16 @@ def parent_params(
     sampler: str,
     store: str,
     senteval: str | None,
+    labels: Sequence[str] = (),
 ) -> dict[str, Any]:
+    """The parent run's parameters; ``labels``: the keys that say what a trial tried (its
+    run's name shows them)."""
     manifest = FeatureStore.open(store).location.read_bytes("manifest.json")
     return {
         "space": space.name,
         "space_definition": space.to_dict(),
         "searched": space.searched_keys(),  # the columns of the experiment's results view
+        "labels": list(labels),
         "sampler": sampler,
         "scheduler": settings.scheduler,
         "seeds_per_config": settings.seeds_per_config,
