@@ -25,6 +25,7 @@ from gridsearch.tracking._store import (
     start_parent_run,
 )
 from gridsearch.tracking._tags import (
+    CHARTS_VIEW,
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
     OUTCOME_TAG,
@@ -246,3 +247,34 @@ def test_the_runs_table_names_the_selected_and_the_reported_metric_and_the_searc
     old, _, _, unlabelled = _search(tmp_path / "old", "retrieval")
     run = old.get_run(unlabelled.run_of("x_0001", {"margin": 1.0}))
     assert run.info.run_name == "trial-0001"
+
+
+def test_the_chart_view_is_rescaled_to_the_trials_trained_epochs_at_the_end(
+    tmp_path: Path,
+) -> None:
+    """Epoch 0 near chance (R@10 10, semantic 0.2) set the charts' axes; at the end the
+    view spans the trained epochs (R@10 60-70, semantic 0.69-0.72)."""
+    client, experiment, parent, runs = _search(tmp_path, "retrieval")
+    close_parent(client, parent, [], "summary", 0, 1.0)
+    assert VIEW_TAG_PREFIX + CHARTS_VIEW not in client.get_experiment(experiment).tags
+    curves = {
+        "a": ([10.0, 61.0, 68.0], [0.2, 0.69, 0.72]),
+        "b": ([10.5, 62.0, 67.0], [0.2, 0.7, 0.71]),
+    }
+    for trial, (retrieval, semantic) in curves.items():
+        for epoch, (r, s) in enumerate(zip(retrieval, semantic, strict=True)):
+            metrics = {names.PRIMARY_RETRIEVAL: r, names.PRIMARY_SEMANTIC: s}
+            runs.log_epoch(trial, {"margin": 0.1}, epoch, metrics)
+    close_parent(client, parent, [], "summary", 0, 1.0)
+    view = json.loads(client.get_experiment(experiment).tags[VIEW_TAG_PREFIX + CHARTS_VIEW])
+    tradeoff, retrieval_card, semantic_card = json.loads(view["state"])["compareRunCharts"]
+    assert 59 < tradeoff["range"]["xMin"] < 61 and 68 < tradeoff["range"]["xMax"] < 69
+    assert 0.68 < tradeoff["range"]["yMin"] < 0.69 and 0.72 < tradeoff["range"]["yMax"] < 0.73
+    assert retrieval_card["range"] == {
+        "yMin": tradeoff["range"]["xMin"],
+        "yMax": tradeoff["range"]["xMax"],
+    }
+    assert semantic_card["range"] == {
+        "yMin": tradeoff["range"]["yMin"],
+        "yMax": tradeoff["range"]["yMax"],
+    }
