@@ -1,11 +1,14 @@
 """Keyed builds (``trainables._compiled``) on a tiny extension of plain C (no torch
 headers: it compiles in about a second), each process a real one: a key is built once,
-a second process loads it without taking the lock a builder holds, two builders of one
-key compile it once (the second says what it waits for), and anything the module is
-compiled from changes the key."""
+a second process loads it without taking the lock a builder holds, so does another clone
+of the project in its own virtual environment, two builders of one key compile it once
+(the second says what it waits for), and anything the module is compiled from changes the
+key."""
 
 from __future__ import annotations
 
+import shutil
+import site
 import subprocess
 import sys
 import textwrap
@@ -15,6 +18,8 @@ import pytest
 from filelock import FileLock
 
 from trainables import _compiled
+
+REPO = Path(__file__).resolve().parents[2]
 
 TINY = """
 #include <Python.h>
@@ -139,3 +144,34 @@ def test_a_reader_never_sees_half_a_build(tiny: _compiled.Extension) -> None:
     assert line.split()[1] == "None"
     built = _run(tiny)
     assert built[-1].startswith(f"module {folder.name} ") and not list(folder.glob("build-*"))
+
+
+def test_another_clone_in_another_venv_loads_the_build_without_a_word(
+    tiny: _compiled.Extension, tmp_path: Path
+) -> None:
+    """The issue's lab server: two clones of the project, each with its own virtual
+    environment, one home (one extensions folder). What the first built, the second finds
+    at once, without building and without waiting, even while a builder of the key holds
+    its lock."""
+    folder = _compiled.folder(tiny)
+    _run(tiny)  # this clone, this venv: built
+    clone = tmp_path / "clone"
+    for package in ("trainables", "storage"):  # what trainables._compiled imports
+        shutil.copytree(REPO / package, clone / package, ignore=shutil.ignore_patterns("*.pyc"))
+    (clone / "tiny.cpp").write_text(TINY)  # the same source, at the other clone's path
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    (found,) = venv.glob("lib/python*/site-packages")
+    (found / "shared.pth").write_text("\n".join(site.getsitepackages()) + "\n")  # torch
+    script = BUILD + "    print('from', _compiled.__file__, sys.prefix)\n"
+    with FileLock(folder / ".lock", timeout=0):  # a builder of this key holds it
+        done = subprocess.run(
+            [venv / "bin" / "python", "-c", textwrap.dedent(script), "tiny.cpp", "build"],
+            cwd=clone, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    loaded, where = done.stdout.splitlines()  # not a word of building or waiting
+    name, seconds = loaded.split()[1:]
+    assert name == folder.name and float(seconds) < 5, loaded
+    assert where == f"from {clone / 'trainables' / '_compiled.py'} {venv}", where
+    assert len(_builds(folder)) == 1
