@@ -68,7 +68,7 @@ RESULT_METRICS = (
     "epoch",
 )
 
-GUIDE_MARK = "**How to read this search's runs.**"  # a description this module wrote
+GUIDE_MARK = "**Reading these runs:**"  # a description this module wrote starts so
 PARENT_MARK = "[search]"
 DESCRIPTION_TAG = "mlflow.note.content"  # MLflow's: an experiment's description
 
@@ -163,16 +163,16 @@ def reading_guide(experiment: str, objective: str) -> str:
     else:
         on = f"`{selected[0]}`"
     return (
-        f"{GUIDE_MARK} Each row is a trial, named by what it tried; the row "
-        f"`{parent_name(experiment)}` is the search itself, holding its best trials' values "
-        f"(its `best_trial.<metric>` tags name them), not a trial of its own.\n\n"
-        f"**Selected on: {on}**, each trial's best over its epochs of a dev metric (dev "
-        f"data only: `dev/r10_mean` is the dev R@10 mean, `dev/semantic` the dev semantic "
-        f"score); the table is sorted by `{selected[0]}`, best first.\n\n"
-        f"**Reported first: `{names.FINISHED}`**, the test R@10 mean of the trial's "
-        f"snapshot ensemble (test data: reported, never selected on); "
+        f"{GUIDE_MARK} **Selected on: {on}**; **Reported first: `{names.FINISHED}`**; the "
+        f"row `{parent_name(experiment)}` is the search itself, not a trial.\n\n"
+        f"Selected on: each trial's best over its epochs of a dev metric (dev data only: "
+        f"`dev/r10_mean` is the dev R@10 mean, `dev/semantic` the dev semantic score); the "
+        f"table is sorted by `{selected[0]}`, best first. Reported first: the test R@10 mean "
+        f"of the trial's snapshot ensemble (test data: reported, never selected on); "
         f"`{names.key(names.TEST, 'r10_mean')}` is its last epoch's model on the same test "
-        "split. The Chart view draws each trial's trade-off per epoch."
+        "split. Each other row is a trial, named by what it tried; the search's row holds "
+        "its best trials' values (its `best_trial.<metric>` tags name them). The Chart view "
+        "draws each trial's trade-off per epoch."
     )
 
 
