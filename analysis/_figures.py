@@ -19,6 +19,7 @@ from analysis._compute import ParetoSet, ReferenceLine
 from analysis.reference import MARGIN_STABLE_RANGE
 from gridsearch.tracking import (
     EPOCH_ZERO_AT,
+    AxisRange,
     TradeoffCurve,
     curve_scale,
     epoch_axis,
@@ -68,9 +69,12 @@ def draw_tradeoff_overlay(
     fig = Figure(figsize=(12, 4.4))
     retrieval_ax, semantic_ax = fig.subplots(1, 2)
     styles = _trial_styles(list(curves), groups or {})
-    panels = (
-        (retrieval_ax, "retrieval", scale.retrieval),
-        (semantic_ax, "semantic", scale.semantic),
+    panels = tuple(
+        (ax, field, _with_references(axis, {r.label: getattr(r, field) for r in references}))
+        for ax, field, axis in (
+            (retrieval_ax, "retrieval", scale.retrieval),
+            (semantic_ax, "semantic", scale.semantic),
+        )
     )
     for trial_id, curve in curves.items():
         x = _epoch_x(curve.epochs)
@@ -83,13 +87,23 @@ def draw_tradeoff_overlay(
             if curve.best_semantic_epoch is not None:
                 at = curve.epochs.index(curve.best_semantic_epoch)
                 ax.plot(x[at], values[at], "*", color=colour, markersize=12, markeredgecolor="k")
-    for (ax, _, axis), label in zip(
+    for (ax, field, axis), label in zip(
         panels, ("dev R@10 mean (%)", "dev semantic score (r)"), strict=True
     ):
         epoch_axis(ax, scale)
         ax.set_ylim(axis.low, axis.high)
         ax.set_ylabel(label)
         mark_untrained(ax, axis, "0.3")
+        far = [
+            f"{r.label} {getattr(r, field):.3g}"
+            for r in references
+            if not axis.low <= getattr(r, field) <= axis.high
+            and not math.isnan(getattr(r, field))  # NaN: the baseline has none
+        ]
+        if far:
+            ax.text(0.99, 0.02, f"baselines off the scale: {', '.join(far)}",
+                    transform=ax.transAxes, fontsize=7, color="0.35", ha="right",
+                    va="bottom")  # fmt: skip
     retrieval_ax.set_title("retrieval (★ = the trial's best-semantic epoch)", fontsize=10)
     semantic_ax.set_title("semantic score", fontsize=10)
     handles, names = retrieval_ax.get_legend_handles_labels()
@@ -103,6 +117,23 @@ def draw_tradeoff_overlay(
                    ncol=max(1, min(4, 150 // (widest + 8))), frameon=False, fontsize=7,
                    title="trials (what each tried) and baselines", title_fontsize=8)  # fmt: skip
     return _save(fig, path, tight=False)
+
+
+def _with_references(axis: AxisRange, values: Mapping[str, float]) -> AxisRange:
+    """``axis`` widened to the baselines within one of its widths of it, so that their
+    lines show beside the trials'; those further off (chance) would squash the trials'
+    differences: they stay off, and are named on the panel."""
+    width = axis.high - axis.low
+    near = [v for v in values.values() if axis.low - width <= v <= axis.high + width]
+    pad = 0.04 * width  # a line off the frame
+    low, high = (
+        min([axis.low, *(v - pad for v in near)]),
+        max([axis.high, *(v + pad for v in near)]),
+    )
+    off = (
+        axis.untrained is not None and not low <= min(axis.untrained) <= max(axis.untrained) <= high
+    )
+    return AxisRange(low, high, axis.untrained if off else None)
 
 
 def _trial_styles(

@@ -119,7 +119,9 @@ def tradeoff_section(record: SearchRecord, out: Output) -> Section:
         "ticked, epoch 0 (the untrained model) at the left edge, as in the paper's Fig. 4. "
         "The axes span the trained epochs, where the trials differ: an epoch 0 near chance "
         "sits on the lower edge, its values written in the corner. The star marks each "
-        f"trial's best-semantic epoch ({paper}). Dashed grey lines: the store's baselines.",
+        f"trial's best-semantic epoch ({paper}). Dashed grey lines: the store's baselines "
+        "(the axes widen to show those near the trials; one far off, such as chance, is "
+        "named in the corner instead).",
     )
     if not curves:
         return section.note("no trial has a recorded dev epoch yet")

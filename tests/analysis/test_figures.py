@@ -174,13 +174,25 @@ def test_the_trade_off_views_show_the_trained_epochs_and_name_each_trial(
     for ax in (retrieval_ax, semantic_ax):
         assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "2", "3", "4"]
         assert any(t.get_text().startswith("epoch 0 below the scale") for t in ax.texts)
+    # a baseline near the trials widens the axes to show its line; chance stays off, named
+    references = [
+        _compute.ReferenceLine("char n-gram ridge", 59.5, 0.6777),
+        _compute.ReferenceLine("chance", 5.0, math.nan),
+    ]
+    _figures.draw_tradeoff_overlay(curves, tmp_path / "o.png", references, labels)
+    retrieval_ax, semantic_ax = figures[1].axes
+    assert retrieval_ax.get_ylim()[0] < 59.5 and semantic_ax.get_ylim()[0] < 0.6777
+    assert retrieval_ax.get_ylim()[1] == pytest.approx(scale.retrieval.high)
+    said = [t.get_text() for t in retrieval_ax.texts]
+    assert "baselines off the scale: chance 5" in said and said[0].startswith("epoch 0 below")
+    assert not any(t.get_text().startswith("baselines") for t in semantic_ax.texts)
     _figures.draw_pareto(
         _compute.pareto_over_trials(record),
         _compute.pareto_over_epochs(record),
         tmp_path / "p.png",
         labels,
     )
-    by_trials, by_epochs = figures[1].axes
+    by_trials, by_epochs = figures[2].axes
     assert sorted(t.get_text() for t in by_trials.texts) == sorted(labels.values())
     legend = [t.get_text() for t in by_epochs.get_legend().get_texts()]
     assert legend[:2] == list(labels.values())
