@@ -19,6 +19,7 @@ from analysis._compute import ParetoSet, ReferenceLine
 from analysis.reference import MARGIN_STABLE_RANGE
 from gridsearch.tracking import (
     EPOCH_ZERO_AT,
+    NOTE_BOX,
     AxisRange,
     TradeoffCurve,
     curve_scale,
@@ -103,7 +104,7 @@ def draw_tradeoff_overlay(
         if far:
             ax.text(0.99, 0.02, f"baselines off the scale: {', '.join(far)}",
                     transform=ax.transAxes, fontsize=7, color="0.35", ha="right",
-                    va="bottom")  # fmt: skip
+                    va="bottom", bbox=NOTE_BOX)  # fmt: skip
     retrieval_ax.set_title("retrieval (★ = the trial's best-semantic epoch)", fontsize=10)
     semantic_ax.set_title("semantic score", fontsize=10)
     handles, names = retrieval_ax.get_legend_handles_labels()

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from gridsearch.tracking._callback import TrialTracker
     from gridsearch.tracking._curves import (
         EPOCH_ZERO_AT,
+        NOTE_BOX,
         TITLE_WIDTH,
         AxisRange,
         CurveScale,
@@ -64,6 +65,7 @@ _HOMES = {
     "gridsearch.tracking._callback": ["TrialTracker"],
     "gridsearch.tracking._curves": [
         "EPOCH_ZERO_AT",
+        "NOTE_BOX",
         "TITLE_WIDTH",
         "AxisRange",
         "CurveScale",
@@ -102,6 +104,7 @@ _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
     "EPOCH_ZERO_AT",
+    "NOTE_BOX",
     "OUTCOME_TAG",
     "PARENT_TAG",
     "ROLE_SEARCH",

@@ -24,6 +24,7 @@ from gridsearch.tracking._tags import ROLE_TAG, ROLE_TRIAL
 
 __all__ = [
     "EPOCH_ZERO_AT",
+    "NOTE_BOX",
     "TITLE_WIDTH",
     "TRIALS_ONLY",
     "AxisRange",
@@ -44,6 +45,8 @@ CHARTS_SECTION = "Trade-off (dev, per epoch)"
 EPOCH_ZERO_AT = 0.5  # log(0) does not exist: on a log axis epoch 0 is drawn here, labelled "0"
 TITLE_WIDTH = 60  # characters per line of a trial's figure's title
 LABELLED_UP_TO = 8  # epochs labelled one by one; beyond, the powers of two and the last
+# behind a note on a panel's edge, where a baseline's line may run
+NOTE_BOX = {"facecolor": "white", "alpha": 0.85, "edgecolor": "none", "pad": 1.0}
 
 
 class TradeoffCurve(NamedTuple):
@@ -184,7 +187,7 @@ def mark_untrained(ax: Any, axis: AxisRange, colour: Any, *, left_side: bool = T
         0.01 if left_side else 0.99,
         0.02 if below else 0.98,
         f"epoch 0 {'below' if below else 'above'} the scale: {values}",
-        transform=ax.transAxes, fontsize=7, color=colour,
+        transform=ax.transAxes, fontsize=7, color=colour, bbox=NOTE_BOX,
         ha="left" if left_side else "right", va="bottom" if below else "top",
     )  # fmt: skip
 
