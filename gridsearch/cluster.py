@@ -51,6 +51,14 @@ FUSE_ON_CPU = (
 )
 
 
+def ray_start_line(settings: SearchSettings) -> str:
+    """What the driver says before ``start_ray``, which takes seconds (about 9 s for a
+    local Ray on 2 busy cores)."""
+    if settings.address:
+        return f"joining the Ray cluster at {settings.address}"
+    return "starting a local Ray (a few seconds; --address joins a running cluster instead)"
+
+
 def start_ray(settings: SearchSettings) -> str | None:
     """Join ``--address`` or start a local Ray (its dashboard on ``--dashboard-host``,
     localhost unless the user opens it). Returns the dashboard's URL, if any."""

@@ -38,6 +38,7 @@ from gridsearch._signals import Signals
 from gridsearch.cluster import (
     Resources,
     fixed_settings,
+    ray_start_line,
     resources_for,
     start_ray,
     token_auth_enabled,
@@ -100,6 +101,7 @@ def _with_ray(
 ) -> SearchResult:
     interruption = Interruption()
     with Signals(interruption) as signals:
+        write(ray_start_line(settings))
         dashboard = start_ray(settings)
         signals.install()  # ray.init set its own SIGTERM handler
         run: SearchRun | None = None

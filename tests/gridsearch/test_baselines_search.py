@@ -27,6 +27,7 @@ def test_a_search_computes_the_baselines_once_and_shows_them(
     out = capsys.readouterr().out
     assert "baselines: computed once for this store in " in out
     assert out.index(COMPUTING) < out.index("baselines: computed once")  # said before the wait
+    assert out.index("baselines: computed once") < out.index("joining the Ray cluster at ")
     store = tmp_path / "world-smoke"
     cache = json.loads((store / names.BASELINES_FILE).read_text(encoding="utf-8"))
     ridge = cache["baselines"]["ngram_ridge"]

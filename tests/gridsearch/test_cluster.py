@@ -1,11 +1,12 @@
 """What a search says of the hardware it runs on before its trials start
-(``gridsearch.cluster.fixed_settings``), and how long its Ray dashboard stays up."""
+(``gridsearch.cluster.fixed_settings``), that it starts or joins Ray, and how long its
+Ray dashboard stays up."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from gridsearch.cluster import FUSE_ON_CPU, Resources, fixed_settings
+from gridsearch.cluster import FUSE_ON_CPU, Resources, fixed_settings, ray_start_line
 from gridsearch.settings import SearchSettings
 
 CPU = Resources(cpu=1.0, gpu=0.0, concurrent=2, cluster_cpus=2.0, cluster_gpus=0.0)
@@ -41,3 +42,9 @@ def test_the_dashboard_line_says_how_long_it_lives_and_how_to_keep_one(tmp_path:
     assert "`ray get-auth-token`" in local and "`ray stop`" in local
     joined = ray_dashboard_line(_settings(tmp_path, "--address", "10.0.0.1:6379"), url)
     assert joined == f"Ray dashboard:  {url} (the cluster's: up as long as the cluster is)"
+
+
+def test_starting_or_joining_ray_is_said_before_the_wait(tmp_path: Path) -> None:
+    assert ray_start_line(_settings(tmp_path)).startswith("starting a local Ray")
+    joined = ray_start_line(_settings(tmp_path, "--address", "10.0.0.1:6379"))
+    assert joined == "joining the Ray cluster at 10.0.0.1:6379"
