@@ -35,8 +35,7 @@ from gridsearch import (  # noqa: E402
     best_trial_tag,
     results_url,
 )
-from gridsearch.tracking._curves import charts_url  # noqa: E402
-from gridsearch.tracking._tags import CHARTS_VIEW  # noqa: E402
+from gridsearch.tracking import CHARTS_VIEW, charts_url  # noqa: E402
 from tests.gridsearch.tracking.mlflow_ui import MlflowUI, chromium, screenshot  # noqa: E402
 from trainables import names  # noqa: E402
 

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         AxisRange,
         CurveScale,
         TradeoffCurve,
+        charts_url,
         curve_scale,
         draw_tradeoff,
         epoch_axis,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
         using_tracking_uri,
     )
     from gridsearch.tracking._tags import (
+        CHARTS_VIEW,
         OUTCOME_TAG,
         PARENT_TAG,
         ROLE_SEARCH,
@@ -70,6 +72,7 @@ _HOMES = {
         "AxisRange",
         "CurveScale",
         "TradeoffCurve",
+        "charts_url",
         "curve_scale",
         "draw_tradeoff",
         "epoch_axis",
@@ -90,6 +93,7 @@ _HOMES = {
         "using_tracking_uri",
     ],
     "gridsearch.tracking._tags": [
+        "CHARTS_VIEW",
         "OUTCOME_TAG",
         "PARENT_TAG",
         "ROLE_SEARCH",
@@ -103,6 +107,7 @@ _HOMES = {
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
+    "CHARTS_VIEW",
     "EPOCH_ZERO_AT",
     "NOTE_BOX",
     "OUTCOME_TAG",
@@ -119,6 +124,7 @@ __all__ = [
     "TradeoffCurve",
     "TrialTracker",
     "best_trial_tag",
+    "charts_url",
     "check_reachable",
     "close_parent",
     "curve_scale",
