@@ -191,12 +191,12 @@ def replay_trainable(
     """Report the recorded epochs of the trial's (variant, margin, seed), each with a
     checkpoint that holds its epoch, resuming after the checkpoint Tune hands back. With
     ``seeds_per_config`` k > 1, the mean of k recorded seeds from the trial's on (in the
-    table's order, wrapping), combined as ``trainables.seeds`` combines live ones.
+    table's order, wrapping), combined as ``trainables.group`` combines live ones.
     ``decode``: the config's (variant, margin), for a searcher whose configs name them
     otherwise (default: :func:`variant_margin`)."""
     from ray import tune
 
-    from trainables.seeds import combine
+    from trainables.group import combine
 
     variant, margin = (decode or variant_margin)(config)
     curves = [
@@ -364,12 +364,12 @@ def record(args: argparse.Namespace) -> RecordedTable:
 def seed_mean(table: RecordedTable, seeds: Sequence[int] | None = None) -> RecordedTable:
     """The problem with the training seeds' noise averaged out: one curve per config, at
     seed 0, whose every epoch is the mean over ``seeds`` (default: all the table's) of
-    that config's recorded epochs (``trainables.seeds.combine``, the mean that
+    that config's recorded epochs (``trainables.group.combine``, the mean that
     ``--seeds-per-config`` selects on; times are the seeds' mean, one trial's cost). A
     search of it costs what a search of one seed does, but finds the configs that are
     best on average rather than one seed's luck: the tabular benchmarks of the HPO
     literature report searches on such seed means."""
-    from trainables.seeds import combine
+    from trainables.group import combine
 
     seeds = list(table.seeds if seeds is None else seeds)
     missing = [s for s in seeds if s not in table.seeds]

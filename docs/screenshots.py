@@ -1,9 +1,9 @@
-"""The README's screenshots, taken by headless Chromium: from MLflow's own UI, the runs
-table of a search (the link the search prints), its chart view and the trade-off artifact
+"""The documentation's screenshots, taken by headless Chromium: from MLflow's own UI, the
+runs table of a search (the link the search prints), its chart view and the trade-off artifact
 (``tradeoff.png``) of its best trial; and the top of the search's report
 (``python -m analysis.report``).
 
-    python docs/screenshots.py                          # runs the README's main job first
+    python docs/screenshots.py                          # runs the main job first
     python docs/screenshots.py --smoke-test             # a 2-trial smoke search instead
     python docs/screenshots.py --runs-dir runs --experiment margin_sweep-20261122-101500
 
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         "--smoke-test",
         action="store_true",
         help="without --runs-dir, run the search's --smoke-test (2 small trials) instead of "
-        "the README's main job",
+        "the main job",
     )
     parser.add_argument(
         "--out", type=Path, default=REPO / "docs" / "img", help="folder (default: docs/img)"
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _search(scratch: Path, experiment: str, smoke: bool) -> Path:
-    """The README's main job (or its smoke test), as ``gridsearch.run`` runs it."""
+    """The main job (or its smoke test), as ``gridsearch.run`` runs it."""
     from gridsearch.run import main as run_search
 
     runs_dir = scratch / "runs"

@@ -11,6 +11,7 @@ from gridsearch._sampler import MODELS
 from gridsearch._scheduler_choice import FIFO_BELOW_EPOCHS, SCHEDULERS
 from gridsearch.spaces import SPACES
 from storage.cli import OneLineParser
+from trainables.config import ENGINES
 
 __all__ = ["OBJECTIVE_CHOICES", "build_parser"]
 
@@ -117,8 +118,8 @@ def _what_to_search(p: argparse.ArgumentParser) -> None:
         default=1,
         help="train each configuration at K seeds (--seed, --seed + 1, ...) and select on "
         "their mean; reports also their spread; on a GPU the K seeds train as one fused "
-        "model where the configuration allows (GROUNDED_FUSED_SEEDS=sequential|fused|auto "
-        "overrides), else one after the other, K times the training (default: 1)",
+        "model where the configuration allows (--engine), else one after the other, K "
+        "times the training (default: 1)",
     )
     what.add_argument(
         "--fuse",
@@ -130,6 +131,15 @@ def _what_to_search(p: argparse.ArgumentParser) -> None:
         "as one fused model in one Tune trial; each stays its own Optuna trial and MLflow "
         "run and is stopped early on its own; pays on a GPU, where one small model leaves "
         "the chip idle; slower on a CPU; 0 or 1: off (default: 0)",
+    )
+    what.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="auto",
+        help="how a trial's models (its configurations at their seeds) train: fused as one "
+        "model, sequential one after the other, or auto: fused where it pays (two or more "
+        "on a GPU, or several configurations of a --fuse trial); the same metrics either "
+        "way; recorded with every trial (default: auto)",
     )
     what.add_argument(
         "--full-size", action="store_true", help="keep the paper's model size even without a GPU"

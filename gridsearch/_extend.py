@@ -33,7 +33,7 @@ from ray import tune
 from ray.tune.experiment import Trial
 from ray.tune.search import ConcurrencyLimiter, Searcher, SearchGenerator
 
-from gridsearch._fused_search import FusedSearcher, configurations_of
+from gridsearch._groups import GroupSearcher, configurations_of
 from gridsearch._inputs import tracking_client
 from gridsearch._layout import rebase
 from gridsearch.settings import NothingToRun, SearchError, SearchSettings
@@ -53,6 +53,7 @@ __all__ = [
     "resumable",
     "saved_results",
     "use_callbacks",
+    "use_signals",
 ]
 
 logger = logging.getLogger(__name__)
@@ -77,13 +78,19 @@ class ExtendedSearch(SearchGenerator):
         if self.num_samples > self._total_samples:
             self._total_samples = self.num_samples
             self._finished = False
-        # a fused search counts the configurations it hands out itself (Tune restored it
-        # before this state, so the larger count is not overwritten)
-        base = self.searcher
-        while isinstance(base, ConcurrencyLimiter):
-            base = base.searcher
-        if isinstance(base, FusedSearcher):
+        # the group searcher counts the configurations it hands out itself (Tune restored
+        # it before this state, so the larger count is not overwritten)
+        base = _group_searcher(self.searcher)
+        if base is not None:
             base.extend(self.num_samples)
+
+
+def _group_searcher(searcher: Any) -> GroupSearcher | None:
+    """The ``GroupSearcher`` inside Tune's searcher wrappers (None: a search begun before
+    trials were groups)."""
+    while isinstance(searcher, SearchGenerator | ConcurrencyLimiter):
+        searcher = searcher.searcher
+    return searcher if isinstance(searcher, GroupSearcher) else None
 
 
 # Ray's private names this module relies on, because no public API does the job: Ray
@@ -134,6 +141,16 @@ def use_callbacks(tuner: tune.Tuner, callbacks: list[Any]) -> None:
         internal._run_config.callbacks = list(callbacks)
 
 
+def use_signals(tuner: tune.Tuner, signals: Any) -> None:
+    """Give the restored ``tuner``'s group searcher this driver's signals actor (the one
+    the search began with ended with its driver), before Tune restores its state and it
+    tells the actor its trials' stops again."""
+    internal = _restored(tuner)
+    base = _group_searcher(internal._tune_config.search_alg) if internal is not None else None
+    if base is not None:
+        base.signals = signals
+
+
 def check_resume(settings: SearchSettings) -> None:
     """Before a ``--resume`` reads any data: ``NothingToRun`` when the search ran every
     trial it was asked for (Tune holds them all terminated, its MLflow parent run is
@@ -152,7 +169,7 @@ def check_resume(settings: SearchSettings) -> None:
             f"--num-samples {wanted}: the search {settings.experiment!r} started with "
             f"{started_with} trials, and a --resume cannot take any back"
         )
-    ran = sum(configurations_of(trial.config) for trial in trials)  # a fused trial's members
+    ran = sum(configurations_of(trial.config) for trial in trials)  # every trial's members
     if wanted is not None and wanted > ran:
         return  # an extension
     if any(trial.status != Trial.TERMINATED for trial in trials):

@@ -144,7 +144,7 @@ class ResumableOptunaSearch(OptunaSearch):
 
     def rename(self, trial_id: str, new_id: str) -> None:
         """The study trial suggested as ``trial_id`` is trained as ``new_id`` (a member of
-        a fused trial, ``gridsearch._fused_search``): reported and told under that id,
+        a trial's group, ``gridsearch._groups``): reported and told under that id,
         which its ``TUNE_TRIAL_ATTR`` names."""
         self._ot_trials[new_id] = self._ot_trials.pop(trial_id)
         self._trained_as(new_id, None)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gridsearch import _extend, _optuna
-from gridsearch._fused_search import MemberResults, tune_trial_of
+from gridsearch._groups import MemberResults, tune_trial_of
 from gridsearch._interrupt import Interruption
 from gridsearch._outcome import Outcome, classify
 from gridsearch.registry import register_best
@@ -57,7 +57,7 @@ def finish(
     (a signal, a full disk) is complete in nothing: Tune ends its trials when it stops
     (TERMINATED, like trials that ran out), so only those it ended before count."""
     run.results = results
-    results = MemberResults(results)  # a fused trial's members, each as a trial
+    results = MemberResults(results)  # every trial's members, each as a trial
     stopped_by = interruption.reason
     interrupted = stopped_by is not None
     if interrupted:
@@ -119,7 +119,7 @@ def stopped(
     results = run.results
     if results is None:
         results = _extend.saved_results(run.settings)
-    results = MemberResults(results)  # a fused trial's members, each as a trial
+    results = MemberResults(results)  # every trial's members, each as a trial
     outcomes = _outcomes(results, run.shown, False, run.ended.ids)
     done = sum(o.status in _ENDED for o in outcomes)
     unfinished = max(run.num_samples - done, 0)

@@ -14,12 +14,12 @@ from ray import tune
 from ray.tune import Callback
 
 from gridsearch import _extend, _optuna
-from gridsearch._fused_search import fused_search
+from gridsearch._groups import group_search
 from gridsearch._interrupt import DiskGuard, Interruption
 from gridsearch._scheduler import cycle_epochs, describe_rungs, make_scheduler
 from gridsearch._scheduler_choice import FIFO_BELOW_EPOCHS, resolve_scheduler
 from gridsearch.cluster import Resources
-from gridsearch.progress import ProgressPrinter, progress_dir, shown_keys
+from gridsearch.progress import ProgressPrinter, shown_keys
 from gridsearch.settings import SearchError, SearchSettings
 from gridsearch.spaces import SearchSpace
 from gridsearch.tracking import TrialTracker, ensure_experiment, parent_params, start_parent_run
@@ -137,7 +137,10 @@ class SearchRun:
             wait_s=settings.tracking_wait_s,
         )
 
-    def tuner(self, trainable: Any, interruption: Interruption) -> tune.Tuner:
+    def tuner(self, trainable: Any, interruption: Interruption, signals: Any) -> tune.Tuner:
+        """The Tune tuner of the search (restored, for a ``--resume``); ``signals``: the
+        trials' ``trainables.tune.TrialSignals`` actor, which stops members early and
+        carries their progress."""
         settings = self.settings
         guard = DiskGuard(
             _local_paths(settings), int(settings.min_free_disk_mb * 2**20), interruption
@@ -156,7 +159,7 @@ class SearchRun:
                 self.epochs,
                 settings.metric,
                 self.write,
-                progress_dir=progress_dir(settings.layout.root, settings.experiment),
+                signals=signals,
             ),
             guard,
             self.ended,
@@ -170,6 +173,7 @@ class SearchRun:
                 resume_errored=True,
             )
             _extend.use_callbacks(restored, callbacks)
+            _extend.use_signals(restored, signals)
             if settings.num_samples is not None:  # the record's, or a larger --num-samples
                 _extend.extend(restored, settings.num_samples)
                 settings.save_record()  # the record keeps the number of trials
@@ -200,14 +204,11 @@ class SearchRun:
         scheduler = make_scheduler(
             settings.scheduler, self.epochs, self.cycle, settings.metric, settings.mode
         )
-        if settings.fuse > 1:  # configurations of one shape share a trial; stopped one by one
-            self.searcher, scheduler = fused_search(
-                self.searcher,
-                scheduler,
-                fuse=settings.fuse,
-                total=self.num_samples,
-                stops=progress_dir(settings.layout.root, settings.experiment),
-            )
+        # every trial a group (of up to --fuse configurations of one shape), its members
+        # stopped one by one by the search's scheduler
+        self.searcher, scheduler = group_search(
+            self.searcher, scheduler, fuse=settings.fuse, total=self.num_samples, signals=signals
+        )
         return tune.Tuner(
             trainable,
             tune_config=tune.TuneConfig(

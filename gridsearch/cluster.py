@@ -159,5 +159,6 @@ def fixed_settings(settings: SearchSettings, resources: Resources) -> tuple[dict
         seed=settings.seed,
         device="cuda" if resources.gpu else "cpu",
         threads=max(1, int(resources.cpu)),
+        engine=settings.engine,
     )
     return fixed, note

@@ -43,14 +43,13 @@ from gridsearch.cluster import (
     start_ray,
     token_auth_enabled,
 )
-from gridsearch.progress import progress_dir
 from gridsearch.settings import SearchError, SearchSettings
 from gridsearch.spaces import SearchSpace, load_space
 from storage.cli import error_line
 from storage.senteval import SemanticBenchmark
 from trainables import prebuild_cpp_loop
 from trainables.data import TrainingData
-from trainables.tune import fused_trainable, grounded_trainable
+from trainables.tune import start_signals, trial
 
 __all__ = ["SearchResult", "run_search"]
 
@@ -118,11 +117,12 @@ def _with_ray(
             if note:
                 write(note)
             rungs = stopping_epochs(settings, inputs.space, fixed)
+            side = start_signals()  # the trials' side channel: stops and progress
             trainable = _trainable(
-                settings, inputs.space, resources, inputs.data, inputs.benchmark, rungs
+                settings, inputs.space, resources, inputs.data, inputs.benchmark, rungs, side
             )
             run = SearchRun(settings, inputs, resources, fixed, write)
-            tuner = run.tuner(trainable, interruption)
+            tuner = run.tuner(trainable, interruption, side)
             signals.tune_running = True
             try:
                 results = _fit(tuner, settings)
@@ -175,14 +175,15 @@ def _trainable(
     data: TrainingData | str,
     benchmark: SemanticBenchmark | None,
     complete_at: Sequence[int] = (),
+    signals: Any = None,
 ) -> Any:
     """The one trainable, its data shipped through Ray's object store (copied once to
     each node that runs trials) and its resources attached. ``complete_at``: where ASHA
-    may stop a trial, its report holds its own test battery (trainables.loop)."""
-    fused = {"metric": _first(settings.metric), "mode": _first(settings.mode)}
+    may stop a member, its report holds its own test battery (trainables.loop);
+    ``signals``: the trials' ``TrialSignals`` actor."""
     return tune.with_resources(
         tune.with_parameters(
-            fused_trainable if settings.fuse > 1 else grounded_trainable,
+            trial,
             data=data,
             senteval=benchmark,
             gpu_share=resources.gpu_share,
@@ -190,8 +191,9 @@ def _trainable(
             helpers=tuple(space.helpers()),
             seeds_per_config=settings.seeds_per_config,
             complete_at=tuple(complete_at),
-            progress_dir=str(progress_dir(settings.layout.root, settings.experiment)),
-            **(fused if settings.fuse > 1 else {}),
+            signals=signals,
+            metric=_first(settings.metric),
+            mode=_first(settings.mode),
         ),
         {"cpu": resources.cpu, "gpu": resources.gpu},
     )

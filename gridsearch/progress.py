@@ -12,45 +12,44 @@ nothing). A Tune callback:
 parameters, not every key a preset sets); its other lines name it by number (in the order
 the trials started, after those a resumed search's earlier drivers ended) and id. The
 status line comes after every trial that ends and, while trials run, every
-``status_every_s`` (with each running trial's epoch and, from the trainable's side channel
-``trainables.tune``, the share of it done). "Best" is the search's selection metric: the
-best dev value over a trial's epochs so far. The estimate assumes every trial left trains
-all its epochs at the pace of this run so far (a scheduler stopping trials early makes it
-shorter).
+``status_every_s`` (with each running trial's epoch and, from the trials' signals actor
+``trainables.tune.TrialSignals``, the share of it done). "Best" is the search's selection
+metric: the best dev value over a trial's epochs so far. The estimate assumes every trial
+left trains all its epochs at the pace of this run so far (a scheduler stopping trials
+early makes it shorter).
 
-A fused search (``--fuse K``, ``gridsearch._fused_search``) counts configurations, as its
-summary does: a Tune trial of k members takes k numbers (``start 1-2/4``, its start line
-naming each member's ``m<i>``), a member is done once it left its group (finished, or
-stopped early) and "best" is the best member (``<trial>-m<i>``); an epoch line shows the
-member best on the first selection metric, and a fused trial's end line says how its
-members ended.
+Every Tune trial is a group (``gridsearch._groups``) and the display counts
+configurations, as the summary does: a trial of k members (``--fuse K``) takes k numbers
+(``start 1-2/4``, its start line naming each member's ``m<i>``), a member is done once it
+left its group (finished, or stopped early) and "best" is the best member (its own id,
+``<trial>-m<i>``); an epoch line shows the member best on the first selection metric, and
+the end line of a trial of several says how its members ended.
 
 ``quiet_libraries`` keeps the libraries' own noise out of the same terminal.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
+import ray
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
-from gridsearch._fused_search import Member, members_of
+from gridsearch._groups import Member, members_of
 from gridsearch._space import SearchSpace
 from trainables import names
 from trainables.config import TrainConfig
 from trainables.tune import member_metrics
 
-__all__ = ["STATUS_EVERY_S", "ProgressPrinter", "progress_dir", "quiet_libraries", "shown_keys"]
+__all__ = ["STATUS_EVERY_S", "ProgressPrinter", "quiet_libraries", "shown_keys"]
 
 STATUS_EVERY_S = 30.0  # a status line at least this often while trials run
+ASK_WAIT_S = 0.5  # the longest a line waits for the trials' within-epoch progress
 # how the selection metrics are named on screen
 LABELS = {
     names.selectable(names.BEST_RETRIEVAL): ("dev R@10 mean", ".1f"),
@@ -66,8 +65,8 @@ ENDED = (Trial.TERMINATED, Trial.ERROR)
 class ProgressPrinter(Callback):
     """Progress lines of one search (module docstring). ``total``: the trials the search
     runs; ``epochs``: each trial's; ``metric``: the selection metric(s) (one, or a list for
-    two objectives); ``progress_dir``: where trials write their within-epoch progress
-    (made here, removed at the end; None: none shown); ``clock``: seconds (monotonic)."""
+    two objectives); ``signals``: the trials' ``TrialSignals`` actor, which holds their
+    within-epoch progress (None: none shown); ``clock``: seconds (monotonic)."""
 
     def __init__(
         self,
@@ -77,7 +76,7 @@ class ProgressPrinter(Callback):
         metric: str | Sequence[str],
         write: Callable[[str], None],
         *,
-        progress_dir: Path | None = None,
+        signals: Any = None,
         status_every_s: float = STATUS_EVERY_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -87,7 +86,7 @@ class ProgressPrinter(Callback):
         self.epochs = epochs
         self.metrics = [metric] if isinstance(metric, str) else list(metric)
         self.write = write
-        self.progress_dir = progress_dir
+        self.signals = signals
         self.status_every_s = status_every_s
         self.clock = clock
         self.started = clock()
@@ -98,9 +97,13 @@ class ProgressPrinter(Callback):
         self.member_last: dict[str, dict[str, Any]] = {}  # member id -> its last report
         self.left: set[str] = set()  # member ids that left their running fused trial
         self.units_at_start: float | None = None  # work done before this driver (a resume)
-        if progress_dir is not None:  # a stopped search's files are stale
-            shutil.rmtree(progress_dir, ignore_errors=True)
-            progress_dir.mkdir(parents=True, exist_ok=True)
+        self._asked: Any = None  # the signals actor's answer on progress, while awaited
+        self._told: dict[str, dict[str, float]] = {}  # its last answer
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (Tune's ``tuner.pkl`` keeps the callbacks) without the signals actor,
+        which ends with its driver: a resumed search passes its own callbacks."""
+        return {**self.__dict__, "signals": None, "_asked": None}
 
     # -- Tune's callback API --------------------------------------------------
 
@@ -131,11 +134,11 @@ class ProgressPrinter(Callback):
             return
         members = self._members(trial)
         shown, lead = result, ""
-        if members:
-            reports = self._track(trial.trial_id, members, result)
-            if reports:
-                position = self._lead(reports)
-                shown = reports[position]
+        reports = self._track(trial.trial_id, members, result)
+        if reports:
+            position = self._lead(reports)
+            shown = reports[position]
+            if len(members) > 1:
                 lead = f"  (m{position}, best of {len(reports)})"
         parts = [f"epoch {int(result['epoch'])}/{self.epochs}"]
         parts += [
@@ -148,12 +151,12 @@ class ProgressPrinter(Callback):
     ) -> None:
         self.ended.add(trial.trial_id)
         members = self._members(trial)
-        if members:
+        if len(members) > 1:
             ends = self._ends([self._report(trial, m) for m in members])
             self._print(f"done  {self._number(trial)}  {trial.trial_id}  {ends}")
             self._status(trials)
             return
-        result = trial.last_result or {}
+        result = self._report(trial, members[0])
         if names.is_finished(result):
             status = f"test R@10 mean {result[names.FINISHED]:.1f} (ensemble)"
         else:
@@ -179,19 +182,15 @@ class ProgressPrinter(Callback):
         if running and self.clock() - self.last_status >= self.status_every_s:
             self._status(trials, detail=True)
 
-    def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
-        if self.progress_dir is not None:
-            shutil.rmtree(self.progress_dir, ignore_errors=True)
-
     # -- the lines --------------------------------------------------------------
 
     def label(self, trial: Trial) -> str:
-        """What the trial tried: the space's own parameters (``shown_keys``); a fused
-        trial's, each member's (``m0 margin=0.2; m1 margin=0.3``)."""
+        """What the trial tried: the space's own parameters (``shown_keys``); a trial of
+        several members, each member's (``m0 margin=0.2; m1 margin=0.3``)."""
         members = self._members(trial)
-        if members:
-            return "; ".join(f"m{m.position} {self._label(m.config)}".rstrip() for m in members)
-        return self._label(trial.config or {})
+        if len(members) == 1:
+            return self._label(members[0].config)
+        return "; ".join(f"m{m.position} {self._label(m.config)}".rstrip() for m in members)
 
     def _label(self, config: Mapping[str, Any]) -> str:
         return " ".join(_format(k, config[k]) for k in self.shown if k in config)
@@ -230,18 +229,18 @@ class ProgressPrinter(Callback):
         first = self.numbers[trial.trial_id]
         return f"{first}/{self.total}" if size == 1 else f"{first}-{first + size - 1}/{self.total}"
 
-    # -- a fused trial's members -------------------------------------------------
+    # -- a trial's members ----------------------------------------------------------
 
     def _members(self, trial: Trial) -> list[Member]:
         return members_of(trial.trial_id, trial.config)
 
     def _size(self, trial: Trial) -> int:
-        """The configurations ``trial`` trains (a fused trial's members)."""
-        return len(self._members(trial)) or 1
+        """The configurations ``trial`` trains (its members)."""
+        return len(self._members(trial))
 
     def _done(self, trial: Trial) -> int:
         """How many of ``trial``'s configurations are done: all once it ended; of a
-        running fused trial, the members that left it."""
+        running trial, the members that left it."""
         if trial.trial_id in self.ended or trial.status in ENDED:
             return self._size(trial)
         return sum(m.trial_id in self.left for m in self._members(trial))
@@ -307,12 +306,9 @@ class ProgressPrinter(Callback):
         return found
 
     def _candidates(self, trial: Trial) -> list[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
-        """What may be the best so far: the trial (its id, last report and config), or a
-        fused trial's members, each by its own id, last report and config."""
-        members = self._members(trial)
-        if not members:
-            return [(trial.trial_id, trial.last_result or {}, trial.config or {})]
-        return [(m.trial_id, self._report(trial, m), m.config) for m in members]
+        """What may be the best so far: the trial's members, each by its own id, last
+        report and config."""
+        return [(m.trial_id, self._report(trial, m), m.config) for m in self._members(trial)]
 
     def _report(self, trial: Trial, member: Member) -> Mapping[str, Any]:
         """The member's last report: seen by this printer, else in its trial's last
@@ -341,16 +337,11 @@ class ProgressPrinter(Callback):
             if trial.trial_id in self.ended or trial.status in ENDED:
                 units += (self.epochs + 1) * self._size(trial)
                 continue
-            members = self._members(trial)
-            if members:  # those that left count whole, as an ended trial does
-                units += (self.epochs + 1) * sum(m.trial_id in self.left for m in members)
-                reports = [
-                    self.member_last.get(m.trial_id, {})
-                    for m in members
-                    if m.trial_id not in self.left
-                ]
-            else:
-                reports = [trial.last_result or {}]
+            members = self._members(trial)  # those that left count whole, as an ended trial
+            units += (self.epochs + 1) * sum(m.trial_id in self.left for m in members)
+            reports = [
+                self.member_last.get(m.trial_id, {}) for m in members if m.trial_id not in self.left
+            ]
             now = in_epoch.get(trial.trial_id)
             for report in reports:
                 reported = int(report.get("epoch", -1)) + 1
@@ -375,23 +366,20 @@ class ProgressPrinter(Callback):
         return f"about {_clock(left * elapsed / since)} left"
 
     def _in_epoch(self) -> dict[str, dict[str, float]]:
-        """The running trials' within-epoch progress from their side channel files."""
-        found: dict[str, dict[str, float]] = {}
-        if self.progress_dir is None:
-            return found
-        for path in self.progress_dir.glob("*.json"):
-            try:
-                value = json.loads(path.read_text(encoding="utf-8"))
-                found[path.stem] = {"epoch": float(value["epoch"]), "done": float(value["done"])}
-            except (OSError, ValueError, KeyError, TypeError):
-                continue  # written while read, or gone: the next status line has it
-        return found
-
-
-def progress_dir(runs_dir: Path, experiment: str) -> Path:
-    """Where the trials of ``experiment`` write their within-epoch progress (the driver
-    makes it; a node that does not see it writes nothing)."""
-    return runs_dir / ".progress" / experiment
+        """The running trials' within-epoch progress, as they told their signals actor
+        (the last answer while a new one takes longer than ``ASK_WAIT_S``: a display never
+        holds up the search)."""
+        if self.signals is None:
+            return {}
+        try:
+            if self._asked is None:
+                self._asked = self.signals.progress.remote()
+            ready, _ = ray.wait([self._asked], timeout=ASK_WAIT_S)
+            if ready:  # else still asked (an actor starting on a busy machine): kept
+                self._told, self._asked = dict(ray.get(self._asked)), None
+        except Exception:  # the actor is gone: the last answer stands
+            self._asked = None
+        return self._told
 
 
 def shown_keys(space: SearchSpace) -> list[str]:

@@ -99,6 +99,7 @@ class SearchSettings:
     warm_start: str | None = None  # an earlier search whose trials start the study
     seeds_per_config: int = 1  # each trial trains at this many seeds, reports their mean
     fuse: int = 0  # up to this many configurations of one shape per fused trial (0, 1: off)
+    engine: str = "auto"  # how a trial's models train (trainables.config.RunConfig.engine)
     sampler: str = "tpe"  # after the space-filling starts: "tpe" or "gp" (_sampler.MODELS)
     # a --resume of a runs directory copied or moved since the search started: where it
     # was (its record's paths under it now name the same files under layout.root); not
@@ -156,6 +157,7 @@ class SearchSettings:
             scheduler=args.scheduler,
             seeds_per_config=args.seeds_per_config,
             fuse=args.fuse,
+            engine=args.engine,
             sampler=args.sampler,
             num_samples=args.num_samples,
             epochs=args.epochs,

@@ -154,7 +154,7 @@ def baseline_lines(
 
 
 def _spread(metrics: Mapping[str, float], metric: str, spec: str) -> str:
-    """ " ± sd over seeds" when the trial trained at several seeds (``trainables.seeds``)."""
+    """ " ± sd over seeds" when the trial trained at several seeds (``trainables.group``)."""
     sd = metrics.get(names.spread(metric))
     return "" if sd is None else f" ± {sd:{spec}} (sd over seeds)"
 

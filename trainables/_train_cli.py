@@ -16,7 +16,6 @@ from trainables import names
 from trainables.config import (
     CHOICES,
     CPU_SIZED,
-    DEVICE_FORMS,
     EvalConfig,
     LossConfig,
     ModelConfig,
@@ -31,51 +30,6 @@ if TYPE_CHECKING:
 __all__ = ["COMMAND", "build_parser", "epoch_line", "json_line", "paper_sizes_on_cpu"]
 
 COMMAND = "python -m trainables.train"
-# what --help says of each TrainConfig option (its default follows)
-_MEANINGS = {
-    "hidden_size": "n: RNN units per direction; both embeddings have 2n dimensions",
-    "rnn_type": "the caption RNN",
-    "pooling": "pooling over time: vectorial attention or max (both masked)",
-    "char_embedding_dim": "size of the learned character embedding",
-    "attention_hidden": "hidden units of the vectorial attention (of each head)",
-    "rnn_layers": "vete_rnn: stacked RNN layers",
-    "dropout": "cap2img: dropout on the sentence encoding",
-    "pairing": "what a caption is matched with: its image, or (the text-only control) "
-    "another caption of the same image",
-    "loss": "hinge: bidirectional with in-batch negatives; pearson: VETE's",
-    "margin": "hinge margin alpha",
-    "reduction": "hinge: summed (the paper's formula) or averaged over the batch",
-    "negatives": "hinge: every in-batch negative, or the hardest per query (VSE++)",
-    "lr_min": "lower bound of the cyclic cosine learning rate",
-    "lr_max": "upper bound of the cyclic cosine learning rate",
-    "cycle_epochs": "epochs per learning-rate cycle",
-    "batch_size": "image-caption pairs per minibatch",
-    "epochs": "training epochs (epoch 0 is the untrained model, evaluated)",
-    "snapshot_interval": "keep a snapshot every this-many epochs",
-    "ensemble_size": "snapshots with the best dev R@10 mean summed into the ensemble",
-    "stsb_encoding": "STS-B's 0-5 scores as SentEval feeds them, or mapped onto 1-5 first",
-    "precision": "bf16: autocast (on the CPU: the recurrence's products in bfloat16)",
-    "device": DEVICE_FORMS,
-    "seed": "seeds the initialisation and the batch order, 0 to 2**63 - 1",
-    "threads": "torch CPU threads, 0 = torch's default, at most 1024",
-    "eval_batch_size": "sentences encoded at once in evaluation; 0 = 1024 on a GPU, 256 on a CPU",
-    "semantic_every": "the test battery every this-many epochs (the dev semantic score: "
-    "every epoch); 0 = no semantic evaluation",
-    "clip_image": "gradient-norm clip of the image encoder, 0 = off",
-    "clip_caption": "gradient-norm clip of the caption encoder, 0 = off",
-    "encoder": "the caption encoder family (README: Encoder families)",
-    "attention_heads": "attention heads, concatenated; embeddings have 2n x heads dimensions",
-    "attention_penalty": "weight of the heads' diversity penalty (more than 1 head), 0 = off",
-    "word_embedding_dim": "word families: size of a word embedding (word_bow: also the "
-    "embeddings' size)",
-    "vocab_min_count": "word families: training-caption count a word needs",
-    "vocab_max_size": "word families: most words kept, 0 = no cap",
-    "word_vectors": "word families: local GloVe-format text file, '' = none",
-    "word_vectors_update": "word families: frozen_map needs --word-vectors",
-    "bow_pooling": "word_bow: sum or mean of the word embeddings, then L2 normalisation",
-}
-
-
 _METAVARS = {"device": "DEVICE", "word_vectors": "PATH"}
 # the training config's options, one group per concern (TrainConfig is all of them)
 _CONCERNS: tuple[tuple[str, type[Any]], ...] = (
@@ -133,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
                 dest=field.name,
                 default=None,
                 metavar=metavar,
-                help=f"{_MEANINGS[field.name]} (default: {default})",
+                help=f"{field.metadata['help']} (default: {default})",
             )
     return parser
 

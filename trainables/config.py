@@ -2,15 +2,17 @@
 
 ``ModelConfig`` (the caption and image encoders), ``LossConfig`` (the objective),
 ``OptimConfig`` (the schedule, clipping, batches, snapshots), ``EvalConfig`` (what is
-evaluated, and how) and ``RunConfig`` (seed, device, precision, threads) each declare
-their fields, defaults and checks once; the defaults are the paper's Flickr8k setting
-(docs/protocols.md sections 1-3). ``TrainConfig`` is all five at once: it inherits every
-field (the names are unique across the concerns, so a run's config stays one flat
-mapping for Tune, a CLI, MLflow's parameters and a checkpoint) and adds the rules that
-span two concerns. A component takes only its concern (``GroundedEncoder(ModelConfig)``,
+evaluated, and how) and ``RunConfig`` (seed, device, precision, threads, engine) each own
+their fields: a field is one ``setting`` that holds its default, its meaning (the help of
+every command line), its bounds (checked when a config is built) and whether the members
+of a fused group may differ in it; the defaults are the paper's Flickr8k setting
+(docs/protocols.md sections 1-3). A new hyperparameter is one field, its use, and its range
+in a search space. ``TrainConfig`` is all five at once: it inherits every field (the names
+are unique across the concerns, so a run's config is one flat mapping at the boundaries:
+Tune, a CLI, MLflow's parameters and a checkpoint) and adds the rules that span two
+concerns. A component takes only its concern (``GroundedEncoder(ModelConfig)``,
 ``make_loss(LossConfig)``), so the type checker keeps it from reading the rest; a
-``TrainConfig`` is each of them, and ``config.model`` (``.objective``, ``.optim``,
-``.evaluation``, ``.run``) is that part alone.
+``TrainConfig`` is each of them.
 
 Choices are ``Literal`` types (``CHOICES`` is read off them). Each config validates itself
 when it is built; ``from_dict`` is the boundary where a flat dict becomes a config: it
@@ -30,7 +32,7 @@ import re
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 __all__ = [
     "APPLIES_TO",
@@ -40,6 +42,7 @@ __all__ = [
     "CPU_SIZED",
     "DEVICE_FORMS",
     "ENCODERS",
+    "ENGINES",
     "INT_LIMIT",
     "LOSSES",
     "NEGATIVES",
@@ -58,6 +61,7 @@ __all__ = [
     "BowPooling",
     "ConfigError",
     "Encoder",
+    "Engine",
     "EvalConfig",
     "LossConfig",
     "LossKind",
@@ -77,6 +81,7 @@ __all__ = [
     "check_device",
     "inherited",
     "pinned",
+    "setting",
 ]
 
 # Run sizes a search sets: ``CPU_SIZED`` for a machine without a GPU, so that the default
@@ -118,6 +123,7 @@ StsbEncoding = Literal["senteval", "rescaled"]
 Pairing = Literal["image", "caption"]
 BowPooling = Literal["sum", "mean"]
 WordVectorsUpdate = Literal["learned", "frozen_map"]
+Engine = Literal["auto", "fused", "sequential"]
 
 ENCODERS: tuple[Encoder, ...] = typing.get_args(Encoder)
 RNN_TYPES: tuple[RnnType, ...] = typing.get_args(RnnType)
@@ -130,6 +136,7 @@ STSB_ENCODINGS: tuple[StsbEncoding, ...] = typing.get_args(StsbEncoding)
 PAIRINGS: tuple[Pairing, ...] = typing.get_args(Pairing)
 BOW_POOLINGS: tuple[BowPooling, ...] = typing.get_args(BowPooling)
 WORD_VECTORS_UPDATES: tuple[WordVectorsUpdate, ...] = typing.get_args(WordVectorsUpdate)
+ENGINES: tuple[Engine, ...] = typing.get_args(Engine)
 
 ATTENTION_ENCODERS: tuple[Encoder, ...] = ("char_rnn", "word_rnn")  # BiRNN + attention or max
 RNN_ENCODERS: tuple[Encoder, ...] = ("char_rnn", "word_rnn", "vete_rnn", "cap2img")
@@ -184,16 +191,32 @@ class ConfigError(ValueError):
         self.detail = message
 
 
+def setting(
+    default: Any,
+    help: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    open_low: bool = False,
+    why: str = "",
+    member: bool = False,
+) -> Any:
+    """A config field: its default, what it means (the help of every command line that
+    sets it), its bounds (``low``, ``high``: inclusive, ``open_low``: ``low`` excluded;
+    checked when a config is built; ``why``: the reason for ``low``, said when a value is
+    below it) and whether the members of one fused group may differ in it (``member``;
+    everything else shapes the model or the run, and is shared)."""
+    metadata = {"help": help, "low": low, "high": high, "open_low": open_low, "why": why,
+                "member": member}  # fmt: skip
+    return dataclasses.field(default=default, metadata=metadata)
+
+
 _C = TypeVar("_C", bound="_Config")
 
 
 class _Config:
-    """What every config has: its field names, the flat-dict boundary, ``replace``."""
-
-    # the integer fields of at least 1 and at least 0, the numbers of at least 0
-    _POSITIVE: ClassVar[tuple[str, ...]] = ()
-    _COUNTS: ClassVar[tuple[str, ...]] = ()
-    _NON_NEGATIVE: ClassVar[tuple[str, ...]] = ()
+    """What every config has: its field names, the flat-dict boundary, ``replace``, and
+    the checks each field declares (``setting``)."""
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:
@@ -220,20 +243,25 @@ class _Config:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
     def _check_fields(self) -> None:
-        """Each field of its kind and choices, and the plain bounds of ``_POSITIVE``,
-        ``_COUNTS`` and ``_NON_NEGATIVE``."""
-        names = self.field_names()
-        for name in names:
-            _check_type(name, getattr(self, name), _KINDS[name])
-        for name in names:
+        """Each field of its kind and choices, within the bounds it declares."""
+        for field in dataclasses.fields(self):  # type: ignore[arg-type]
+            name, value = field.name, getattr(self, field.name)
+            _check_type(name, value, _KINDS[name])
             if name in CHOICES:
-                _check_choice(name, getattr(self, name), CHOICES[name])
-        for name in self._POSITIVE:
-            _check_int(name, getattr(self, name), low=1)
-        for name in self._COUNTS:
-            _check_int(name, getattr(self, name), low=0)
-        for name in self._NON_NEGATIVE:
-            _check_float(name, getattr(self, name), low=0.0)
+                _check_choice(name, value, CHOICES[name])
+            low, high = field.metadata.get("low"), field.metadata.get("high")
+            if low is None:
+                continue
+            if field.metadata["why"] and isinstance(value, int) and value < low:
+                raise ConfigError(
+                    name, f"got {value!r}, expected at least {low} ({field.metadata['why']})"
+                )
+            if _KINDS[name] is int:
+                _check_int(
+                    name, value, low=int(low), high=INT_LIMIT - 1 if high is None else int(high)
+                )
+            else:
+                _check_float(name, value, low=low, high=high, open_low=field.metadata["open_low"])
 
 
 @dataclass(frozen=True)
@@ -241,46 +269,48 @@ class ModelConfig(_Config):
     """The caption and image encoders (docs/protocols.md section 1; the other families:
     README "Encoder families")."""
 
-    hidden_size: int = 1024  # n: RNN units per direction; both embeddings have 2n dimensions
-    rnn_type: RnnType = "gru"
-    pooling: Pooling = "attention"  # vectorial attention (masked), or max pooling (masked)
-    char_embedding_dim: int = 20  # size of the learned character embedding
-    attention_hidden: int = 128  # hidden units of the vectorial attention (of each head)
-    # the caption encoder: "char_rnn" (the paper's), "word_rnn" (the same over words),
-    # "word_bow" (VETE: the normalised sum of word embeddings), "vete_rnn" (VETE: a
-    # stacked RNN's final state), "cap2img" (GroundSent: BiLSTM, max of the final states,
-    # projected into the image-feature space)
-    encoder: Encoder = "char_rnn"
-    # attention heads, concatenated (the embeddings have 2n x heads dimensions); 1 = the paper
-    attention_heads: int = 1
-    # word families: the size of a word embedding (word_bow: also both embeddings' size;
-    # the authors' word GRU used 300, VETE 128)
-    word_embedding_dim: int = 300
-    # word families: the vocabulary, built from the training captions only (words seen at
-    # least this often; 5 as the authors' dictionaries), at most vocab_max_size words
-    # (0 = no cap); every other word is the unknown word
-    vocab_min_count: int = 5
-    vocab_max_size: int = 0
-    # word families: a local GloVe-format text file initialising the embeddings of the
-    # words it has ("" = every embedding learned from scratch); never downloaded
-    word_vectors: str = ""
-    # "learned": the embeddings train; "frozen_map": the vectors stay fixed and a learned
-    # linear map follows them (GroundSent); needs word_vectors
-    word_vectors_update: WordVectorsUpdate = "learned"
-    bow_pooling: BowPooling = "sum"  # word_bow: the sum or mean of the word embeddings, then L2
-    rnn_layers: int = 1  # vete_rnn: stacked RNN layers (one direction; the final state)
-    dropout: float = 0.0  # cap2img: dropout on the sentence encoding (GroundSent: 0.5)
-
-    _POSITIVE: ClassVar[tuple[str, ...]] = (
-        "hidden_size",
-        "char_embedding_dim",
-        "attention_hidden",
-        "attention_heads",
-        "word_embedding_dim",
-        "vocab_min_count",
-        "rnn_layers",
+    hidden_size: int = setting(
+        1024, "n: RNN units per direction; both embeddings have 2n dimensions", low=1
     )
-    _COUNTS: ClassVar[tuple[str, ...]] = ("vocab_max_size",)
+    rnn_type: RnnType = setting("gru", "the caption RNN")
+    pooling: Pooling = setting("attention", "pooling over time: vectorial attention or max "
+                               "(both masked)")  # fmt: skip
+    char_embedding_dim: int = setting(20, "size of the learned character embedding", low=1)
+    attention_hidden: int = setting(
+        128, "hidden units of the vectorial attention (of each head)", low=1
+    )
+    encoder: Encoder = setting(
+        "char_rnn",
+        "the caption encoder family: char_rnn (the paper's), word_rnn (the same over words), "
+        "word_bow (VETE: the normalised sum of word embeddings), vete_rnn (VETE: a stacked "
+        "RNN's final state), cap2img (GroundSent: BiLSTM, max of the final states, projected "
+        "into the image-feature space)",
+    )
+    attention_heads: int = setting(
+        1, "attention heads, concatenated; the embeddings have 2n x heads dimensions", low=1
+    )
+    word_embedding_dim: int = setting(
+        300, "word families: size of a word embedding (word_bow: also the embeddings' size; "
+        "the authors' word GRU used 300, VETE 128)", low=1,
+    )  # fmt: skip
+    vocab_min_count: int = setting(
+        5, "word families: how often a training caption must hold a word for the "
+        "vocabulary (built from the training captions only); other words are unknown", low=1,
+    )  # fmt: skip
+    vocab_max_size: int = setting(0, "word families: most words kept, 0 = no cap", low=0)
+    word_vectors: str = setting(
+        "", "word families: a local GloVe-format text file initialising the embeddings of "
+        "the words it has, '' = none (never downloaded)",
+    )  # fmt: skip
+    word_vectors_update: WordVectorsUpdate = setting(
+        "learned", "word families: learned (the embeddings train) or frozen_map (the vectors "
+        "stay fixed and a learned linear map follows, GroundSent's; needs word_vectors)",
+    )  # fmt: skip
+    bow_pooling: BowPooling = setting(
+        "sum", "word_bow: sum or mean of the word embeddings, then L2 normalisation"
+    )
+    rnn_layers: int = setting(1, "vete_rnn: stacked RNN layers (one direction)", low=1)
+    dropout: float = setting(0.0, "cap2img: dropout on the sentence encoding (GroundSent: 0.5)")
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -322,17 +352,28 @@ class LossConfig(_Config):
     """The objective (docs/protocols.md section 2): what a caption is matched with, and
     how a batch's similarities become a loss."""
 
-    # what a caption is matched with in training: "image" (grounded), or "caption" (the
-    # text-only control: another caption of the same image, no image; GroundSent's Cap2Cap)
-    pairing: Pairing = "image"
-    loss: LossKind = "hinge"  # "hinge" (bidirectional, in-batch negatives) or "pearson" (VETE)
-    margin: float = 0.2  # hinge margin alpha; the paper's best is 0.2 (stable 0.15-0.25)
-    reduction: Reduction = "sum"  # "sum" (the paper's formula) or "mean" (/ B^2, the authors')
-    negatives: Negatives = "all"  # "all" in-batch negatives, or "hardest" per query (VSE++)
-    # weight of the authors' attention diversity penalty in the loss (0 = off; > 1 head)
-    attention_penalty: float = 0.0
-
-    _NON_NEGATIVE: ClassVar[tuple[str, ...]] = ("margin", "attention_penalty")
+    pairing: Pairing = setting(
+        "image", "what a caption is matched with: its image (grounded), or another caption "
+        "of the same image and no image (the text-only control, GroundSent's Cap2Cap)",
+    )  # fmt: skip
+    loss: LossKind = setting(
+        "hinge", "hinge: bidirectional with in-batch negatives; pearson: VETE's"
+    )
+    margin: float = setting(
+        0.2, "hinge margin alpha (the paper's best: 0.2, stable 0.15-0.25)", low=0.0,
+        member=True,
+    )  # fmt: skip
+    reduction: Reduction = setting(
+        "sum", "hinge: summed (the paper's formula) or averaged over the batch (/ B^2, the "
+        "authors')", member=True,
+    )  # fmt: skip
+    negatives: Negatives = setting(
+        "all", "hinge: every in-batch negative, or the hardest per query (VSE++)", member=True
+    )
+    attention_penalty: float = setting(
+        0.0, "weight of the authors' attention diversity penalty (more than 1 head), 0 = off",
+        low=0.0, member=True,
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -343,43 +384,48 @@ class OptimConfig(_Config):
     """The optimisation (docs/protocols.md section 3): the cyclic learning rate, gradient
     clipping, batches and epochs, and the snapshots the ensemble is made of."""
 
-    lr_min: float = 1e-6  # lower bound of the cyclic cosine learning rate
-    lr_max: float = 1e-3  # upper bound (paper: 1e-3 Flickr8k, 1e-4 MSCOCO)
-    cycle_epochs: int = 4  # one learning-rate cycle; minima at epochs 0, 4, 8, ...
-    clip_image: float = 0.0025  # gradient-norm clip of the image encoder (0 = off)
-    clip_caption: float = 0.05  # gradient-norm clip of the caption encoder (0 = off)
-    batch_size: int = 32  # image-caption pairs per minibatch (no image twice in a batch)
-    epochs: int = 32  # training epochs (each is five passes over the training images)
-    snapshot_interval: int = 4  # keep a snapshot at the end of every this-many epochs
-    ensemble_size: int = 2  # snapshots with the best dev R@10 mean summed into the ensemble
-
-    _POSITIVE: ClassVar[tuple[str, ...]] = (
-        "cycle_epochs",
-        "batch_size",
-        "snapshot_interval",
-        "ensemble_size",
+    lr_min: float = setting(
+        1e-6, "lower bound of the cyclic cosine learning rate", low=0.0, open_low=True,
+        member=True,
+    )  # fmt: skip
+    lr_max: float = setting(
+        1e-3, "upper bound of the cyclic cosine learning rate (the paper: 1e-3 Flickr8k, 1e-4 "
+        "MSCOCO)", low=0.0, open_low=True, member=True,
+    )  # fmt: skip
+    cycle_epochs: int = setting(
+        4, "epochs per learning-rate cycle (minima at epochs 0, 4, 8, ...)", low=1, member=True
     )
-    _COUNTS: ClassVar[tuple[str, ...]] = ("epochs",)
-    _NON_NEGATIVE: ClassVar[tuple[str, ...]] = ("clip_image", "clip_caption")
+    clip_image: float = setting(
+        0.0025, "gradient-norm clip of the image encoder, 0 = off", low=0.0, member=True
+    )
+    clip_caption: float = setting(
+        0.05, "gradient-norm clip of the caption encoder, 0 = off", low=0.0, member=True
+    )
+    batch_size: int = setting(
+        32, "image-caption pairs per minibatch (no image twice in a batch)", low=2,
+        why="in-batch negatives need a second pair",
+    )  # fmt: skip
+    epochs: int = setting(
+        32, "training epochs, each five passes over the training images (epoch 0 is the "
+        "untrained model, evaluated)", low=0, member=True,
+    )  # fmt: skip
+    snapshot_interval: int = setting(
+        4, "keep a snapshot at the end of every this-many epochs", low=1, member=True
+    )
+    ensemble_size: int = setting(
+        2, "snapshots with the best dev R@10 mean summed into the ensemble", low=1, member=True
+    )
 
     def __post_init__(self) -> None:
         self._check_fields()
         self._check_optim()
 
     def _check_optim(self) -> None:
-        for name in ("lr_min", "lr_max"):
-            _check_float(name, getattr(self, name), low=0.0, open_low=True)
         if self.lr_min > self.lr_max:
             raise ConfigError(
                 "lr_min",
                 f"lr_min ({self.lr_min}) must not exceed lr_max ({self.lr_max})",
                 whole=True,
-            )
-        if self.batch_size < 2:
-            raise ConfigError(
-                "batch_size",
-                f"got {self.batch_size}, expected at least 2 (in-batch negatives need a "
-                "second pair)",
             )
 
 
@@ -387,17 +433,18 @@ class OptimConfig(_Config):
 class EvalConfig(_Config):
     """What is evaluated when, and how (docs/protocols.md sections 4-5)."""
 
-    # the test battery every this-many epochs and for the ensemble; the dev semantic
-    # score (selection) every epoch; 0 = no semantic evaluation at all
-    semantic_every: int = 1
-    # STS-B's 0-5 scores in SentEval's classifier: "senteval" (as SentEval, the default)
-    # or "rescaled" (mapped onto 1-5 first; see trainables.relatedness)
-    stsb_encoding: StsbEncoding = "senteval"
-    # sentences encoded at once during evaluation; 0 = by device: 1024 on a GPU, 256 on a
-    # CPU (whose (256, T, 2n) activations stay in cache; BENCHMARKS.md has the timing)
-    eval_batch_size: int = 0
-
-    _COUNTS: ClassVar[tuple[str, ...]] = ("semantic_every", "eval_batch_size")
+    semantic_every: int = setting(
+        1, "the test battery every this-many epochs and for the ensemble (the dev semantic "
+        "score, which selects: every epoch); 0 = no semantic evaluation", low=0, member=True,
+    )  # fmt: skip
+    stsb_encoding: StsbEncoding = setting(
+        "senteval", "STS-B's 0-5 scores in SentEval's classifier: as SentEval feeds them, or "
+        "rescaled onto 1-5 first (trainables.relatedness)", member=True,
+    )  # fmt: skip
+    eval_batch_size: int = setting(
+        0, "sentences encoded at once in evaluation; 0 = by device: 1024 on a GPU, 256 on a "
+        "CPU (whose activations then stay in cache; BENCHMARKS.md)", low=0,
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         self._check_fields()
@@ -405,23 +452,29 @@ class EvalConfig(_Config):
 
 @dataclass(frozen=True)
 class RunConfig(_Config):
-    """Where and how a run computes: its seed, device, precision and CPU threads."""
+    """Where and how a run computes: its seed, device, precision, CPU threads, and how a
+    trial's models train together."""
 
-    seed: int = 0  # seeds the initialisation and the batch order (0 to 2**63 - 1)
-    device: str = "auto"  # "auto" (cuda if available), "cpu", "cuda", "cuda:N" (N <= 127)
-    # "fp32" or "bf16": autocast (on a GPU; on the CPU the recurrence's own products in
-    # bfloat16 with float32 state; its speed and its cost in quality: BENCHMARKS.md)
-    precision: Precision = "fp32"
-    threads: int = 0  # torch CPU threads (0 = leave torch's default; at most MAX_THREADS)
-
-    _COUNTS: ClassVar[tuple[str, ...]] = ("seed",)
+    seed: int = setting(
+        0, "seeds the initialisation and the batch order, 0 to 2**63 - 1", low=0, member=True
+    )
+    device: str = setting("auto", DEVICE_FORMS)
+    precision: Precision = setting(
+        "fp32", "bf16: autocast (on a GPU; on the CPU the recurrence's own products in "
+        "bfloat16 with float32 state; its speed and its cost in quality: BENCHMARKS.md)",
+    )  # fmt: skip
+    threads: int = setting(
+        0, f"torch CPU threads, 0 = torch's default, at most {MAX_THREADS}", low=0,
+        high=MAX_THREADS,
+    )  # fmt: skip
+    engine: Engine = setting(
+        "auto", "how a trial's models (its configurations at their seeds) train: fused as one "
+        "model, sequential one after the other, or auto: fused where it pays (two or more on "
+        "a GPU, or several configurations in one trial); the same metrics either way",
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         self._check_fields()
-        self._check_run()
-
-    def _check_run(self) -> None:
-        _check_int("threads", self.threads, low=0, high=MAX_THREADS)
         check_device(self.device)
 
 
@@ -432,20 +485,14 @@ _P = TypeVar("_P", bound=_Config)
 class TrainConfig(RunConfig, EvalConfig, OptimConfig, LossConfig, ModelConfig):
     """A training run's whole config: every concern's fields (model, loss, optimisation,
     evaluation, run, in that order), each concern's checks, and the rules between two of
-    them. ``model``, ``objective``, ``optim``, ``evaluation`` and ``run`` give each part
-    alone."""
-
-    _POSITIVE: ClassVar[tuple[str, ...]] = ModelConfig._POSITIVE + OptimConfig._POSITIVE
-    _COUNTS: ClassVar[tuple[str, ...]] = (
-        ModelConfig._COUNTS + OptimConfig._COUNTS + EvalConfig._COUNTS + RunConfig._COUNTS
-    )
-    _NON_NEGATIVE: ClassVar[tuple[str, ...]] = LossConfig._NON_NEGATIVE + OptimConfig._NON_NEGATIVE
+    them. ``evaluation`` and ``run`` give those parts alone (what the evaluation is made
+    from)."""
 
     def __post_init__(self) -> None:
         self._check_fields()
         self._check_model()
         self._check_optim()
-        self._check_run()
+        check_device(self.device)
         self._check_between()
 
     def _check_between(self) -> None:
@@ -463,18 +510,6 @@ class TrainConfig(RunConfig, EvalConfig, OptimConfig, LossConfig, ModelConfig):
 
     def _part(self, kind: type[_P]) -> _P:
         return kind(**{name: getattr(self, name) for name in kind.field_names()})
-
-    @property
-    def model(self) -> ModelConfig:
-        return self._part(ModelConfig)
-
-    @property
-    def objective(self) -> LossConfig:
-        return self._part(LossConfig)
-
-    @property
-    def optim(self) -> OptimConfig:
-        return self._part(OptimConfig)
 
     @property
     def evaluation(self) -> EvalConfig:
@@ -599,8 +634,11 @@ def _check_int(name: str, value: int, *, low: int, high: int = INT_LIMIT - 1) ->
         raise ConfigError(name, f"got {value!r}, expected an integer from {low} to {shown}")
 
 
-def _check_float(name: str, value: float, *, low: float, open_low: bool = False) -> None:
+def _check_float(
+    name: str, value: float, *, low: float, high: float | None = None, open_low: bool = False
+) -> None:
     bad = (value <= low) if open_low else (value < low)
-    if bad or not math.isfinite(value):
+    if bad or not math.isfinite(value) or (high is not None and value > high):
         relation = ">" if open_low else ">="
-        raise ConfigError(name, f"got {value!r}, expected a finite number {relation} {low}")
+        upper = f" and <= {high}" if high is not None else ""
+        raise ConfigError(name, f"got {value!r}, expected a finite number {relation} {low}{upper}")

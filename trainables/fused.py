@@ -1,11 +1,11 @@
-"""Horizontally fused training (HFTA, Wang et al., MLSys 2021): k trials of the same shapes
-trained as one model, each member's training the same as its own lone ``Trainer``'s.
+"""Horizontally fused training (HFTA, Wang et al., MLSys 2021): k models of the same shapes
+trained as one, each member's training the same as its own lone ``Trainer``'s. It is the
+fused engine of a trial's group (``trainables.group``, ``trainables._fused_group``): it
+trains; the members' ``Trainer`` s evaluate.
 
     trainer = fuse([TrainConfig(margin=m, seed=s, ...) for m, s in ...], data)
-    for reports in trainer.run():        # epoch 0 (untrained), 1, 2, ...
-        for member, metrics in reports.items():
-            ...                          # what Trainer.run would report for that member
-        trainer.stop(3)                  # early stopping: member 3 leaves, the rest go on
+    losses = trainer.train_batches(trainer.plans(0))   # one epoch of every member
+    trainer.stop(3)                      # member 3 leaves, the rest train on
     state = trainer.member_state(0)      # an ordinary GroundedEncoder state dict
 
 **Who may be fused** (``check_fusable``): configs that agree on every field of
@@ -34,35 +34,29 @@ share no parameter, so each gets its own gradient); clipping by each member's ow
 gradient norm; Adam with each member's learning rate from its own cyclic schedule. As
 the ``Trainer`` does, the loss is computed in float32 from the embeddings.
 
-**Evaluation** embeds a split once for all members (each caption batch through the
-fused encoder), then scores each member with ``retrieval_metrics``; snapshots are kept
-per member, and a member's last report holds its snapshot ensemble's test retrieval, as
-the ``Trainer``'s does. The semantic evaluation and the test battery are not part of
-the fused trainer: a member's weights go to the ``Trainer``'s evaluators
-(``member_model``, or ``copy_member_to`` a model kept for it, as ``trainables.seeds``
-does for the seeds of one configuration). A member's training state in the ``Trainer``'s
-checkpoint format is its weights, its Adam moments (``member_moments``) and the step
-count; ``load_member`` and ``resume_at`` put such states back into a group.
+**Evaluation** is not part of the fused trainer: after each epoch a member's weights go to
+its own ``Trainer`` (``copy_member_to``), which evaluates, keeps snapshots and checkpoints
+as a lone run does. A member's training state in the ``Trainer``'s checkpoint format is its
+weights, its Adam moments (``member_moments``) and the step count; ``load_member`` and
+``resume_at`` put such states back.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+import dataclasses
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from trainables import families, names
+from trainables import families
 from trainables._fused_model import FusedEncoder, FusedHingeLoss
 from trainables._fused_optim import FusedAdam, clip_per_member
 from trainables.config import ConfigError, TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches
 from trainables.device import resolve_device
-from trainables.embedding import default_batch_size, embed_captions, embed_images
 from trainables.loss import at_least_float32
-from trainables.metrics import retrieval_metrics
 from trainables.model import GroundedEncoder
 from trainables.schedule import cyclic_cosine_lr
 from trainables.word_vectors import PretrainedVectors
@@ -77,24 +71,9 @@ __all__ = [
     "fuse",
 ]
 
-# what may differ between the members of one fused group; every other field is shared
-MEMBER_FIELDS = (
-    "margin",
-    "reduction",
-    "negatives",
-    "lr_min",
-    "lr_max",
-    "cycle_epochs",
-    "clip_image",
-    "clip_caption",
-    "seed",
-    "epochs",
-    "snapshot_interval",
-    "ensemble_size",
-    "semantic_every",
-    "stsb_encoding",
-    "attention_penalty",
-)
+# what may differ between the members of one fused group (the fields that say so:
+# trainables.config.setting); every other field is shared
+MEMBER_FIELDS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.metadata["member"])
 SHARED_FIELDS = tuple(name for name in TrainConfig.field_names() if name not in MEMBER_FIELDS)
 FUSED_ENCODERS = ("char_rnn", "word_rnn")
 # what the fused path implements, field by field (each: the only values it takes)
@@ -156,13 +135,10 @@ class _Split:
 
 @dataclass
 class _Member:
-    """One member's own state besides its weights: its config, its history of reports,
-    its best snapshots ``(score, epoch, state)``."""
+    """One member: its id (its position in the configs it was fused from) and config."""
 
     id: int
     config: TrainConfig
-    history: list[dict[str, float]] = field(default_factory=list)
-    snapshots: list[tuple[float, int, dict[str, torch.Tensor]]] = field(default_factory=list)
 
 
 class FusedTrainer:
@@ -202,7 +178,6 @@ class FusedTrainer:
         self.epoch = 0  # epochs trained so far
         self.step = 0  # fused steps trained so far
         self.last_lr: dict[int, float] = {}  # each member's learning rate at the last step
-        self._reported = False  # epoch 0 (untrained) was reported
 
     # -- members ------------------------------------------------------------------------
 
@@ -220,18 +195,11 @@ class FusedTrainer:
     def config(self, member_id: int) -> TrainConfig:
         return self.members[self._position(member_id)].config
 
-    def history(self, member_id: int) -> list[dict[str, float]]:
-        return self.members[self._position(member_id)].history
-
     def member_state(self, member_id: int) -> dict[str, torch.Tensor]:
         """The member's current weights as its ``GroundedEncoder``'s state dict, on the
         CPU: checkpoint or register it as a lone trial's model."""
         state = self.model.member_state(self._position(member_id))
         return {name: value.to("cpu") for name, value in state.items()}
-
-    def member_model(self, member_id: int) -> GroundedEncoder:
-        """The member as an ordinary ``GroundedEncoder`` on the training device."""
-        return self._model_from(self.config(member_id), self.member_state(member_id))
 
     def copy_member_to(self, member_id: int, model: GroundedEncoder) -> None:
         """Overwrite ``model``'s weights (a ``GroundedEncoder`` of the member's shapes, on
@@ -283,7 +251,6 @@ class FusedTrainer:
         loaded with ``load_member``): the schedule's and Adam's step count."""
         self.epoch, self.step = epoch, step
         self.optimizer.steps = step
-        self._reported = True
 
     def stop(self, member_id: int) -> None:
         """The member leaves the group (early stopping, or its last epoch): its weights
@@ -307,11 +274,6 @@ class FusedTrainer:
         self, config: TrainConfig, pretrained: PretrainedVectors | None = None
     ) -> GroundedEncoder:
         return GroundedEncoder(config, self.feature_dim, self.tokenizer, pretrained)
-
-    def _model_from(self, config: TrainConfig, state: dict[str, torch.Tensor]) -> GroundedEncoder:
-        model = self._lone_model(config).to(self.device)
-        model.load_state_dict(state)
-        return model
 
     # -- training -----------------------------------------------------------------------
 
@@ -375,129 +337,7 @@ class FusedTrainer:
         self.last_lr = {m.id: float(v) for m, v in zip(self.members, lr, strict=True)}
         return losses
 
-    def train_one_epoch(self) -> dict[int, dict[str, float]]:
-        """One epoch of every member; each member's training metrics, as ``Trainer``'s."""
-        started = time.perf_counter()
-        plans = self.plans(self.epoch)
-        losses = self.train_batches(plans).cpu().numpy()
-        self.epoch += 1
-        seconds = time.perf_counter() - started
-        out = {}
-        for member, row in zip(self.members, losses, strict=True):
-            if not np.isfinite(row).all():
-                first = int(np.flatnonzero(~np.isfinite(row))[0])
-                raise FloatingPointError(
-                    f"member {member.id}: the loss became {row[first]} at epoch {self.epoch}, "
-                    f"step {first + 1}; lower its lr_max (now {member.config.lr_max})"
-                )
-            out[member.id] = {
-                names.LOSS: float(row.mean()),
-                names.LEARNING_RATE: self.last_lr[member.id],
-                names.TRAIN_SECONDS: seconds,
-                names.CAPTIONS_PER_S: plans.shape[1] * plans.shape[2] / max(seconds, 1e-9),
-            }
-        return out
-
     def _autocast(self) -> torch.autocast:
         return torch.autocast(
             self.device.type, dtype=torch.bfloat16, enabled=self.shared.precision == "bf16"
         )
-
-    # -- evaluation ---------------------------------------------------------------------
-
-    @torch.inference_mode()
-    def embed_split(self, split: _Split) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every member's image and caption embeddings of ``split``, ``(k, N, dim)`` and
-        ``(k, 5N, dim)``: each caption batch (length-sorted, as ``embed_captions``
-        batches) through the fused encoder once for all members."""
-        self.model.eval()
-        dtype = torch.get_default_dtype()  # as embed_images/embed_captions accumulate
-        with self._autocast():
-            images = self.model.images(split.features).float().to(dtype)
-        size = self.shared.eval_batch_size or default_batch_size(self.device)
-        order = torch.argsort(split.lengths, descending=True)
-        captions = torch.zeros(
-            self.model.members, len(order), self.model.joint_dim, device=self.device, dtype=dtype
-        )
-        for start in range(0, len(order), size):
-            rows = order[start : start + size]
-            batch = split.tokens[rows.to(self.device), : int(split.lengths[rows[0]])].long()
-            with self._autocast():
-                embedded = self.model.captions(batch, split.lengths[rows])
-            captions[:, rows.to(self.device)] = embedded.float().to(dtype)
-        return images, captions
-
-    def evaluate(self, train: dict[int, dict[str, float]]) -> dict[int, dict[str, float]]:
-        """Every member after an epoch, as ``Trainer.evaluate_epoch`` without semantic
-        evaluation: dev and test retrieval, the best dev value so far, a snapshot every
-        ``snapshot_interval`` epochs."""
-        started = time.perf_counter()
-        embedded = {
-            prefix: self.embed_split(split)
-            for prefix, split in ((names.DEV, self.val_split), (names.TEST, self.test_split))
-        }
-        reports = {}
-        for position, member in enumerate(self.members):
-            metrics = {"epoch": float(self.epoch), **train.get(member.id, {})}
-            for prefix, (images, captions) in embedded.items():
-                values = retrieval_metrics(images[position], captions[position])
-                metrics.update({names.key(prefix, k): float(v) for k, v in values.items()})
-            seen = [h[names.PRIMARY_RETRIEVAL] for h in member.history]
-            metrics[names.BEST_RETRIEVAL] = float(
-                np.nanmax([*seen, metrics[names.PRIMARY_RETRIEVAL]])
-            )
-            reports[member.id] = metrics
-        seconds = time.perf_counter() - started
-        for member in self.members:
-            reports[member.id][names.EVAL_SECONDS] = seconds
-            if self.epoch and self.epoch % member.config.snapshot_interval == 0:
-                self._keep_snapshot(member, reports[member.id][names.PRIMARY_RETRIEVAL])
-        return reports
-
-    def _keep_snapshot(self, member: _Member, score: float) -> None:
-        member.snapshots.append((score, self.epoch, self.member_state(member.id)))
-        member.snapshots.sort(key=lambda s: (-s[0], s[1]))
-        del member.snapshots[member.config.ensemble_size :]
-
-    def ensemble_metrics(self, member_id: int) -> dict[str, float]:
-        """The member's snapshot ensemble on the test split (the current weights when no
-        snapshot was taken), as ``Trainer.ensemble_metrics`` without semantic metrics."""
-        member = self.members[self._position(member_id)]
-        states = [state for _, _, state in member.snapshots] or [self.member_state(member_id)]
-        models = [self._model_from(member.config, state) for state in states]
-        metrics: dict[str, float] = {names.ENSEMBLE_SIZE: float(len(models))}
-        for k, (_, epoch, _) in enumerate(member.snapshots):
-            metrics[names.ensemble_epoch(k + 1)] = float(epoch)
-        split = self.test_split
-        images = embed_images(models, split.features)
-        captions = embed_captions(
-            models,
-            split.tokens,
-            split.lengths,
-            batch_size=self.shared.eval_batch_size,
-            precision=self.shared.precision,
-        )
-        values = retrieval_metrics(images, captions)
-        metrics.update({names.key(names.ENSEMBLE, k): float(v) for k, v in values.items()})
-        return metrics
-
-    # -- the loop -----------------------------------------------------------------------
-
-    def run(self) -> Iterator[dict[int, dict[str, float]]]:
-        """Yield, per epoch (0: untrained), every member's report, as its lone
-        ``Trainer.run`` would (without semantic metrics). A member whose ``epochs`` are
-        done gets its ensemble in that report and leaves the group; ``stop`` between two
-        reports takes a member out early. Ends when no member is left."""
-        while self.members:
-            train = self.train_one_epoch() if self._reported else {}
-            reports = self.evaluate(train)
-            for member in list(self.members):
-                if self.epoch >= member.config.epochs:
-                    reports[member.id].update(self.ensemble_metrics(member.id))
-                member.history.append(reports[member.id])
-            self._reported = True
-            done = [m.id for m in self.members if self.epoch >= m.config.epochs]
-            yield reports
-            for member_id in done:
-                if member_id in self.member_ids:
-                    self.stop(member_id)

@@ -61,7 +61,6 @@ __all__ = [
     "PRIMARY_RETRIEVAL",
     "PRIMARY_SEMANTIC",
     "RETRIEVAL",
-    "SEEDS_FUSED",
     "SEMANTIC",
     "SPLITS",
     "STS_YEARS",
@@ -154,7 +153,7 @@ def best(metric: str) -> str:
 
 
 def spread(metric: str) -> str:
-    """Beside a metric averaged over seeds (``trainables.seeds``), its sample standard
+    """Beside a metric averaged over seeds (``trainables.group``), its sample standard
     deviation over them: ``spread("dev/r10_mean_best") == "dev/r10_mean_best_seed_sd"``."""
     return f"{metric}_seed_sd"
 
@@ -165,11 +164,10 @@ def key(split: str, name: str) -> str:
 
 
 # result keys a trial reports beside its metrics (never logged as metrics): whether its
-# seeds (trainables.seeds) or its members (a fused trial) trained as one fused model in
-# that epoch, 1 or 0
-SEEDS_FUSED = "seeds_fused"
+# models (its configurations at their seeds: trainables.group) trained as one fused model
+# in that epoch, 1 or 0; and the flag results recorded before this one may hold
 MEMBERS_FUSED = "members_fused"
-TRIAL_FLAGS = (SEEDS_FUSED, MEMBERS_FUSED)
+TRIAL_FLAGS = (MEMBERS_FUSED, "seeds_fused")
 
 LATE = "late"  # an earlier epoch's metrics carried by a later report (module docstring)
 LATE_EPOCH = f"{LATE}/epoch"  # ... and the epoch they belong to

@@ -57,14 +57,11 @@ from trainables.metrics import correlations
 from trainables.relatedness import SENTEVAL, RelatednessProtocol, supervised_relatedness_tasks
 
 __all__ = [
-    "BATTERY_ENV",
-    "BATTERY_MODES",
     "DevSemanticEvaluator",
     "Embed",
     "EmbeddingTable",
     "SemanticEvaluation",
     "SemanticEvaluator",
-    "battery_in_background",
     "cosine_correlations",
     "cosine_similarity",
     "dev_semantic_score",
@@ -288,13 +285,6 @@ class SemanticEvaluator:
         return metrics
 
 
-# How the Trainer runs the test battery unless make_semantic is told: "background" (the
-# default) or "sync" (in place, as the benchmarks' baseline and for debugging), read when
-# the evaluation is made (so it reaches a search's trials through their environment).
-BATTERY_ENV = "GROUNDED_TEST_BATTERY"
-BATTERY_MODES = ("background", "sync")
-
-
 @dataclass(frozen=True)
 class SemanticEvaluation:
     """What the ``Trainer`` evaluates: ``dev`` after every epoch (selection), ``test``
@@ -313,32 +303,20 @@ class SemanticEvaluation:
         return list(dict.fromkeys([*self.dev.sentences, *self.test.sentences]))
 
 
-def battery_in_background(mode: str | None = None) -> bool:
-    """Whether the Trainer runs the test battery in the background: ``mode``
-    ("background" or "sync"), or the environment's ``GROUNDED_TEST_BATTERY`` (default
-    "background")."""
-    mode = mode or os.environ.get(BATTERY_ENV) or "background"
-    if mode not in BATTERY_MODES:
-        raise ValueError(f"{BATTERY_ENV}: got {mode!r}, expected one of {', '.join(BATTERY_MODES)}")
-    return mode == "background"
-
-
 def make_semantic(
     senteval: str | os.PathLike[str] | SemanticBenchmark | None,
     evaluation: EvalConfig,
     run: RunConfig,
     *,
-    background: bool | None = None,
+    background: bool = True,
 ) -> SemanticEvaluation | None:
     """The semantic evaluation for ``senteval`` (a SentEval ``data/downstream`` directory,
     or the benchmark already loaded from one) as ``evaluation`` asks, on ``run``'s device
     with its seed; ``None`` when there is nothing to evaluate (no sets, or
-    ``semantic_every == 0``). ``background``: see ``SemanticEvaluation`` (None:
-    ``battery_in_background()``)."""
+    ``semantic_every == 0``). ``background``: see ``SemanticEvaluation`` (False:
+    in place, the benchmarks' baseline and the tests' reference)."""
     if senteval is None or evaluation.semantic_every == 0:
         return None
-    if background is None:
-        background = battery_in_background()
     benchmark = senteval if isinstance(senteval, SemanticBenchmark) else load_senteval(senteval)
     dev = DevSemanticEvaluator(benchmark)
     if not dev:

@@ -10,11 +10,11 @@ The tools point at each other: a trial's run carries its Tune trial id (``tune.t
 and its Optuna study and trial number (``optuna.study``, ``optuna.trial_number``); the
 Optuna trial carries the Tune trial id and the run id (``gridsearch._optuna``). Tune's
 own trials have no public place for attributes: the Tune trial id is the key the other
-two hold. A fused trial (``gridsearch._fused_search``) is several trials in one: each
-member gets its own run (its ``tune.trial_id`` is the member's id, ``<trial>-m<i>``),
-with its own metrics at step = epoch under the keys a lone trial's run has, and its own
-end. The experiment gets a chart view that opens on the trade-off per epoch
-(``_curves.charts_view``).
+two hold. Every Tune trial is a group (``gridsearch._groups``) of one configuration or,
+in a fused search, several: each member gets its own run (its ``tune.trial_id`` is the
+member's id: the trial's own in a group of one, else ``<trial>-m<i>``), with its own
+metrics at step = epoch and its own end. The experiment gets a chart view that opens on
+the trade-off per epoch (``_curves.charts_view``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
-from gridsearch._fused_search import Member, MemberResults, member_checkpoint, members_of
+from gridsearch._groups import Member, MemberResults, member_checkpoint, members_of
 from gridsearch._interrupt import Interruption
 from gridsearch._optuna import StudyLinks
 from gridsearch._outcome import Outcome, classify
@@ -117,15 +117,11 @@ class TrialTracker(Callback):
             return
         trial_id, config = trial.trial_id, dict(trial.config)
         self._seen.add(trial_id)
-        members = members_of(trial_id, config)
-        if members:
-            reports = member_metrics(result)
-            for member in members:
-                if member.position in reports and "epoch" in reports[member.position]:
-                    self._member_last[member.trial_id] = reports[member.position]
-                    self._log(member.trial_id, member.config, reports[member.position])
-            return
-        self._log(trial_id, config, result)
+        reports = member_metrics(result)
+        for member in members_of(trial_id, config):
+            if member.position in reports and "epoch" in reports[member.position]:
+                self._member_last[member.trial_id] = reports[member.position]
+                self._log(member.trial_id, member.config, reports[member.position])
 
     def _log(self, trial_id: str, config: dict[str, Any], result: Mapping[str, Any]) -> None:
         """One epoch's report of the trial (or member) ``trial_id`` into its run."""
@@ -149,9 +145,9 @@ class TrialTracker(Callback):
         self._close(trial, classify(trial.last_result or {}, error=False, search_complete=True))
 
     def _outcome(self, member: Member, outcome: Outcome, last: Mapping[str, Any]) -> Outcome:
-        """A member's own end within its fused trial's ``outcome``: finished once it
-        reported its ensemble, stopped early when the trial ended without it (the
-        searcher stopped it), else the trial's."""
+        """A member's own end within its trial's ``outcome``: finished once it reported
+        its ensemble, stopped early when the trial ended without it (the searcher stopped
+        it), else the trial's."""
         report = self._member_last.get(member.trial_id) or member_metrics(dict(last)).get(
             member.position, {}
         )
@@ -186,8 +182,6 @@ class TrialTracker(Callback):
         self._closing.discard(trial_id)  # a trial restored by --resume runs again
         for member in members_of(trial_id, config):
             self._open_run(member.trial_id, member.config)
-        if not members_of(trial_id, config):
-            self._open_run(trial_id, config)
 
     def _open_run(self, trial_id: str, config: dict[str, Any]) -> None:
         self.queue.submit(f"the run of {trial_id}", lambda: self.runs.reopen(trial_id, config))
@@ -239,8 +233,6 @@ class TrialTracker(Callback):
                 member_checkpoint(checkpoint, member.position),
                 error if own is Outcome.FAILED else None,
             )
-        if not members_of(trial_id, config):
-            self._close_run(trial_id, config, outcome, checkpoint, error)
 
     def _close_run(
         self,
@@ -259,8 +251,8 @@ class TrialTracker(Callback):
 
     def reconcile(self, results: Iterable[Any], *, complete: bool) -> ReconcileReport:
         """See ``_reconcile.reconcile``; and the links of runs that have none yet (the
-        store was away while their trial ran). A fused trial's results are its members'
-        (``_fused_search.MemberResults``)."""
+        store was away while their trial ran). A trial's results are its members'
+        (``_groups.MemberResults``)."""
         results = list(MemberResults(results))
         report = reconcile(self.runs, results, complete=complete)
         for result in results:

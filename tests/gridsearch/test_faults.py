@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
@@ -24,16 +25,30 @@ ray = pytest.importorskip("ray")
 from ray import tune  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
+from gridsearch._scheduler import make_scheduler  # noqa: E402
 from gridsearch.settings import SMOKE_WORLD_IMAGES  # noqa: E402
 from gridsearch.tracking import TrialTracker, ensure_experiment, start_parent_run  # noqa: E402
 from storage.build import build_synthetic  # noqa: E402
 from tests.gridsearch.faults import Driver, MlflowServer, node_running  # noqa: E402
+from tests.gridsearch.test_drivers import Driver as LineDriver  # noqa: E402
+from tests.gridsearch.test_fused_edges import (  # noqa: E402
+    EPOCHS,
+    RETRIEVAL,
+    SEARCH,
+    _check_members,
+    _last_status,
+    _replayed_stops,
+    _steps,
+    _study,
+    _summary_counts,
+    _trial_runs,
+)
 from trainables import names  # noqa: E402
 from trainables.config import TrainConfig  # noqa: E402
 from trainables.data import TrainingData, default_senteval  # noqa: E402
 from trainables.loop import Trainer  # noqa: E402
 from trainables.semantic import make_semantic  # noqa: E402
-from trainables.tune import grounded_trainable  # noqa: E402
+from trainables.tune import trial  # noqa: E402
 
 pytestmark = pytest.mark.slow
 EPOCH_KEYS = (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC, "epoch")
@@ -253,7 +268,7 @@ def _fault_trainable(config: dict[str, Any], data: TrainingData, poisoned: Train
             real_report(metrics, checkpoint=checkpoint)
 
         ray_tune.report = report
-    grounded_trainable(config, poisoned if fault == "nan" else data)
+    trial(config, poisoned if fault == "nan" else data)
 
 
 def test_diverging_and_raising_trials_fail_and_the_search_goes_on(
@@ -365,3 +380,40 @@ def test_load_24_trials_8_at_a_time(cluster: Cluster, world: str, tmp_path: Path
         ).fetchall()
     assert all(count == 1 for *_, count in points)  # no point twice
     assert len(points) == expected > 24 * 2 * 5
+
+
+def test_a_fused_trial_on_a_worker_node_stops_its_members_and_resumes_them_as_they_ended(
+    cluster: Cluster, world: str, tmp_path: Path, mlflow_runs
+) -> None:
+    """Four configurations in one fused trial under ASHA, on a worker node (the head has
+    no CPUs): the members below the median at the rung (epoch 1) are stopped there, told
+    through the search's signals actor, never through the driver's folder; Ctrl+C after
+    epoch 1, then --resume finishes it with a new actor: the restored searcher tells the
+    stops again, so the stopped members stay stopped at their rung, as Optuna was told,
+    though the trial resumes from an earlier checkpoint."""
+    runs = tmp_path / "runs"
+    on_cluster = ["--address", cluster.address, "--data", world]
+    first = LineDriver(*SEARCH, "--scheduler", "asha", "--num-samples", "4", "--fuse", "4",
+                       "--runs-dir", str(runs), "--experiment", "x", *on_cluster)  # fmt: skip
+    first.wait_for("epoch 1/2")
+    first.process.send_signal(signal.SIGINT)
+    code, out = first.finish()
+    assert code == 130 and "at epoch 1," in out, out  # ASHA's one rung
+    _, interrupted = _trial_runs(mlflow_runs, runs, "x")
+    assert _summary_counts(out) == Counter(r.data.tags["outcome"] for r in interrupted.values())
+    assert "the search stopped (SIGINT) with 4 trial(s) not finished" in out, out
+    resumed = LineDriver("--experiment", "x", "--resume", "--runs-dir", str(runs), *on_cluster)
+    code, out = resumed.finish()
+    assert code == 0 and "start 1-4/4" in out, out
+    assert len(list((runs / "tune" / "x").glob("*/result.json"))) == 1  # the one trial, resumed
+    client, members = _trial_runs(mlflow_runs, runs, "x")
+    outcomes = _check_members(client, members, _study(runs, "x"), 4)
+    assert _summary_counts(out) == Counter(outcomes.values())  # members, as MLflow holds them
+    asha = make_scheduler("asha", EPOCHS, 1, RETRIEVAL, "max")
+    stopped = _replayed_stops(asha, client, members, [RETRIEVAL])
+    assert stopped, "this search's ASHA stops a member at its rung (seeded, deterministic)"
+    assert {m for m, o in outcomes.items() if o == "stopped_early"} == stopped
+    for member in stopped:  # it trained no further than its rung, before or after
+        assert _steps(client, members[member]) == [0, 1]
+    assert _last_status(out).startswith("4 of 4 trials done, 0 running, 0 left")
+    assert f"{len(stopped)} stopped early" in out  # the fused trial's end line

@@ -2,9 +2,8 @@
 end through the CLI, a real local Ray, a real MLflow sqlite store and a real Optuna study
 on the embedded world (``--smoke-test``):
 
-- ``--resume`` after a signal stopped it mid-trial (a member already stopped early by
-  ASHA stays stopped at its epoch, however old the checkpoint its trial resumes from) or
-  at a fused trial's end: every configuration trains once, each member's MLflow run has
+- ``--resume`` after a signal stopped it at a fused trial's end (mid-trial, on a cluster
+  of two nodes: ``test_faults``): every configuration trains once, each member's MLflow run has
   each epoch once and ends with its own outcome, its Optuna trial agrees, and the
   summary and the progress lines count configurations, not Tune trials;
 - ``--seeds-per-config 2``: each member is the mean of its seeds, as a lone seeded trial
@@ -20,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import re
 import signal
 import subprocess
@@ -34,18 +32,17 @@ import optuna
 import pytest
 import torch
 from ray.tune.experiment import Trial
-from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+from ray.tune.schedulers import TrialScheduler
 
 from gridsearch import _optuna
 from gridsearch._scheduler import make_scheduler
 from gridsearch.progress import ProgressPrinter
 from gridsearch.spaces import SPACES
-from tests.gridsearch import test_fused_searcher as searcher_tests
 from tests.gridsearch.test_drivers import Driver
 from tests.tolerances import REORDERED
 from trainables import names
-from trainables.seeds import FUSED_SEEDS_ENV, GROUP_FILE, member_folder, state_file
-from trainables.tune import MEMBERS, MEMBERS_FUSED, member_key, read_stops, stop_file
+from trainables.group import GROUP_FILE, member_folder, state_file
+from trainables.tune import MEMBERS, MEMBERS_FUSED, member_key
 
 F32 = REORDERED[torch.float32]
 RETRIEVAL = names.selectable(names.BEST_RETRIEVAL)
@@ -57,13 +54,12 @@ EPOCHS = 2  # a smoke test's; its learning-rate cycle is one epoch: ASHA's rung 
 # -- reading back what a search recorded --------------------------------------------
 
 
-def _search(runs: Path, experiment: str, *more: str, mode: str = "fused") -> str:
-    """``python -m gridsearch.run`` to its end (exit 0); its output. ``mode``: how the
-    trials train their seats (``FUSED_SEEDS_ENV``; a CPU fuses only when asked)."""
+def _search(runs: Path, experiment: str, *more: str, engine: str = "auto") -> str:
+    """``python -m gridsearch.run`` to its end (exit 0); its output. ``engine``: how the
+    trials train their models (``--engine``; a CPU fuses only when asked)."""
     args = [sys.executable, "-m", "gridsearch.run", *SEARCH, "--runs-dir", str(runs),
-            "--experiment", experiment, *more]  # fmt: skip
-    env = {**os.environ, FUSED_SEEDS_ENV: mode}
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+            "--experiment", experiment, "--engine", engine, *more]  # fmt: skip
+    done = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
@@ -173,42 +169,6 @@ def _last_status(out: str) -> str:
 
 
 @pytest.mark.slow
-def test_a_fused_search_stopped_mid_trial_resumes_each_member_once_and_as_it_ended(
-    tmp_path: Path, mlflow_runs, on_cluster: list[str]
-) -> None:
-    """Four configurations in one fused trial under ASHA; Ctrl+C after its epoch 1 (the
-    rung, where ASHA stopped the members below the median); --resume finishes it. A
-    resumed search starts with an empty progress folder: the searcher writes the stop
-    file again, so the stopped members stay stopped at their rung, as Optuna was told,
-    though the trial resumes from an earlier checkpoint."""
-    runs = tmp_path / "runs"
-    first = Driver(*SEARCH, "--scheduler", "asha", "--num-samples", "4", "--fuse", "4",
-                   "--runs-dir", str(runs), "--experiment", "x", *on_cluster)  # fmt: skip
-    first.wait_for("epoch 1/2")
-    first.process.send_signal(signal.SIGINT)
-    code, out = first.finish()
-    assert code == 130 and "at epoch 1," in out, out  # ASHA's one rung
-    _, interrupted = _trial_runs(mlflow_runs, runs, "x")
-    assert _summary_counts(out) == Counter(r.data.tags["outcome"] for r in interrupted.values())
-    assert "the search stopped (SIGINT) with 4 trial(s) not finished" in out, out
-    resumed = Driver("--experiment", "x", "--resume", "--runs-dir", str(runs), *on_cluster)
-    code, out = resumed.finish()
-    assert code == 0 and "start 1-4/4" in out, out
-    assert len(list((runs / "tune" / "x").glob("*/result.json"))) == 1  # the one trial, resumed
-    client, members = _trial_runs(mlflow_runs, runs, "x")
-    outcomes = _check_members(client, members, _study(runs, "x"), 4)
-    assert _summary_counts(out) == Counter(outcomes.values())  # members, as MLflow holds them
-    asha = make_scheduler("asha", EPOCHS, 1, RETRIEVAL, "max")
-    stopped = _replayed_stops(asha, client, members, [RETRIEVAL])
-    assert stopped, "this search's ASHA stops a member at its rung (seeded, deterministic)"
-    assert {m for m, o in outcomes.items() if o == "stopped_early"} == stopped
-    for member in stopped:  # it trained no further than its rung, before or after
-        assert _steps(client, members[member]) == [0, 1]
-    assert _last_status(out).startswith("4 of 4 trials done, 0 running, 0 left")
-    assert f"{len(stopped)} stopped early" in out  # the fused trial's end line
-
-
-@pytest.mark.slow
 def test_a_fused_search_stopped_at_a_trials_end_counts_its_members_and_resumes(
     tmp_path: Path, mlflow_runs, on_cluster: list[str]
 ) -> None:
@@ -248,52 +208,17 @@ def test_a_finished_fused_search_extends_by_configurations_then_has_nothing_to_r
     _search(runs, "z", "--scheduler", "fifo", "--num-samples", "2", "--fuse", "2", *on_cluster)
     resume = [sys.executable, "-m", "gridsearch.run", "--experiment", "z", "--resume",
               "--runs-dir", str(runs), *on_cluster]  # fmt: skip
-    env = {**os.environ, FUSED_SEEDS_ENV: "fused"}
     extended = subprocess.run(
-        [*resume, "--num-samples", "4"], env=env, capture_output=True, text=True, timeout=600
+        [*resume, "--num-samples", "4"], capture_output=True, text=True, timeout=600
     )
     assert extended.returncode == 0, extended.stdout + extended.stderr
     assert _summary_counts(extended.stdout) == Counter({"finished": 4}), extended.stdout
     assert len(list((runs / "tune" / "z").glob("*/result.json"))) == 2  # two fused trials
     client, members = _trial_runs(mlflow_runs, runs, "z")
     assert set(_check_members(client, members, _study(runs, "z"), 4).values()) == {"finished"}
-    again = subprocess.run(resume, env=env, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(resume, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stderr.startswith("the search 'z' has run all its 4 trials: nothing to run")
-
-
-def test_a_restored_searcher_writes_the_stop_files_of_its_running_trials_again(
-    tmp_path: Path,
-) -> None:
-    """What the resumed search above relies on, on a real Optuna study: a --resume's
-    progress folder starts empty, and the restored searcher writes the stop file of
-    every trial that will run again (each stopped member with its epoch) before any
-    trial does; a trial that completed gets none."""
-    first = tmp_path / "first"
-    first.mkdir()
-    asha = make_scheduler("asha", 8, 2, searcher_tests.METRIC, "max")  # rungs at epochs 2, 4
-    search = searcher_tests._fused(first, "margin_sweep", fuse=2, total=4, scheduler=asha)
-    for trial in ("t0", "t1"):
-        assert len(search.suggest(trial)[MEMBERS]) == 2
-        for epoch in (0, 1, 2):  # member 1 below the median at the rung: stopped
-            report = searcher_tests._report(epoch, {0: 10.0 + epoch, 1: 1.0})
-            search.on_trial_result(trial, report)
-        assert read_stops(stop_file(first, trial)) == {1: 2}
-    search.on_trial_complete("t1", searcher_tests._report(2, {0: 12.0}))
-    saved = str(tmp_path / "searcher.pkl")
-    search.save(saved)
-    for trial in ("t0", "t1"):
-        stop_file(first, trial).unlink()  # a resumed search's progress folder is new
-    (tmp_path / "again").mkdir()
-    fresh = searcher_tests._fused(tmp_path / "again", "margin_sweep", 2, 4, FIFOScheduler())
-    fresh.restore(saved)
-    assert read_stops(stop_file(first, "t0")) == {1: 2}  # stops after its epoch 2, again
-    assert not stop_file(first, "t1").exists()  # it will not run again
-    assert fresh.total == 4
-    fresh.extend(6)  # a --resume with a larger --num-samples
-    assert fresh.total == 6
-    fresh.extend(5)  # never fewer
-    assert fresh.total == 6
 
 
 # -- --seeds-per-config ----------------------------------------------------------------
@@ -303,15 +228,16 @@ def test_a_restored_searcher_writes_the_stop_files_of_its_running_trials_again(
 def test_fused_members_at_two_seeds_record_what_lone_seeded_trials_record(
     tmp_path: Path, mlflow_runs, on_cluster: list[str]
 ) -> None:
-    """``--fuse 2 --seeds-per-config 2``: one Tune trial, its four seats (two members at
-    two seeds) one fused model; each member records what the same configuration records
-    as a lone trial at two seeds trained one after the other: the same parameters and
-    metric keys (the spread over seeds among them), each metric at the same steps with
-    the same values to float32 rounding, and its Optuna value; each member's seeds
-    checkpointed as a lone seeded trial checkpoints them."""
+    """``--fuse 2 --seeds-per-config 2 --engine fused``: one Tune trial, its four seats
+    (two members at two seeds) one fused model; each member records what the same
+    configuration records as a lone trial (a group of one) at two seeds trained one after
+    the other (``--engine sequential``): the same parameters but the engine, the same
+    metric keys (the spread over seeds among them), each metric at the same steps with the
+    same values to float32 rounding, and its Optuna value and intermediate values; each
+    member's seeds checkpointed in its member folder as the lone trial's are."""
     more = ["--scheduler", "fifo", "--num-samples", "2", "--seeds-per-config", "2", *on_cluster]
-    fused_out = _search(tmp_path, "fused", *more, "--fuse", "2", mode="fused")
-    _search(tmp_path, "alone", *more, mode="sequential")
+    fused_out = _search(tmp_path, "fused", *more, "--fuse", "2", engine="fused")
+    _search(tmp_path, "alone", *more, engine="sequential")
     assert "2 trials: 2 finished" in fused_out
     (trial,) = [p.parent for p in (tmp_path / "tune" / "fused").glob("*/result.json")]
     reports = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
@@ -322,6 +248,15 @@ def test_fused_members_at_two_seeds_record_what_lone_seeded_trials_record(
         saved = sorted(p.name for p in member_folder(last, member).iterdir())
         assert saved == sorted([state_file(0), state_file(1)])
     assert json.loads((last / GROUP_FILE).read_text()) == {"stopped": []}
+    lone = sorted(p.parent for p in (tmp_path / "tune" / "alone").glob("*/result.json"))
+    assert len(lone) == 2  # two Tune trials, each a group of one, not fused
+    for folder in lone:
+        results = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
+        assert [r[MEMBERS_FUSED] for r in results] == [0] * (EPOCHS + 1)
+        saved = sorted(
+            p.name for p in member_folder(sorted(folder.glob("checkpoint_*"))[-1], 0).iterdir()
+        )
+        assert saved == sorted([state_file(0), state_file(1)])
     studies = {
         e: {t.params["margin"]: t for t in _study(tmp_path, e).trials} for e in ("fused", "alone")
     }
@@ -329,6 +264,7 @@ def test_fused_members_at_two_seeds_record_what_lone_seeded_trials_record(
     for margin, fused in studies["fused"].items():
         alone = studies["alone"][margin]
         assert fused.value == pytest.approx(alone.value, rel=F32.rtol, abs=F32.atol)
+        assert sorted(fused.intermediate_values) == sorted(alone.intermediate_values)
     runs = {}
     for experiment in ("fused", "alone"):
         client, found = _trial_runs(mlflow_runs, tmp_path, experiment)
@@ -340,6 +276,8 @@ def test_fused_members_at_two_seeds_record_what_lone_seeded_trials_record(
             names.spread(test_semantic))  # fmt: skip
     for margin, fused in runs["fused"].items():
         alone = runs["alone"][margin]
+        engines = (fused.data.params.pop("engine"), alone.data.params.pop("engine"))
+        assert engines == ("fused", "sequential")
         assert fused.data.params == alone.data.params  # seed included: the same seeds
         assert sorted(fused.data.metrics) == sorted(alone.data.metrics)
         for key in keys:
@@ -400,7 +338,7 @@ class Clock:
 
 def _fused_trial(trial_id: str, *margins: float) -> Trial:
     config = {MEMBERS: [{"margin": margin} for margin in margins]}
-    return Trial("fused_trainable", config=config, trial_id=trial_id, stub=True)
+    return Trial("trial", config=config, trial_id=trial_id, stub=True)
 
 
 def _fused_report(
@@ -420,18 +358,15 @@ def _fused_report(
     return result
 
 
-def test_the_progress_of_a_fused_search_counts_configurations_and_names_members(
-    tmp_path: Path,
-) -> None:
+def test_the_progress_of_a_fused_search_counts_configurations_and_names_members() -> None:
     """Two fused trials of two members, three epochs each: the numbers, start and epoch
     lines, k of N counting members (one stopped early inside a running trial is done),
     the best member of each objective, a trial's end line and the estimate."""
     lines: list[str] = []
     clock = Clock()
     printer = ProgressPrinter(
-        SPACES["margin_sweep"], 4, 3, [RETRIEVAL, SEMANTIC], lines.append,
-        progress_dir=tmp_path / "progress", clock=clock,
-    )  # fmt: skip
+        SPACES["margin_sweep"], 4, 3, [RETRIEVAL, SEMANTIC], lines.append, clock=clock
+    )
     first, second = _fused_trial("aaa", 0.1, 0.2), _fused_trial("bbb", 0.3, 0.4)
     trials = [first, second]
     printer.on_step_end(0, trials)  # before any work: the estimate's starting point

@@ -1,5 +1,6 @@
-"""The training config is five concerns composed: each declares, defaults and checks its
-own fields; the training config holds them all, flat, and the rules between two."""
+"""The training config is five concerns composed: each declares its own fields, every
+field one ``setting`` with its default, help text, bounds and whether fused members may
+differ in it; the training config holds them all, flat, and the rules between two."""
 
 from __future__ import annotations
 
@@ -36,21 +37,38 @@ def test_the_parts_partition_the_training_config_in_order() -> None:
             assert getattr(TrainConfig(), field.name) == field.default
 
 
+def _part(config: TrainConfig, kind: type[ModelConfig]) -> ModelConfig:
+    return kind.from_dict({name: getattr(config, name) for name in kind.field_names()})
+
+
 def test_each_part_alone_is_the_training_configs_values() -> None:
     config = TrainConfig(hidden_size=16, margin=0.3, lr_max=0.01, semantic_every=2, seed=7)
-    parts = {
-        ModelConfig: config.model,
-        LossConfig: config.objective,
-        OptimConfig: config.optim,
-        EvalConfig: config.evaluation,
-        RunConfig: config.run,
-    }
-    for kind, part in parts.items():
-        assert type(part) is kind
+    for kind in PARTS:
         assert isinstance(config, kind)  # a component that takes the part takes the whole
+        part = _part(config, kind)  # type: ignore[arg-type]
         assert part.to_dict() == {name: getattr(config, name) for name in kind.field_names()}
-    assert config.model.hidden_size == 16 and config.objective.margin == 0.3
+    assert type(config.run) is RunConfig and type(config.evaluation) is EvalConfig
     assert config.run.seed == 7 and config.evaluation.semantic_every == 2
+
+
+def test_every_field_declares_its_help_and_its_bounds_are_checked() -> None:
+    for field in dataclasses.fields(TrainConfig):
+        assert len(field.metadata["help"]) > 10, field.name  # what --help says of it
+    bounded = {
+        f.name: f.metadata for f in dataclasses.fields(TrainConfig) if f.metadata["low"] is not None
+    }
+    assert {"hidden_size", "margin", "lr_max", "epochs", "threads", "seed"} <= set(bounded)
+    for name, meta in bounded.items():
+        below = meta["low"] - 1 if isinstance(getattr(TrainConfig(), name), int) else -1.0
+        with pytest.raises(ConfigError) as caught:
+            TrainConfig.from_dict({name: below})
+        assert caught.value.field == name
+    with pytest.raises(ConfigError, match=r"batch_size: got 1, expected at least 2 \(in-batch"):
+        TrainConfig(batch_size=1)
+    with pytest.raises(ConfigError, match=r"lr_max: got 0\.0, expected a finite number > 0\.0"):
+        TrainConfig(lr_max=0.0)
+    with pytest.raises(ConfigError, match="threads: got 1025, expected an integer from 0 to 1024"):
+        TrainConfig(threads=1025)
 
 
 @pytest.mark.parametrize(
@@ -110,7 +128,7 @@ def test_choices_are_read_off_the_literal_types() -> None:
 def test_components_take_their_concern_alone() -> None:
     torch.manual_seed(0)
     whole = TrainConfig(hidden_size=8, attention_hidden=4)
-    alone = GroundedEncoder(whole.model, feature_dim=12)
+    alone = GroundedEncoder(_part(whole, ModelConfig), feature_dim=12)
     torch.manual_seed(0)
     composed = GroundedEncoder(whole, feature_dim=12)
     assert alone.embedding_dim == composed.embedding_dim == 16

@@ -3,9 +3,10 @@ each the same as its lone trial, in float64 on the CPU.
 
 The pieces (encoder forward and gradients, hinge loss, clipping, Adam) are held to the
 float64 bound of another reduction order (``REORDERED``) against the existing modules;
-whole runs are held to the lone ``Trainer``'s own reports and weights, within
+an epoch of fused training is held to the lone ``Trainer``'s weights, within
 ``FUSED_TRAINING`` (the ``Trainer``'s loss is float32 even for float64 weights; see
-tests/tolerances.py)."""
+tests/tolerances.py); whole runs, with evaluation, through a trial's group:
+tests/trainables/test_group.py."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 import torch
 
 from tests.tolerances import FUSED_TRAINING, REORDERED
-from trainables import FusedEncoder, FusedTrainer, check_fusable, fuse, names
+from trainables import FusedEncoder, FusedTrainer, check_fusable, fuse
 from trainables.config import ConfigError, TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches
 from trainables.families import build_tokenizer
@@ -197,41 +198,6 @@ def test_an_epoch_of_fused_training_is_each_members_lone_training(
     off = Trainer(changed, data)
     off.train_batches(fused.plans(0)[0])
     assert (wrong - off.model.state_dict()["caption_encoder.rnn.weight_hh_l0"]).abs().max() > 1e-4
-
-
-def _comparable(report: dict[str, float]) -> dict[str, float]:
-    """A report without its timings."""
-    timing = (names.TRAIN_SECONDS, names.EVAL_SECONDS, names.CAPTIONS_PER_S)
-    return {k: v for k, v in report.items() if k not in timing}
-
-
-@pytest.mark.slow
-def test_fused_reports_are_the_lone_trainers_and_members_leave_when_done(
-    data: TrainingData,
-) -> None:
-    """``run``: epochs 0..epochs of each member, the same keys and values as its lone
-    ``Trainer.run`` (retrieval, best, learning rate, the snapshot ensemble at its last
-    epoch); a member with fewer epochs leaves the group after its last report."""
-    cfgs = [
-        dataclasses.replace(c, epochs=e, snapshot_interval=1, ensemble_size=2)
-        for c, e in zip(configs(), (2, 1, 2), strict=True)
-    ]
-    fused = fuse(cfgs, data)
-    reports = []
-    for epoch_reports in fused.run():
-        reports.append(epoch_reports)
-    assert [sorted(r) for r in reports] == [[0, 1, 2], [0, 1, 2], [0, 2]]
-    assert fused.member_ids == []
-    for m, config in enumerate(cfgs):
-        lone = [_comparable(r) for r in Trainer(config, data).run()]
-        mine = [_comparable(r[m]) for r in reports if m in r]
-        assert len(mine) == config.epochs + 1
-        for theirs, ours in zip(lone, mine, strict=True):
-            assert set(ours) == set(theirs)
-            for key, value in theirs.items():
-                tol = FUSED_TRAINING if key == names.LOSS else F64
-                assert ours[key] == pytest.approx(value, rel=tol.rtol, abs=tol.atol), (m, key)
-        assert names.is_finished(mine[-1])
 
 
 def test_a_stopped_member_leaves_and_the_others_train_on_unchanged(data: TrainingData) -> None:

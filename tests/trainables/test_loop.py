@@ -493,9 +493,9 @@ def test_a_background_battery_that_fails_stops_the_run_with_its_own_error(
 
 
 def test_seeds_combine_a_late_battery_as_their_own() -> None:
-    """A trial at several seeds (trainables.seeds): the battery each seed delivers late
+    """A trial at several seeds (trainables.group): the battery each seed delivers late
     is averaged, and its spread reported, as when it came in its own epoch's report."""
-    from trainables.seeds import combine
+    from trainables.group import combine
 
     test_semantic = names.key(names.TEST, "semantic")
     reports = [

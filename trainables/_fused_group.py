@@ -1,8 +1,7 @@
-"""Members trained as one fused model: the seeds of one configuration
-(``trainables.seeds.SeedGroup``) or the configurations of one shape in a fused search
-trial (``trainables.seeds.MemberGroup``).
+"""A trial group's seats (``trainables.group.TrialGroup``: its configurations at their
+seeds) trained as one fused model.
 
-Each member keeps its own ``Trainer`` (``FusedMember``): its evaluation, test battery
+Each seat keeps its own ``Trainer`` (``FusedMember``): its evaluation, test battery
 (in the background or in place), snapshots, ensemble, history and checkpoint are the
 ``Trainer``'s own code, unchanged. Only its training epoch is taken over: the first
 member that asks for an epoch trains that epoch of *every* member in one
@@ -18,7 +17,7 @@ refilled from the members (``pull``: weights, moments, epoch and step), so a gro
 resumes from a checkpoint written fused or one after the other, either way.
 
 ``time/train_s`` of each member is its share of the fused epoch (the seconds over
-``k``), so the group's sum (``seeds.combine``) is what the epoch cost; captions/s is
+``k``), so the group's sum (``group.combine``) is what the epoch cost; captions/s is
 the group's throughput.
 """
 
@@ -37,7 +36,7 @@ from trainables.fused import FusedTrainer
 from trainables.loop import Trainer
 from trainables.semantic import SemanticEvaluation
 
-__all__ = ["FusedGroup", "FusedMember", "FusedSeeds", "fused_members"]
+__all__ = ["FusedGroup", "FusedMember", "fused_members"]
 
 logger = logging.getLogger(__name__)
 
@@ -191,9 +190,6 @@ class FusedGroup:
             _adam_state(trainer, self.fused.member_moments(trainer.index), self.fused.step)
 
 
-FusedSeeds = FusedGroup  # the seeds of one configuration: the first use of a fused group
-
-
 def _scalar_dtype() -> torch.dtype:
     """The dtype of ``torch.optim.Adam``'s step counts (float64 under a float64 default)."""
     return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
@@ -241,7 +237,7 @@ def fused_members(
     complete_at: Collection[int] = (),
 ) -> FusedGroup:
     """The ``FusedGroup`` of ``configs`` (``check_fusable`` first), its members' trainers
-    built as ``SeedGroup`` builds them."""
+    built as ``TrialGroup`` builds its sequential ones."""
     trainers = []
     group: FusedGroup | None = None
 

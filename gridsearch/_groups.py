@@ -1,30 +1,30 @@
-"""A fused search (``--fuse K``): configurations of one shape trained as one Tune trial.
+"""A search's trials as groups: a Tune trial trains the configurations its config holds
+(``trainables.tune.MEMBERS``): one, or up to ``--fuse K`` of one shape.
 
-``FusedSearcher`` sits between Tune and the Optuna searcher
+``GroupSearcher`` sits between Tune and the Optuna searcher
 (``_optuna.ResumableOptunaSearch``). Asked for a trial, it asks Optuna for up to ``K``
-configurations and groups those whose shapes agree (``trainables.SHARED_FIELDS``: the
-fused model stacks their weights); a configuration of another shape waits for the next
-trial (the oldest waiting one decides that trial's shape), one the fused path cannot
-train (``trainables.check_fusable``) trains alone. The Tune trial's config holds the
-members (``trainables.tune.MEMBERS``) and ``trainables.tune.fused_trainable`` trains
-them; its result per epoch holds each member under ``trainables.tune.member_key``.
+configurations and groups those whose shapes agree (``trainables.SHARED_FIELDS``: a fused
+model stacks their weights); a configuration of another shape waits for the next trial
+(the oldest waiting one decides that trial's shape), one the fused path cannot train
+(``trainables.check_fusable``) trains alone. ``trainables.tune.trial`` trains the group;
+its result per epoch holds each member under ``trainables.tune.member_key``.
 
-Each member stays its own Optuna trial, told under the member's own id
-(``member_id``: the Tune trial id and ``-m<position>``, which is also its MLflow run's
-``tune.trial_id`` tag): its intermediate values at step = epoch, its value when it ends.
-Early stopping is per member: the search's scheduler (ASHA at cycle ends, or its
-Pareto form) gets every member's report as if the member were a trial of its own, and a
-member it stops leaves its group: the searcher writes its position and epoch into the
-trial's ``trainables.tune.stop_file``, which the trial reads after the report (Tune hands
-the report to the searcher before the trial goes on). Tune itself then runs FIFO. A
-``--resume`` starts with an empty ``progress_dir``: the restored searcher writes its
-stop files again before any trial runs, so a member stopped before the interruption
-stays stopped at its epoch however old the checkpoint its trial resumes from.
+Each member is a trial of its own for Optuna, MLflow, the progress display and the
+summary, under its own id (``member_id``: a group of one, the Tune trial's id; else that
+id and ``-m<position>``, which is also its MLflow run's ``tune.trial_id`` tag): its
+intermediate values at step = epoch, its value when it ends. Early stopping is per member
+and one way for all: the search's scheduler (ASHA at cycle ends, or its Pareto form) gets
+every member's report as if the member were a trial, and a member it stops leaves its
+group: the searcher tells the trial's ``trainables.tune.TrialSignals`` actor (through
+Ray, so a trial on any node hears it), which the trial asks after the report (Tune hands
+the report to the searcher before the trial goes on). Tune itself runs FIFO. A
+``--resume`` has a new actor: the restored searcher tells it its stops again before any
+trial runs, so a member stopped before the interruption stays stopped at its epoch
+however old the checkpoint its trial resumes from.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,20 +36,18 @@ from ray.tune.search import ConcurrencyLimiter, Searcher
 
 from gridsearch._optuna import ResumableOptunaSearch
 from gridsearch.tracking import split_trial_config
-from storage import write_text_atomic
 from trainables import names
 from trainables.config import ConfigError
 from trainables.fused import SHARED_FIELDS, check_fusable
-from trainables.seeds import member_folder
-from trainables.tune import MEMBERS, member_key, member_metrics, stop_file
+from trainables.group import member_folder
+from trainables.tune import MEMBERS, group_configs, member_key, member_metrics
 
 __all__ = [
-    "FusedSearcher",
+    "GroupSearcher",
     "Member",
     "MemberResults",
     "configurations_of",
-    "fused_search",
-    "is_fused",
+    "group_search",
     "member_checkpoint",
     "member_id",
     "members_of",
@@ -60,20 +58,16 @@ __all__ = [
 ASKS_PER_MEMBER = 2  # draws a trial may take to fill its group before it starts smaller
 
 
-def member_id(trial_id: str, member: int) -> str:
-    """The id a member of the fused trial ``trial_id`` goes by in Optuna and MLflow."""
-    return f"{trial_id}-m{member}"
-
-
-def is_fused(config: Any) -> bool:
-    """Whether a Tune trial's config is a fused trial's (holds ``MEMBERS``)."""
-    return isinstance(config, dict) and isinstance(config.get(MEMBERS), list)
+def member_id(trial_id: str, member: int, size: int) -> str:
+    """The id member ``member`` of the Tune trial ``trial_id`` (a group of ``size``) goes
+    by in Optuna and MLflow: the trial's own in a group of one."""
+    return trial_id if size == 1 else f"{trial_id}-m{member}"
 
 
 def configurations_of(config: Any) -> int:
-    """How many configurations a Tune trial's config trains: a fused trial's members,
-    else one (what a search's ``num_samples`` counts)."""
-    return len(config[MEMBERS]) if is_fused(config) else 1
+    """How many configurations a Tune trial's config trains (what a search's
+    ``num_samples`` counts)."""
+    return len(group_configs(config or {}))
 
 
 def shape_of(config: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -89,26 +83,27 @@ def shape_of(config: dict[str, Any]) -> tuple[Any, ...] | None:
 
 @dataclass(frozen=True)
 class Member:
-    """A member of a fused trial as MLflow and Optuna see it: a trial of its own."""
+    """A member of a Tune trial as MLflow and Optuna see it: a trial of its own."""
 
     trial_id: str  # ``member_id``
-    position: int  # in the fused trial's ``MEMBERS``
-    config: dict[str, Any]  # its config, as a lone trial's
+    position: int  # in the trial's ``MEMBERS``
+    config: dict[str, Any]  # its config
+    size: int  # how many configurations its Tune trial trains
 
 
 def members_of(trial_id: str, config: Any) -> list[Member]:
-    """The members of the Tune trial ``trial_id`` (none when it is not a fused trial)."""
-    if not is_fused(config):
-        return []
+    """The members of the Tune trial ``trial_id`` (one, or a fused trial's several)."""
+    configs = group_configs(config or {})
     return [
-        Member(member_id(trial_id, position), position, dict(member))
-        for position, member in enumerate(config[MEMBERS])
+        Member(member_id(trial_id, position, len(configs)), position, member, len(configs))
+        for position, member in enumerate(configs)
     ]
 
 
 class _MemberCheckpoint:
-    """Member ``position``'s part of a fused trial's Tune checkpoint, read as a lone
-    trial's checkpoint is (``as_directory``)."""
+    """Member ``position``'s part of a trial's Tune checkpoint, read as a lone training
+    state's folder is (``as_directory``; a checkpoint written before trials were groups
+    holds member 0's at its top)."""
 
     def __init__(self, checkpoint: Any, position: int) -> None:
         self.checkpoint, self.position = checkpoint, position
@@ -116,11 +111,12 @@ class _MemberCheckpoint:
     @contextmanager
     def as_directory(self) -> Iterator[str]:
         with self.checkpoint.as_directory() as folder:
-            yield str(member_folder(Path(folder), self.position))
+            place = member_folder(Path(folder), self.position)
+            yield str(place if place.is_dir() or self.position else folder)
 
 
 def member_checkpoint(checkpoint: Any, position: int) -> Any:
-    """Member ``position``'s checkpoint in a fused trial's ``checkpoint`` (None: none)."""
+    """Member ``position``'s checkpoint in a trial's ``checkpoint`` (None: none)."""
     return None if checkpoint is None else _MemberCheckpoint(checkpoint, position)
 
 
@@ -137,10 +133,10 @@ class _MemberResult:
 
 
 class MemberResults:
-    """Tune's results with every fused trial replaced by its members, each read as a
-    lone trial's result (``metrics``, ``config``, ``metrics_dataframe``, ``checkpoint``,
+    """Tune's results with every trial replaced by its members, each read as a lone
+    trial's result (``metrics``, ``config``, ``metrics_dataframe``, ``checkpoint``,
     ``error``), so the end of a search (MLflow reconciled, the summary, the best models
-    registered) sees one trial per configuration. Other results pass as they are."""
+    registered) sees one trial per configuration."""
 
     def __init__(self, results: Any) -> None:
         self.results = results
@@ -151,14 +147,13 @@ class MemberResults:
         for result, status in zip(listed, statuses, strict=True):
             config = dict(result.config or {})
             trial_id = str((result.metrics or {}).get("trial_id", "?"))
-            members = members_of(trial_id, config)
-            expanded = [_member_result(result, m) for m in members] or [result]
+            expanded = [_member_result(result, m) for m in members_of(trial_id, config)]
             self._items.extend(expanded)
             if result.error is not None:
                 self.num_errors += len(expanded)
             elif status == "TERMINATED":
                 self.num_terminated += len(expanded)
-        if len(self._items) == len(listed):  # no fused trial: Tune's own counts
+        if len(self._items) == len(listed):  # groups of one: Tune's own counts
             self.num_terminated = getattr(results, "num_terminated", self.num_terminated)
             self.num_errors = getattr(results, "num_errors", self.num_errors)
 
@@ -182,8 +177,7 @@ def _statuses(results: Any, count: int) -> list[str | None]:
 
 
 def tune_trial_of(result: Any) -> str:
-    """The id of the Tune trial a result of ``MemberResults`` comes from: a member's
-    fused trial's, else its own (``trial_id`` in its metrics)."""
+    """The id of the Tune trial a result of ``MemberResults`` comes from."""
     fused = getattr(result, "tune_trial_id", None)
     return str(fused) if fused is not None else str((result.metrics or {}).get("trial_id", "?"))
 
@@ -193,7 +187,9 @@ def _member_result(result: Any, member: Member) -> _MemberResult:
     (``_extend.saved_results``: no table, no checkpoint)."""
     frame = getattr(result, "metrics_dataframe", None)
     rows = None
-    if frame is not None:
+    if frame is not None and member_key(member.position, "epoch") not in frame:
+        rows = frame  # a trial's results written before trials were groups: its own
+    elif frame is not None:
         prefix = member_key(member.position, "")
         own = [c for c in frame.columns if str(c).startswith(prefix)]
         epoch = member_key(member.position, "epoch")
@@ -217,11 +213,12 @@ class _Member:
     trial_id: str
 
 
-class FusedSearcher(Searcher):
-    """Groups Optuna's configurations into fused trials (module docstring). ``total``:
-    configurations to train in all (the search's trials); ``scheduler``: the search's
-    own, applied per member; ``stops``: the folder of the trials' stop files
-    (``progress_dir``; None: no member is stopped early)."""
+class GroupSearcher(Searcher):
+    """Groups Optuna's configurations into trials of up to ``fuse`` (module docstring).
+    ``total``: configurations to train in all (the search's trials); ``scheduler``: the
+    search's own, applied per member; ``signals``: the trials' ``TrialSignals`` actor,
+    through which members are stopped (None: none is stopped early; never saved with the
+    searcher: a resumed search sets its own)."""
 
     def __init__(
         self,
@@ -229,12 +226,12 @@ class FusedSearcher(Searcher):
         fuse: int,
         total: int,
         scheduler: TrialScheduler | None = None,
-        stops: str | Path | None = None,
+        signals: Any = None,
     ) -> None:
         super().__init__(metric=inner.metric, mode=inner.mode)
         self.inner, self.fuse, self.total = inner, max(int(fuse), 1), int(total)
         self.scheduler = scheduler
-        self.stops = str(stops) if stops is not None else None
+        self.signals = signals
         self.asked = 0  # configurations drawn from Optuna so far
         self.waiting: list[tuple[str, dict[str, Any]]] = []  # (drawn as, config)
         self.groups: dict[str, int] = {}  # trial id -> its number of members
@@ -243,6 +240,11 @@ class FusedSearcher(Searcher):
         # trial id -> its members stopped early: position -> the epoch it stopped after
         self.stopped: dict[str, dict[int, int]] = {}
         self.scheduled: set[str] = set()  # member ids the scheduler knows
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (Tune's ``tuner.pkl``) without the signals actor, which ends with its
+        driver: a resumed search sets its own (``_extend.use_signals``)."""
+        return {**self.__dict__, "signals": None}
 
     # -- what Tune asks -------------------------------------------------------------
 
@@ -266,7 +268,7 @@ class FusedSearcher(Searcher):
         if not members:
             return None
         for position, (drawn_as, _) in enumerate(members):
-            self.inner.rename(drawn_as, member_id(trial_id, position))
+            self.inner.rename(drawn_as, member_id(trial_id, position, len(members)))
         self.groups[trial_id] = len(members)
         return {MEMBERS: [config for _, config in members]}
 
@@ -309,9 +311,9 @@ class FusedSearcher(Searcher):
         return members
 
     def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        stops: dict[int, int] = {}  # position -> the epoch it stops after
+        size = self.groups.get(trial_id, 1)
         for position, metrics in sorted(member_metrics(result).items()):
-            member = member_id(trial_id, position)
+            member = member_id(trial_id, position, size)
             if member in self.ended:
                 continue
             self.last[member] = metrics
@@ -319,24 +321,18 @@ class FusedSearcher(Searcher):
             if names.is_finished(metrics):  # its epochs are done: it left the group
                 self._end(member, metrics)
             elif self._stops(member, metrics):
-                stops[position] = int(metrics["epoch"])
+                self.stopped.setdefault(trial_id, {})[position] = int(metrics["epoch"])
+                self._tell_stop(trial_id, position)
                 self._end(member, metrics)
-        if stops:
-            self.stopped.setdefault(trial_id, {}).update(stops)
-            self._write_stops(trial_id)
 
-    def _write_stops(self, trial_id: str) -> None:
-        """The trial's stop file: every member stopped so far, with its epoch."""
-        if self.stops is None:
-            return
-        path = stop_file(self.stops, trial_id)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        stopped = sorted(self.stopped[trial_id].items())
-        write_text_atomic(path, json.dumps({str(m): epoch for m, epoch in stopped}))
+    def _tell_stop(self, trial_id: str, position: int) -> None:
+        """Tell the trial (through its signals actor) that a member stops, and when."""
+        if self.signals is not None:
+            self.signals.stop.remote(trial_id, position, self.stopped[trial_id][position])
 
     def _stops(self, member: str, metrics: dict[str, Any]) -> bool:
         """Whether the search's scheduler stops ``member`` at this report."""
-        if self.scheduler is None or self.stops is None:
+        if self.scheduler is None or self.signals is None:
             return False
         if "epoch" not in metrics:
             return False
@@ -350,9 +346,12 @@ class FusedSearcher(Searcher):
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:
-        self.stopped.pop(trial_id, None)  # it runs no more: its stop file is not needed
-        for position in range(self.groups.get(trial_id, 0)):
-            member = member_id(trial_id, position)
+        self.stopped.pop(trial_id, None)  # it runs no more: its stops are not needed
+        if self.signals is not None:
+            self.signals.forget.remote(trial_id)
+        size = self.groups.get(trial_id, 0)
+        for position in range(size):
+            member = member_id(trial_id, position, size)
             if member not in self.ended:
                 last = None if error else self.last.get(member)
                 self._end(member, last, error=error)
@@ -371,46 +370,48 @@ class FusedSearcher(Searcher):
 
     def save(self, checkpoint_path: str) -> None:
         """The Optuna searcher's own checkpoint (Ray's format and code), holding the
-        grouping's state too: this module never reads a pickle itself."""
-        self.inner.__dict__[_STATE] = {k: v for k, v in self.__dict__.items() if k != "inner"}
+        grouping's state too (not the signals actor: it ends with its driver): this module
+        never reads a pickle itself."""
+        kept = {k: v for k, v in self.__dict__.items() if k not in ("inner", "signals")}
+        self.inner.__dict__[_STATE] = kept
         try:
             self.inner.save(checkpoint_path)
         finally:
             self.inner.__dict__.pop(_STATE, None)
 
     def restore(self, checkpoint_path: str) -> None:
-        """The saved state, and the stop files of the trials that will run again (a
-        resumed search's ``progress_dir`` starts empty; Tune restores its searcher
-        before it restores a trial)."""
+        """The saved state, and the stops of the trials that will run again told to this
+        driver's signals actor (Tune restores its searcher before it restores a trial)."""
         self.inner.restore(checkpoint_path)
         own = self.inner.__dict__.pop(_STATE, None)
         if own is not None:
-            self.__dict__.update(own)
-        for trial_id in self.stopped:
-            self._write_stops(trial_id)
+            self.__dict__.update({k: v for k, v in own.items() if k != "signals"})
+        for trial_id, stopped in self.stopped.items():
+            for position in stopped:
+                self._tell_stop(trial_id, position)
 
 
 _STATE = "_fused_searcher_state"  # the grouping's state inside the Optuna searcher's
 
 
-def fused_search(
+def group_search(
     searcher: ConcurrencyLimiter,
     scheduler: TrialScheduler,
     *,
     fuse: int,
     total: int,
-    stops: str | Path | None,
+    signals: Any,
 ) -> tuple[ConcurrencyLimiter, TrialScheduler]:
-    """The searcher and scheduler Tune runs for a fused search: ``searcher`` (the
-    search's Optuna searcher in its ``ConcurrencyLimiter``) wrapped by a
-    ``FusedSearcher`` that applies ``scheduler`` per member, and FIFO for Tune."""
+    """The searcher and scheduler Tune runs: ``searcher`` (the search's Optuna searcher
+    in its ``ConcurrencyLimiter``) wrapped by a ``GroupSearcher`` that applies
+    ``scheduler`` per member, and FIFO for Tune."""
     inner = searcher.searcher
     assert isinstance(inner, ResumableOptunaSearch)
     metric, mode = inner.metric, inner.mode
     member_scheduler = scheduler if _stops_trials(scheduler) else None
     if member_scheduler is not None:
         member_scheduler.set_search_properties(_first(metric), _first(mode))
-    wrapped = FusedSearcher(inner, fuse, total, member_scheduler, stops)
+    wrapped = GroupSearcher(inner, fuse, total, member_scheduler, signals)
     return ConcurrencyLimiter(wrapped, max_concurrent=searcher.max_concurrent), FIFOScheduler()
 
 
