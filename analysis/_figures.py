@@ -5,7 +5,6 @@ switching), so drawing in a library or a test leaves the caller's matplotlib alo
 from __future__ import annotations
 
 import math
-import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -15,14 +14,21 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.ticker import MaxNLocator
 
 from analysis._compute import ParetoSet, ReferenceLine
 from analysis.reference import MARGIN_STABLE_RANGE
-from gridsearch.tracking import TradeoffCurve
+from gridsearch.tracking import (
+    EPOCH_ZERO_AT,
+    NOTE_BOX,
+    AxisRange,
+    TradeoffCurve,
+    curve_scale,
+    epoch_axis,
+    mark_untrained,
+    tradeoff_figure,
+)
 
 DPI = 100
-_EPOCH_ZERO_AT = 0.5  # log(0) does not exist: epoch 0 is drawn here and labelled "0"
 # per trial on the overlaid curves (with its colour), so that coinciding curves show
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 _DASHES: tuple[Literal["-", "--", ":", "-."], ...] = ("-", "--", ":", "-.")
@@ -42,16 +48,7 @@ def _legend_below(ax: Axes, **kwargs: Any) -> None:
 
 
 def _epoch_x(epochs: Sequence[int]) -> list[float]:
-    return [max(float(e), _EPOCH_ZERO_AT) for e in epochs]
-
-
-def _epoch_axis(ax: Axes, last_epoch: int) -> None:
-    ax.set_xscale("log")
-    ticks = [_EPOCH_ZERO_AT, *(t for t in (1, 2, 4, 8, 16, 32, 64, 128) if t <= max(last_epoch, 1))]
-    ax.set_xticks(ticks, ["0" if t == _EPOCH_ZERO_AT else str(t) for t in ticks])
-    ax.minorticks_off()
-    ax.set_xlabel("epoch (log scale)")
-    ax.grid(alpha=0.3)
+    return [max(float(e), EPOCH_ZERO_AT) for e in epochs]
 
 
 def draw_tradeoff_overlay(
@@ -62,30 +59,52 @@ def draw_tradeoff_overlay(
     groups: Mapping[str, str] | None = None,
 ) -> Path:
     """Every trial's dev R@10 mean (left) and dev semantic score (right) against epoch,
-    each trial's best-semantic epoch starred on both (the paper's Fig. 4, overlaid).
-    The legend below both panels names every trial by ``labels`` (what it tried; its id
-    where there is none) and the baselines; with ``groups`` (trial -> encoder family)
-    of more than one family, a family is a colour and its trials differ by marker."""
+    each trial's best-semantic epoch starred on both (the paper's Fig. 4, overlaid), on
+    axes that span the trained epochs (``gridsearch.tracking.curve_scale``: epoch 0 on the
+    edge when it is off them, its values said), every epoch ticked. The legend below both
+    panels names every trial by ``labels`` (what it tried; its id where there is none) and
+    the baselines; with ``groups`` (trial -> encoder family) of more than one family, a
+    family is a colour and its trials differ by marker."""
     labels = labels or {}
+    scale = curve_scale(list(curves.values()))
     fig = Figure(figsize=(12, 4.4))
     retrieval_ax, semantic_ax = fig.subplots(1, 2)
     styles = _trial_styles(list(curves), groups or {})
-    last = max((max(c.epochs) for c in curves.values()), default=1)
+    panels = tuple(
+        (ax, field, _with_references(axis, {r.label: getattr(r, field) for r in references}))
+        for ax, field, axis in (
+            (retrieval_ax, "retrieval", scale.retrieval),
+            (semantic_ax, "semantic", scale.semantic),
+        )
+    )
     for trial_id, curve in curves.items():
         x = _epoch_x(curve.epochs)
         colour, style = styles[trial_id]
-        retrieval_ax.plot(x, curve.retrieval, color=colour, alpha=0.8,
-                          label=labels.get(trial_id, trial_id), markersize=5,
-                          markerfacecolor="none", **style)  # fmt: skip
-        semantic_ax.plot(x, curve.semantic, color=colour, alpha=0.8, markersize=5,
-                         markerfacecolor="none", **style)  # fmt: skip
-        if curve.best_semantic_epoch is not None:
-            at = curve.epochs.index(curve.best_semantic_epoch)
-            for ax, values in ((retrieval_ax, curve.retrieval), (semantic_ax, curve.semantic)):
+        for ax, field, axis in panels:
+            values = [axis.clip(v) for v in getattr(curve, field)]
+            ax.plot(x, values, color=colour, alpha=0.8, markersize=5, markerfacecolor="none",
+                    label=labels.get(trial_id, trial_id) if ax is retrieval_ax else None,
+                    **style)  # fmt: skip
+            if curve.best_semantic_epoch is not None:
+                at = curve.epochs.index(curve.best_semantic_epoch)
                 ax.plot(x[at], values[at], "*", color=colour, markersize=12, markeredgecolor="k")
-    for ax, label in ((retrieval_ax, "dev R@10 mean (%)"), (semantic_ax, "dev semantic score (r)")):
-        _epoch_axis(ax, last)
+    for (ax, field, axis), label in zip(
+        panels, ("dev R@10 mean (%)", "dev semantic score (r)"), strict=True
+    ):
+        epoch_axis(ax, scale)
+        ax.set_ylim(axis.low, axis.high)
         ax.set_ylabel(label)
+        mark_untrained(ax, axis, "0.3")
+        far = [
+            f"{r.label} {getattr(r, field):.3g}"
+            for r in references
+            if not axis.low <= getattr(r, field) <= axis.high
+            and not math.isnan(getattr(r, field))  # NaN: the baseline has none
+        ]
+        if far:
+            ax.text(0.99, 0.02, f"baselines off the scale: {', '.join(far)}",
+                    transform=ax.transAxes, fontsize=7, color="0.35", ha="right",
+                    va="bottom", bbox=NOTE_BOX)  # fmt: skip
     retrieval_ax.set_title("retrieval (★ = the trial's best-semantic epoch)", fontsize=10)
     semantic_ax.set_title("semantic score", fontsize=10)
     handles, names = retrieval_ax.get_legend_handles_labels()
@@ -99,6 +118,23 @@ def draw_tradeoff_overlay(
                    ncol=max(1, min(4, 150 // (widest + 8))), frameon=False, fontsize=7,
                    title="trials (what each tried) and baselines", title_fontsize=8)  # fmt: skip
     return _save(fig, path, tight=False)
+
+
+def _with_references(axis: AxisRange, values: Mapping[str, float]) -> AxisRange:
+    """``axis`` widened to the baselines within one of its widths of it, so that their
+    lines show beside the trials'; those further off (chance) would squash the trials'
+    differences: they stay off, and are named on the panel."""
+    width = axis.high - axis.low
+    near = [v for v in values.values() if axis.low - width <= v <= axis.high + width]
+    pad = 0.04 * width  # a line off the frame
+    low, high = (
+        min([axis.low, *(v - pad for v in near)]),
+        max([axis.high, *(v + pad for v in near)]),
+    )
+    off = (
+        axis.untrained is not None and not low <= min(axis.untrained) <= max(axis.untrained) <= high
+    )
+    return AxisRange(low, high, axis.untrained if off else None)
 
 
 def _trial_styles(
@@ -150,31 +186,11 @@ def _draw_references(
     return handles
 
 
-TITLE_WIDTH = 60  # characters per line of a per-trial figure's title
-
-
 def draw_trial_tradeoff(curve: TradeoffCurve, path: Path, title: str) -> Path:
-    """One trial's dev R@10 mean (left axis) and dev semantic score (right axis) against
-    epoch, its best-semantic epoch marked; ``title`` (the trial and what it tried) is
-    wrapped to lines of at most ``TITLE_WIDTH`` characters, so all of it shows."""
-    fig = Figure(figsize=(6, 3.6))
-    left = fig.subplots()
-    x = _epoch_x(curve.epochs)
-    left.plot(x, curve.retrieval, "o-", color="tab:blue", label="dev R@10 mean")
-    _epoch_axis(left, max(curve.epochs, default=1))
-    left.set_ylabel("R@10 mean (%)", color="tab:blue")
-    right = left.twinx()
-    right.plot(x, curve.semantic, "s--", color="tab:red", label="dev semantic")
-    right.set_ylabel("semantic score (r)", color="tab:red")
-    if curve.best_semantic_epoch is not None:
-        right.axvline(max(curve.best_semantic_epoch, _EPOCH_ZERO_AT), color="tab:red", alpha=0.3)
-    left.set_title(wrap_title(title), fontsize=9)
-    return _save(fig, path)
-
-
-def wrap_title(title: str, width: int = TITLE_WIDTH) -> str:
-    """``title`` broken at spaces into lines of at most ``width`` characters."""
-    return "\n".join(textwrap.wrap(title, width, break_long_words=True)) or title
+    """One trial's trade-off (``gridsearch.tracking.tradeoff_figure``, as its MLflow
+    run's ``tradeoff.png``), ``title`` (the trial and what it tried) wrapped to lines of
+    at most ``TITLE_WIDTH`` characters, so all of it shows."""
+    return _save(tradeoff_figure(curve, title), path)
 
 
 def draw_family_overlay(
@@ -187,19 +203,27 @@ def draw_family_overlay(
     thick: do the families peak, and rise, at different epochs?"""
     fig = Figure(figsize=(12, 4.4))
     retrieval_ax, semantic_ax = fig.subplots(1, 2)
-    last = max((max(c.epochs) for fam in curves.values() for c in fam.values()), default=1)
+    scale = curve_scale([c for family in curves.values() for c in family.values()])
+    panels = (
+        (retrieval_ax, "retrieval", scale.retrieval),
+        (semantic_ax, "semantic", scale.semantic),
+    )
     for (family, trials), colour in zip(curves.items(), _colours(len(curves)), strict=True):
         for curve in trials.values():
-            x = _epoch_x(curve.epochs)
-            retrieval_ax.plot(x, curve.retrieval, "-", color=colour, alpha=0.35, linewidth=1)
-            semantic_ax.plot(x, curve.semantic, "-", color=colour, alpha=0.35, linewidth=1)
-        for ax, field in ((retrieval_ax, "retrieval"), (semantic_ax, "semantic")):
+            for ax, field, axis in panels:
+                values = [axis.clip(v) for v in getattr(curve, field)]
+                ax.plot(_epoch_x(curve.epochs), values, "-", color=colour, alpha=0.35, linewidth=1)
+        for ax, field, axis in panels:
             epochs, medians = _family_median(trials.values(), field)
-            ax.plot(_epoch_x(epochs), medians, "-o", color=colour, linewidth=2.5,
-                    markersize=3, label=f"{family} ({len(trials)})")  # fmt: skip
-    for ax, label in ((retrieval_ax, "dev R@10 mean (%)"), (semantic_ax, "dev semantic score (r)")):
-        _epoch_axis(ax, last)
+            ax.plot(_epoch_x(epochs), [axis.clip(v) for v in medians], "-o", color=colour,
+                    linewidth=2.5, markersize=3, label=f"{family} ({len(trials)})")  # fmt: skip
+    for (ax, _, axis), label in zip(
+        panels, ("dev R@10 mean (%)", "dev semantic score (r)"), strict=True
+    ):
+        epoch_axis(ax, scale)
+        ax.set_ylim(axis.low, axis.high)
         ax.set_ylabel(label)
+        mark_untrained(ax, axis, "0.3")
     retrieval_ax.set_title("retrieval by family (thick: median over its trials)", fontsize=10)
     semantic_ax.set_title("semantic score by family", fontsize=10)
     _legend_below(retrieval_ax, ncol=4, title="family (trials)", title_fontsize=8)
@@ -315,35 +339,49 @@ def _log_scale(x: np.ndarray) -> bool:
     return bool(len(finite) and finite.min() > 0 and finite.max() / finite.min() >= 100)
 
 
-def draw_pareto(trials: ParetoSet, epochs: ParetoSet, path: Path) -> Path:
-    """Dev retrieval against dev semantic: each trial's best values (left) and every
-    (trial, epoch) pair coloured by epoch (right), with the Pareto front drawn through."""
+def draw_pareto(
+    trials: ParetoSet,
+    epochs: ParetoSet,
+    path: Path,
+    labels: Mapping[str, str] | None = None,
+) -> Path:
+    """Dev retrieval against dev semantic: each trial's best values (left, each point
+    labelled by its trial) and every (trial, epoch) pair (right: a trial's epochs joined
+    in its colour and marker, the epoch written beside each point), with the Pareto front
+    drawn through. ``labels``: what each trial tried, in the legend (trial id -> text;
+    their order fixes the colours, as the trade-off overlay's)."""
+    labels = dict(labels or {})
     fig = Figure(figsize=(12, 4.6))
     left, right = fig.subplots(1, 2)
     points = trials.points
     left.scatter(points["retrieval"], points["semantic"], color="0.6", label="trial")
     for row in points.itertuples():
-        left.annotate(
-            str(row.trial_id),
-            (row.retrieval, row.semantic),
-            fontsize=7,
-            alpha=0.7,
-            xytext=(3, 3),
-            textcoords="offset points",
-        )
+        text = labels.get(str(row.trial_id), str(row.trial_id))
+        left.annotate(text, (row.retrieval, row.semantic), fontsize=7, alpha=0.8,
+                      xytext=(3, 3), textcoords="offset points")  # fmt: skip
     _front_line(left, trials.front)
     left.set_title("over trials (best dev values of each)", fontsize=10)
     pairs = epochs.points
     trained = pairs[pairs["epoch"] > 0]
-    shown = right.scatter(
-        trained["retrieval"], trained["semantic"], c=trained["epoch"], cmap="viridis", s=18
-    )
-    bar = fig.colorbar(shown, ax=right, label="epoch")
-    bar.ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    order = [*labels, *(t for t in dict.fromkeys(pairs["trial_id"].astype(str)) if t not in labels)]
+    styles = _trial_styles(order, {})
+    numbered = len(trained) <= _NUMBERED_UP_TO
+    for trial_id, rows in trained.groupby(trained["trial_id"].astype(str), sort=False):
+        rows = rows.sort_values("epoch")
+        colour, style = styles[trial_id]
+        right.plot(rows["retrieval"], rows["semantic"], color=colour, alpha=0.8, markersize=5,
+                   linewidth=0.8, label=labels.get(trial_id, trial_id), **style)  # fmt: skip
+        if numbered:
+            for row in rows.itertuples():
+                right.annotate(str(int(row.epoch)), (row.retrieval, row.semantic), fontsize=6,
+                               color=colour, xytext=(2, 2), textcoords="offset points")  # fmt: skip
     _front_line(right, epochs.front)
     _limits_of(right, trained)
     _mark_untrained(right, pairs[pairs["epoch"] == 0])
-    right.set_title("over (trial, epoch) pairs", fontsize=10)
+    right.set_title(
+        "over (trial, epoch) pairs" + (": the number is the epoch" if numbered else ""),
+        fontsize=10,
+    )
     for ax, (x_label, y_label) in (
         (left, ("best dev R@10 mean (%)", "best dev semantic (r)")),
         (right, ("dev R@10 mean (%)", "dev semantic (r)")),
@@ -351,8 +389,13 @@ def draw_pareto(trials: ParetoSet, epochs: ParetoSet, path: Path) -> Path:
         ax.set_xlabel(x_label)
         ax.set_ylabel(y_label)
         ax.grid(alpha=0.3)
-        _legend_below(ax, ncol=2)
+    _legend_below(left, ncol=2)
+    widest = max((len(labels.get(t, t)) for t in order), default=10)
+    _legend_below(right, ncol=max(1, min(3, 90 // (widest + 6))))
     return _save(fig, path)
+
+
+_NUMBERED_UP_TO = 60  # (trial, epoch) points written with their epoch; more would be a blur
 
 
 def _limits_of(ax: Axes, points: pd.DataFrame) -> None:

@@ -115,9 +115,13 @@ def tradeoff_section(record: SearchRecord, out: Output) -> Section:
     section = Section(
         "tradeoff",
         "Trade-off curves",
-        "Dev R@10 mean and dev semantic score against epoch on a log axis, epoch 0 (the "
-        "untrained model) at the left edge, as in the paper's Fig. 4; the star marks each "
-        f"trial's best-semantic epoch ({paper}). Dashed grey lines: the store's baselines.",
+        "Dev R@10 mean and dev semantic score against epoch on a log axis, every epoch "
+        "ticked, epoch 0 (the untrained model) at the left edge, as in the paper's Fig. 4. "
+        "The axes span the trained epochs, where the trials differ: an epoch 0 near chance "
+        "sits on the lower edge, its values written in the corner. The star marks each "
+        f"trial's best-semantic epoch ({paper}). Dashed grey lines: the store's baselines "
+        "(the axes widen to show those near the trials; one far off, such as chance, is "
+        "named in the corner instead).",
     )
     if not curves:
         return section.note("no trial has a recorded dev epoch yet")
@@ -211,7 +215,10 @@ def pareto_section(record: SearchRecord, out: Output) -> Section:
     )
     if trials.points[["retrieval", "semantic"]].isna().all(axis=None):
         return section.note("no trial has both a dev retrieval and a dev semantic score")
-    section.image(_figures.draw_pareto(trials, epochs, out.figure("pareto")), "Pareto fronts")
+    tried = _compute.tried(record)
+    labels = {t: f"{t}: {tried[t]}" for t in _compute.tradeoff_curves(record) if t in tried}
+    figure = _figures.draw_pareto(trials, epochs, out.figure("pareto"), labels)
+    section.image(figure, "Pareto fronts")
     section.table(trials.front, "On the front over trials")
     return section.table(epochs.front, "On the front over (trial, epoch) pairs")
 

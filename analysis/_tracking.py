@@ -149,8 +149,9 @@ def trial_label(run: Run) -> str:
 
 
 def find_run(client: MlflowClient, ref: str, experiment: str | None = None) -> Run:
-    """The run ``ref`` names: a run id, else a ``tune.trial_id`` tag, else a run name
-    (in ``experiment``, or in every experiment). Ambiguous or unknown: AnalysisError."""
+    """The run ``ref`` names: a run id, else a ``tune.trial_id`` tag, else a run name or
+    its first word (``trial-3f2a91c0``) (in ``experiment``, or in every experiment).
+    Ambiguous or unknown: AnalysisError."""
     if re.fullmatch(r"[0-9a-f]{32}", ref):
         try:
             return client.get_run(ref)
@@ -161,7 +162,7 @@ def find_run(client: MlflowClient, ref: str, experiment: str | None = None) -> R
         if experiment
         else [e.experiment_id for e in client.search_experiments()]
     )
-    for where in (f"tags.`{TRIAL_TAG}`", "attributes.run_name"):
+    for where in (f"tags.`{TRIAL_TAG}`", "attributes.run_name", _NAMED_FIRST):
         found = _runs_named(client, ids, where, ref)
         if len(found) == 1:
             return found[0]
@@ -178,10 +179,18 @@ def find_run(client: MlflowClient, ref: str, experiment: str | None = None) -> R
     )
 
 
+# a run whose name starts with the reference and a space: a trial's run is named
+# ``trial-<id>`` and what it tried (``trial-3f2a91c0 margin=0.1625``)
+_NAMED_FIRST = "run name first word"
+
+
 def _runs_named(client: MlflowClient, ids: list[str], field: str, value: str) -> list[Run]:
     """The runs whose ``field`` (a tag or the run name) is ``value``, whatever quotes
     ``value`` holds: MLflow's filter has no escape, so one with both kinds is matched
-    here rather than in the query."""
+    here rather than in the query. ``_NAMED_FIRST``: the runs whose name's first word is
+    ``value``."""
+    if field == _NAMED_FIRST:
+        return [r for r in all_runs(client, ids) if (r.info.run_name or "").split(" ")[0] == value]
     for quote in ("'", '"'):
         if quote not in value:
             return all_runs(client, ids, f"{field} = {quote}{value}{quote}")

@@ -1,5 +1,5 @@
-"""The documentation's screenshots, taken by headless Chromium: from MLflow's own UI, the runs
-table of a search (the link the search prints) and the trade-off artifact
+"""The documentation's screenshots, taken by headless Chromium: from MLflow's own UI, the
+runs table of a search (the link the search prints), its chart view and the trade-off artifact
 (``tradeoff.png``) of its best trial; and the top of the search's report
 (``python -m analysis.report``).
 
@@ -9,7 +9,7 @@ table of a search (the link the search prints) and the trade-off artifact
 
 Without ``--runs-dir`` it runs ``python -m gridsearch.run --space margin_sweep`` (the
 CPU-sized default, a few minutes on 2 cores; ``--smoke-test`` for its smoke test) into a
-temporary runs directory. Writes ``docs/img/mlflow-runs.png``,
+temporary runs directory. Writes ``docs/img/mlflow-runs.png``, ``docs/img/mlflow-charts.png``,
 ``docs/img/mlflow-tradeoff.png`` and ``docs/img/report.png`` (``--out``), the MLflow ones
 without the UI's assistant panel, all reduced to 256 colours.
 """
@@ -35,10 +35,12 @@ from gridsearch import (  # noqa: E402
     best_trial_tag,
     results_url,
 )
+from gridsearch.tracking import CHARTS_VIEW, charts_url  # noqa: E402
 from tests.gridsearch.tracking.mlflow_ui import MlflowUI, chromium, screenshot  # noqa: E402
 from trainables import names  # noqa: E402
 
 RUNS_WINDOW = (2300, 560)  # wide enough for every column of the results view
+CHARTS_WINDOW = (1700, 1500)  # the trade-off chart and the R@10 one, each a row
 ARTIFACT_WINDOW = (1500, 720)
 REPORT_WINDOW = (1280, 1500)  # the report's facts, trials table and trade-off curves
 GAP = {(v, v, v) for v in range(240, 247)}  # the page's background between the UI's panels
@@ -74,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
             with MlflowUI(uri, Path(scratch) / "mlflow-ui.log") as ui:
                 pages = {
                     "mlflow-runs.png": (results_url(experiment_id, ui.url), RUNS_WINDOW),
+                    "mlflow-charts.png": (
+                        charts_url(experiment_id, ui.url, CHARTS_VIEW),
+                        CHARTS_WINDOW,
+                    ),
                     "mlflow-tradeoff.png": (
                         f"{ui.url}/#/experiments/{experiment_id}/runs/{trial_run}/"
                         "artifactPath/tradeoff.png?workflowType=machine_learning",
@@ -81,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                     ),
                 }
                 for name, (url, window) in pages.items():
-                    shot = screenshot(url, Path(scratch) / name, 30_000, window)
+                    # the charts load their metric histories one by one
+                    shot = screenshot(url, Path(scratch) / name, 90_000, window)
                     _save_small(shot, args.out / name)
                     print(f"{args.out / name}: {(args.out / name).stat().st_size / 1024:.0f} KB")
             page = _report(runs_dir, args.experiment, Path(scratch) / "report")

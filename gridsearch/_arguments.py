@@ -10,6 +10,7 @@ from pathlib import Path
 
 from gridsearch._sampler import MODELS
 from gridsearch._scheduler_choice import FIFO_BELOW_EPOCHS, SCHEDULERS
+from gridsearch.spaces import SPACES
 from storage.cli import OneLineParser
 from trainables.config import ENGINES
 
@@ -53,7 +54,8 @@ def _what_to_search(p: argparse.ArgumentParser) -> None:
         "--space",
         metavar="NAME",
         default=None,
-        help="a named space, see --list-spaces (no default: give --space or --space-file)",
+        help=f"a named space: {', '.join(SPACES)}; --list-spaces says what each searches "
+        "(no default: give --space or --space-file)",
     )
     what.add_argument(
         "--space-file",
@@ -155,8 +157,9 @@ def _what_to_search(p: argparse.ArgumentParser) -> None:
     what.add_argument(
         "--smoke-test",
         action="store_true",
-        help="the same path, tiny, for CI: the 120-image world, n = 8 (also where a space or "
-        "preset sets a bigger model), batch 8 unless the space sets one, 2 epochs, 2 trials "
+        help="the same path, tiny, for CI: the 120-image world, n = 8 (sizes a space or preset "
+        "sets divided by 64, at least 8: its sizes stay apart), batch 8 unless the space sets "
+        "one, 2 epochs, 2 trials "
         "(a grid keeps its first 2 points; --num-samples N keeps its first N), no baselines",
     )
 

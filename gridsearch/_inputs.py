@@ -137,6 +137,13 @@ def load_benchmark(senteval: str | None, objective: str) -> SemanticBenchmark | 
     return benchmark
 
 
+# said before the baselines are computed (a minute or more: never a silent wait)
+COMPUTING = (
+    "baselines: computing the store's char n-gram baselines once (about a minute on 2 "
+    "idle cores; cached beside the store; --no-baselines skips them)"
+)
+
+
 def load_baselines(
     settings: SearchSettings,
     store: str,
@@ -152,7 +159,7 @@ def load_baselines(
     started = time.perf_counter()
     try:
         loaded = data if isinstance(data, TrainingData) else None
-        table, cache = store_baselines(store, senteval, loaded)
+        table, cache = store_baselines(store, senteval, loaded, lambda: write(COMPUTING))
     except (StoreError, OSError, ValueError) as err:
         write(f"baselines: not computed ({err}); --no-baselines skips them")
         return None

@@ -5,7 +5,9 @@ The study lives in sqlite (``RunsLayout.optuna_db``), named after the experiment
 can be resumed and inspected with Optuna's own tools. It points at the other tools: its
 objectives carry the search's metric names (``dev/r10_mean_best``, as MLflow names them),
 each trial Tune ran has the user attributes ``tune_trial_id`` and ``mlflow_run_id``, and
-its intermediate values are reported at step = epoch, as MLflow logs them.
+its intermediate values are reported at step = epoch, as MLflow logs them: each epoch's
+own value (``dev/r10_mean``), not the running best the search selects on, which would hide
+a drop; the trial's value is still its best.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ray.tune.search.optuna import OptunaSearch
 
 from gridsearch._sampler import STARTUP_TRIALS, SpaceFillingSampler
 from gridsearch.spaces import SearchSpace, sample_config
+from trainables import names
 from trainables.config import inherited
 
 __all__ = [
@@ -152,6 +155,11 @@ class ResumableOptunaSearch(OptunaSearch):
         # epoch here, as in MLflow.
         if "epoch" in result:
             result = {**result, TRAINING_ITERATION: int(result["epoch"])}
+        # the epoch's own value as the intermediate value (dev/r10_mean for a search on
+        # dev/r10_mean_best): a running best would never show a drop
+        own = _epoch_metric(self.metric, result)
+        if own is not None:
+            result = {**result, self.metric: result[own]}
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
             super().on_trial_result(trial_id, result)
 
@@ -160,6 +168,15 @@ class ResumableOptunaSearch(OptunaSearch):
     ) -> None:
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
             super().on_trial_complete(trial_id, result, error)
+
+
+def _epoch_metric(metric: Any, result: Mapping[str, Any]) -> str | None:
+    """The key of the epoch's own value of ``metric``, a running best (``names.best``),
+    where ``result`` holds it."""
+    if not isinstance(metric, str):
+        return None  # several objectives: Optuna keeps no intermediate values
+    own = metric.removesuffix("_best")
+    return own if names.best(own) == metric and own in result else None
 
 
 def repeats_line(search: Any) -> str | None:

@@ -120,8 +120,9 @@ class SearchRun:
         experiment_id = ensure_experiment(client, settings.experiment, settings.layout.mlartifacts)
         tags = {"space": space.name, "objective": settings.objective}
         params = parent_params(
-            settings, space, fixed, resources, self.num_samples, self.sampler_name, store, senteval
-        )
+            settings, space, fixed, resources, self.num_samples, self.sampler_name, store, senteval,
+            labels=self.shown,
+        )  # fmt: skip
         artifacts = {"space.json": space.to_dict(), "fixed.json": fixed}
         if self.baselines is not None:  # the report draws them (strict JSON: NaN as null)
             artifacts[BASELINES_FILE] = json.loads(json_text(self.baselines))

@@ -60,8 +60,13 @@ class SearchSpace:
     def draws(self) -> list[tuple[optuna.trial.FrozenTrial, dict[str, Any]]]:
         """``DRAWS`` random draws of an in-memory study (seeded, so always the same): each
         trial's Optuna parameters and the TrainConfig keys ``suggest`` made of them."""
-        storage = InMemoryStorage()  # not create_study, which logs every study it creates
-        study_id = storage.create_new_study([StudyDirection.MINIMIZE])
+        storage = InMemoryStorage()
+        verbosity = optuna.logging.get_verbosity()  # its INFO line of every study created
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        try:
+            study_id = storage.create_new_study([StudyDirection.MINIMIZE])
+        finally:
+            optuna.logging.set_verbosity(verbosity)
         study = optuna.Study(
             storage.get_study_name_from_id(study_id), storage, sampler=RandomSampler(seed=0)
         )

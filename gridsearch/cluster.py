@@ -14,7 +14,14 @@ import ray
 
 from gridsearch.settings import CPU_SIZED, SMOKE, SearchError, SearchSettings
 
-__all__ = ["Resources", "fixed_settings", "resources_for", "start_ray", "token_auth_enabled"]
+__all__ = [
+    "FUSE_ON_CPU",
+    "Resources",
+    "fixed_settings",
+    "resources_for",
+    "start_ray",
+    "token_auth_enabled",
+]
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,25 @@ class Resources:
     def gpu_share(self) -> float | None:
         """A trial's fraction of a GPU it shares with others (its memory is capped to it)."""
         return self.gpu if 0 < self.gpu < 1 else None
+
+
+# what --fuse K does on trials without a GPU (BENCHMARKS.md, "Fused trials": process CPU
+# time per epoch, tiny world, k = 2 and 4 at n = 8 and 32: fused 1.3-2.4x the time of
+# training the k one after the other; e.g. n = 8, k = 2: 1.0 s against 0.41-0.54 s)
+FUSE_ON_CPU = (
+    "--fuse {fuse} on CPUs: it does not pay here (a fused trial of 2-4 configurations "
+    "measured 1.3-2.4x the CPU time of training them one after the other, BENCHMARKS.md "
+    '"Fused trials"); it pays on a GPU, which one small model leaves idle. Leave --fuse off '
+    "on a CPU."
+)
+
+
+def ray_start_line(settings: SearchSettings) -> str:
+    """What the driver says before ``start_ray``, which takes seconds (about 9 s for a
+    local Ray on 2 busy cores)."""
+    if settings.address:
+        return f"joining the Ray cluster at {settings.address}"
+    return "starting a local Ray (a few seconds; --address joins a running cluster instead)"
 
 
 def start_ray(settings: SearchSettings) -> str | None:
@@ -111,17 +137,21 @@ def resources_for(settings: SearchSettings) -> Resources:
 
 def fixed_settings(settings: SearchSettings, resources: Resources) -> tuple[dict[str, Any], str]:
     """Run-level TrainConfig values (model size on a CPU or in a smoke test, epochs, seed,
-    device, torch threads = the trial's CPUs) and a line saying which model size."""
+    device, torch threads = the trial's CPUs) and the lines saying which model size and
+    whether ``--fuse`` pays on this hardware."""
     fixed: dict[str, Any] = {}
-    note = ""
+    notes = []
     if settings.smoke_test:
         fixed.update(SMOKE)
     elif resources.gpu == 0 and not settings.full_size:
         fixed.update(CPU_SIZED)
-        note = (
+        notes.append(
             f"no GPU: using CPU-sized model settings {CPU_SIZED} (--full-size keeps the "
             "paper's; a space's own parameters still apply)"
         )
+    if settings.fuse > 1 and resources.gpu == 0:
+        notes.append(FUSE_ON_CPU.format(fuse=settings.fuse))
+    note = "\n".join(notes)
     if settings.epochs is not None:
         fixed["epochs"] = settings.epochs
     fixed.setdefault("epochs", 32)

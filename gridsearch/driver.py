@@ -38,6 +38,7 @@ from gridsearch._signals import Signals
 from gridsearch.cluster import (
     Resources,
     fixed_settings,
+    ray_start_line,
     resources_for,
     start_ray,
     token_auth_enabled,
@@ -46,6 +47,7 @@ from gridsearch.settings import SearchError, SearchSettings
 from gridsearch.spaces import SearchSpace, load_space
 from storage.cli import error_line
 from storage.senteval import SemanticBenchmark
+from trainables import prebuild_cpp_loop
 from trainables.data import TrainingData
 from trainables.tune import start_signals, trial
 
@@ -87,6 +89,7 @@ def run_search(
                 client = tracking_client(settings)
             baselines = load_baselines(settings, store, senteval, data, write)
             inputs = SearchInputs(space, client, store, senteval, data, benchmark, baselines)
+            prebuild_cpp_loop(write)  # the C++ recurrence, once per key: no trial ever compiles it
             return _with_ray(settings, inputs, write, started)
     except LockHeld as err:
         raise SearchError(str(err)) from None
@@ -97,6 +100,7 @@ def _with_ray(
 ) -> SearchResult:
     interruption = Interruption()
     with Signals(interruption) as signals:
+        write(ray_start_line(settings))
         dashboard = start_ray(settings)
         signals.install()  # ray.init set its own SIGTERM handler
         run: SearchRun | None = None

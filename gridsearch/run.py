@@ -20,6 +20,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -63,6 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    started = time.monotonic()  # "finished in": the wall time, imports and the end included
     try:
         args = parse_args(argv)
     except SystemExit as stop:  # --help, or a bad command line (its error: line is printed)
@@ -97,7 +99,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         print(_before_it_ran(settings), file=sys.stderr)
         return 130
-    return _report(result, quiet)
+    return _report(result, quiet, time.monotonic() - started)
 
 
 def _terminated(signum: int, frame: FrameType | None) -> None:
@@ -116,32 +118,35 @@ def _before_it_ran(settings: SearchSettings | None) -> str:
     return "interrupted before the search ran: nothing was recorded; run the same command again"
 
 
-def _report(result: SearchResult, quiet: bool = False) -> int:
+def _report(result: SearchResult, quiet: bool, wall_s: float) -> int:
     """Print what the search found and how to go on; the exit status: 0 finished (or at
     its time budget), 130 interrupted (Ctrl+C, SIGTERM), 2 stopped by a full disk. With
-    ``quiet`` (for scripts): the summary, and on stderr how it stopped and how to go on."""
+    ``quiet`` (for scripts): the summary, and on stderr how it stopped and how to go on.
+    ``wall_s``: the command's time so far (``result.elapsed_s``, the search's, leaves out
+    the imports, registering the models and closing the records)."""
     settings = result.settings
     say(result.summary if quiet else "\n" + result.summary)
     left = bool(result.unfinished or result.interrupted)  # an interrupted one is never done
     if quiet:
         if left:
-            print(_stopped(result).strip(), file=sys.stderr)
+            print(_stopped(result, wall_s).strip(), file=sys.stderr)
             if result.resumable:
                 print(f"continue it:  {settings.resume_command}", file=sys.stderr)
         return _status(result)
     if left:
-        say(_stopped(result))
+        say(_stopped(result, wall_s))
     else:
-        say(f"\nfinished in {result.elapsed_s:.0f} s ({result.elapsed_s / 60:.1f} min)")
+        say(f"\nfinished in {wall_s:.0f} s ({wall_s / 60:.1f} min)")
     _closing(result, left)
     return _status(result)
 
 
-def _stopped(result: SearchResult) -> str:
-    """How an unfinished search stopped, and whether --resume continues it."""
+def _stopped(result: SearchResult, wall_s: float) -> str:
+    """How an unfinished search stopped (after ``wall_s``), and whether --resume continues
+    it."""
     if not result.resumable:
         return (
-            f"\nthe search stopped ({result.stopped_by}) after {result.elapsed_s:.0f} s, before "
+            f"\nthe search stopped ({result.stopped_by}) after {wall_s:.0f} s, before "
             "Tune saved anything: run the same command again to start it"
         )
     what = (
@@ -150,7 +155,7 @@ def _stopped(result: SearchResult) -> str:
         else "before it registered its best models"
     )
     return (
-        f"\nthe search stopped ({result.stopped_by}) {what} after {result.elapsed_s:.0f} s: "
+        f"\nthe search stopped ({result.stopped_by}) {what} after {wall_s:.0f} s: "
         "continue it with the --resume command below"
     )
 
@@ -158,7 +163,7 @@ def _stopped(result: SearchResult) -> str:
 def _closing(result: SearchResult, left: bool) -> None:
     """Where to look at the results, and the command that continues or extends it."""
     settings = result.settings
-    from gridsearch.summary import closing_commands
+    from gridsearch.summary import closing_commands, ray_dashboard_line
     from gridsearch.tracking import results_link  # MLflow: imported once a search ran
 
     partial = not any(o.status == "finished" for o in result.outcomes)
@@ -171,10 +176,7 @@ def _closing(result: SearchResult, left: bool) -> None:
     for what, command in others:  # the report, the Optuna study
         say(f"{what}:  {command}")
     if result.dashboard:
-        say(
-            f"Ray dashboard:  {result.dashboard} (live while a search runs; for one that stays "
-            "up, `ray start --head` and pass --address auto)"
-        )
+        say(ray_dashboard_line(settings, result.dashboard))
     if left and result.resumable:
         say(f"continue it:  {settings.resume_command}")
     elif not left:

@@ -9,18 +9,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from itertools import product
+from typing import TYPE_CHECKING, Any
 
-from optuna.trial import BaseTrial
+from optuna.trial import BaseTrial, FixedTrial
 
+from gridsearch._flags import SearchError
 from gridsearch._space import SearchSpace, Suggest, sample_config
 from gridsearch._space_file import load_space_file
-from gridsearch.settings import SMOKE, SearchError, SearchSettings
-from trainables.config import NEGATIVES, POOLINGS, REDUCTIONS, RNN_TYPES, SIZE_FIELDS, pinned
+from trainables.config import (
+    NEGATIVES,
+    POOLINGS,
+    REDUCTIONS,
+    RNN_TYPES,
+    SIZE_FIELDS,
+    SMOKE,
+    pinned,
+)
+
+if TYPE_CHECKING:  # the settings' --help lists the spaces: they import this module
+    from gridsearch.settings import SearchSettings
 from trainables.presets import PRESETS, SEED_SYSTEMS
 
 __all__ = [
     "PAPER_VARIANTS",
+    "SMOKE_SCALE",
     "SMOKE_SIZES",
     "SMOKE_TRIALS",
     "SPACES",
@@ -31,6 +44,7 @@ __all__ = [
     "load_space",
     "load_space_file",
     "sample_config",
+    "smoke_size",
     "smoke_space",
 ]
 
@@ -234,13 +248,23 @@ def load_space(settings: SearchSettings) -> SearchSpace:
 # -- the smoke test: the same path, tiny, on every space --
 
 SMOKE_TRIALS = 2  # a smoke test's trials, unless --num-samples says otherwise
-# The model sizes a smoke test caps wherever a space, a preset or a space file sets them
-# (seeds_presets trains the seed systems at their papers' n = 1,024): at the smoke n.
-# The batch size is left alone: a larger batch means fewer steps per epoch.
-SMOKE_SIZES: dict[str, int] = {
+# The model sizes a smoke test shrinks wherever a space, a preset or a space file sets them
+# (seeds_presets trains the seed systems at their papers' n = 1,024): each divided by
+# SMOKE_SCALE (the paper's smallest n over the smoke n: 512 / 8), never below the smoke n,
+# so that sizes a space tells apart stay apart (hidden_size's grid 512, 1024, 2048 trains
+# n = 8, 16, 32: capping all at 8 trained one model three times). The batch size is left
+# alone: a larger batch means fewer steps per epoch.
+SMOKE_SIZES: dict[str, int] = {  # the smoke n: no smoke size is below it
     "hidden_size": SMOKE["hidden_size"],
     "word_embedding_dim": SMOKE["hidden_size"],
 }
+SMOKE_SCALE = HIDDEN_SIZES[0] // SMOKE["hidden_size"]
+
+
+def smoke_size(size: int, smallest: int) -> int:
+    """A model size at the smoke test's scale: ``size`` / ``SMOKE_SCALE``, rounded, at
+    least ``smallest`` (the smoke n); one already that small is kept."""
+    return size if size <= smallest else max(smallest, round(size / SMOKE_SCALE))
 
 
 @dataclass(frozen=True)
@@ -252,8 +276,8 @@ class SmokeSpace(SearchSpace):
 
 @dataclass(frozen=True)
 class _SmallerSuggest:
-    """A space's define-by-run function with the model sizes capped (a class, so that
-    the space pickles into Tune's experiment checkpoints)."""
+    """A space's define-by-run function with the model sizes scaled down (a class, so
+    that the space pickles into Tune's experiment checkpoints)."""
 
     suggest: Suggest
     fixed: Mapping[str, Any]
@@ -263,14 +287,14 @@ class _SmallerSuggest:
 
 
 def _smaller(values: Mapping[str, Any], context: Mapping[str, Any]) -> dict[str, Any]:
-    """``values`` with each of ``SMOKE_SIZES`` it sets capped; the word embedding keeps
-    its size where pretrained vectors (``word_vectors``) fix it."""
-    capped = dict(values)
+    """``values`` with each of ``SMOKE_SIZES`` it sets at the smoke scale (``smoke_size``);
+    the word embedding keeps its size where pretrained vectors (``word_vectors``) fix it."""
+    scaled = dict(values)
     pretrained = bool({**context, **values}.get("word_vectors"))
-    for key, size in SMOKE_SIZES.items():
-        if key in capped and not (key == "word_embedding_dim" and pretrained):
-            capped[key] = min(int(capped[key]), size)
-    return capped
+    for key, smallest in SMOKE_SIZES.items():
+        if key in scaled and not (key == "word_embedding_dim" and pretrained):
+            scaled[key] = smoke_size(int(scaled[key]), smallest)
+    return scaled
 
 
 def cut_grid(grid: Mapping[str, Sequence[Any]], trials: int) -> dict[str, tuple[Any, ...]]:
@@ -288,13 +312,12 @@ def cut_grid(grid: Mapping[str, Sequence[Any]], trials: int) -> dict[str, tuple[
 
 def smoke_space(space: SearchSpace, trials: int = SMOKE_TRIALS) -> SmokeSpace:
     """``space`` for a smoke test: a grid cut to its first ``trials`` points
-    (``cut_grid``), and every model size it sets capped at the smoke n (``SMOKE_SIZES``);
+    (``cut_grid``), and every model size it sets at the smoke scale (``smoke_size``);
     the run's own smoke settings (``SMOKE``: n, batch size, epochs; the smoke world)
     apply as for any space."""
     grid = None if space.grid is None else cut_grid(space.grid, trials)
     fixed = _smaller(space.fixed, {})
-    sizes = ", ".join(f"{k} <= {v}" for k, v in SMOKE_SIZES.items())
-    note = f"smoke test: {_grid_note(space, grid, trials)}; model sizes capped ({sizes})"
+    note = f"smoke test: {_grid_note(space, grid, trials)}; {_sizes_note(space, grid)}"
     return SmokeSpace(
         space.name,
         f"{space.description} [{note}]",
@@ -303,6 +326,26 @@ def smoke_space(space: SearchSpace, trials: int = SMOKE_TRIALS) -> SmokeSpace:
         grid=grid,
         note=note,
     )
+
+
+def _sizes_note(space: SearchSpace, grid: Mapping[str, Sequence[Any]] | None) -> str:
+    """What the smoke test makes of the model sizes the space sets (its fixed ones, and
+    those of the grid points it keeps, else of its draws): ``hidden_size 512 -> 8, ...``."""
+    sets: list[Mapping[str, Any]] = [space.fixed]
+    if grid is not None:
+        points = [dict(zip(grid, values, strict=True)) for values in product(*grid.values())]
+        sets += [space.suggest(FixedTrial(point)) for point in points]
+    else:
+        sets += [suggested for _, suggested in space.draws()]
+    shown = []
+    for key, smallest in SMOKE_SIZES.items():
+        sizes = sorted({int(values[key]) for values in sets if key in values})
+        if sizes:
+            mapped = ", ".join(f"{size} -> {smoke_size(size, smallest)}" for size in sizes)
+            shown.append(f"{key} {mapped}")
+    if not shown:
+        return f"the smoke model (n = {SMOKE['hidden_size']})"
+    return f"model sizes / {SMOKE_SCALE}, at least {SMOKE['hidden_size']} ({'; '.join(shown)})"
 
 
 def _grid_note(space: SearchSpace, grid: Mapping[str, Sequence[Any]] | None, trials: int) -> str:

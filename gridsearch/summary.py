@@ -24,6 +24,7 @@ __all__ = [
     "dashboard_command",
     "format_summary",
     "pareto_front",
+    "ray_dashboard_line",
     "report_command",
 ]
 
@@ -202,6 +203,20 @@ def closing_commands(settings: SearchSettings, *, partial: bool = False) -> list
         ("write its report", report_command(settings, partial=partial)),
         ("its Optuna study", dashboard),
     ]
+
+
+def ray_dashboard_line(settings: SearchSettings, url: str) -> str:
+    """Where the search's Ray dashboard was and how long it lives: a joined cluster's
+    stays up with it; the local Ray a search starts stops when the search ends (a smoke
+    search's lived about a minute), so the line says how to keep one up."""
+    if settings.address:
+        return f"Ray dashboard:  {url} (the cluster's: up as long as the cluster is)"
+    return (
+        f"Ray dashboard:  {url} stopped with the search (its local Ray ends with it). To keep "
+        f"one up, to watch a search or look back at it: `ray start --head --dashboard-host "
+        f"{settings.dashboard_host}` (up until `ray stop`; `ray get-auth-token` prints its "
+        "login token), then run the search with --address auto"
+    )
 
 
 def _without_password(url: str) -> str:

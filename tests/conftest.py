@@ -1,4 +1,5 @@
-"""Shared by every test package: a tiny embedded world, built once per test session
+"""Shared by every test package: the C++ recurrence built (once per key, in the user's
+cache, as a search's driver builds it), a tiny embedded world, built once per test session
 through the real build path, and one local Ray cluster per test process that the real
 searches join."""
 
@@ -22,6 +23,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     }  # type: ignore[attr-defined]
     slow = Counter(module for module, _ in functions)
     items.sort(key=lambda item: -slow[item.module])  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def cpp_recurrence() -> None:
+    """Every test process trains with the C++ loop, as trials do after their driver built
+    it: built once per key on this machine (the first run; the workers of a parallel run
+    wait for the one that builds), found in the cache after that. A trial or a model load
+    never builds it (tests/trainables/test_packed_rnn_cpp.py)."""
+    from trainables import prebuild_cpp_loop
+
+    prebuild_cpp_loop()
 
 
 @pytest.fixture(scope="session")

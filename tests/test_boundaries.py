@@ -32,6 +32,7 @@ LIBRARY_MODULES = [
     "trainables.encoder",
     "trainables.fused",
     "trainables.encode",
+    "trainables.cpp_loop",
     "storage.cli",
 ]
 
@@ -202,6 +203,7 @@ CLIS = {
     "analysis.report",
     "gridsearch.run",
     "storage.build",
+    "trainables.cpp_loop",
     "trainables.encode",
     "trainables.train",
 }

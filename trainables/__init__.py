@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from trainables._packed_rnn import LOOPS, packed_bidirectional
     from trainables._packed_rnn import variant as packed_rnn_variant
+    from trainables._packed_rnn_cpp import prebuild as prebuild_cpp_loop
     from trainables.fused import (
         MEMBER_FIELDS,
         SHARED_FIELDS,
@@ -22,11 +23,14 @@ if TYPE_CHECKING:
 # Imported on first use (``trainables.stats`` and ``trainables.names`` need no torch): the
 # packed recurrent layers' two per-step loops and the switch between their variants, for
 # the benchmarks that compare them, and
-# horizontally fused training of k trials of the same shapes (``trainables.fused``).
+# horizontally fused training of k trials of the same shapes (``trainables.fused``); and the
+# build of their C++ loop, once per key, by the processes that may take the time (a
+# search's driver, the train CLI; trials and model loads never build it).
 _HOME_OF = {
     "LOOPS": "trainables._packed_rnn",
     "packed_bidirectional": "trainables._packed_rnn",
     "packed_rnn_variant": "trainables._packed_rnn",
+    "prebuild_cpp_loop": "trainables._packed_rnn_cpp",
     **{
         name: "trainables.fused"
         for name in (
@@ -40,7 +44,7 @@ _HOME_OF = {
     },
 }
 
-_ATTRIBUTE = {"packed_rnn_variant": "variant"}  # its name in its module
+_ATTRIBUTE = {"packed_rnn_variant": "variant", "prebuild_cpp_loop": "prebuild"}  # in its module
 
 __all__ = [
     "LOOPS",
@@ -52,6 +56,7 @@ __all__ = [
     "fuse",
     "packed_bidirectional",
     "packed_rnn_variant",
+    "prebuild_cpp_loop",
 ]
 
 

@@ -1,77 +1,102 @@
 """The per-step loops of ``trainables._packed_rnn`` in C++ (``_packed_rnn.cpp``), built
-on first use with ``torch.utils.cpp_extension`` (the machine's C++ compiler; cached
-under ``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``).
+with ``torch.utils.cpp_extension`` (the machine's C++ compiler) into a folder keyed by
+what it is compiled from (``trainables._compiled``).
 
 On the CPU the Python loop issues about a dozen ATen calls per step and direction, and
 at n=256 issuing them took more time than the arithmetic (BENCHMARKS.md, "Training at
 the CPU's limit"). The C++ loop makes per step one matrix product (the same ATen call) and one
 pass over the gates, compiled with the machine's vector instructions.
 
-:func:`extension` is the built module, or None when it cannot be built (no compiler):
-then the Python loop runs, with one warning. ``GROUNDED_PACKED_RNN=python`` asks for the
-Python loop without trying.
+:func:`prebuild` builds it (once per key; a search's driver calls it before any trial
+starts, the train CLI before it trains, ``python -m trainables.cpp_loop`` on demand).
+:func:`extension` is the built module, or None: it never builds, so a trial, a model
+load or a served model never waits on a compiler; where it is not built they run the
+Python loop (the same equations, checked against each other in
+tests/trainables/test_packed_rnn.py), with one warning. ``GROUNDED_PACKED_RNN=python``
+asks for the Python loop without looking.
 """
 
 from __future__ import annotations
 
-import hashlib
-import logging
 import os
-import platform
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 from storage.cli import error_line
+from trainables import _compiled
 
-__all__ = ["ENV", "SOURCE", "extension"]
+__all__ = ["ENV", "SOURCE", "extension", "prebuild", "python_only"]
 
 ENV = "GROUNDED_PACKED_RNN"  # "python": never build or use the C++ loop
 SOURCE = Path(__file__).with_name("_packed_rnn.cpp")
 # -ffast-math: glibc's vector exp and tanh (libmvec) in the gate loops; compile flags
 # only (never at link time, where gcc 12 would set flush-to-zero for the whole process)
 FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp-simd"]
+WHAT = "the C++ recurrence (trainables/_packed_rnn.cpp)"
 
 _built: list[ModuleType | None] = []
 
 
+def _extension() -> _compiled.Extension:
+    return _compiled.Extension("grounded_packed_rnn", SOURCE, tuple(FLAGS))
+
+
 def _name() -> str:
-    """The build's name: a digest of the source, the flags and this CPU (``-march=native``
-    code must not be loaded by another kind of CPU sharing the cache)."""
-    cpu = platform.machine() + platform.processor()
-    try:
-        flags = [line for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith(("flags", "model name"))][:2]  # fmt: skip
-        cpu += "".join(flags)
-    except OSError:
-        pass
-    digest = hashlib.sha256((SOURCE.read_text() + " ".join(FLAGS) + cpu).encode()).hexdigest()
-    return f"grounded_packed_rnn_{digest[:12]}"
+    """The build's folder name: the prefix and a digest of what it is compiled from."""
+    return _compiled.folder(_extension()).name
+
+
+def python_only() -> bool:
+    """``GROUNDED_PACKED_RNN=python``: the Python loop, nothing built or looked up."""
+    return os.environ.get(ENV, "").lower() == "python"
 
 
 def extension() -> ModuleType | None:
-    """The compiled loops (built once per process, from the cache after the first build),
-    or None: ``GROUNDED_PACKED_RNN=python``, or the build failed (warned once)."""
+    """The compiled loops (looked up once per process), or None: ``GROUNDED_PACKED_RNN=
+    python``, or not built for this machine (warned once). Never builds or waits."""
     if _built:
         return _built[0]
     module = None
-    if os.environ.get(ENV, "").lower() != "python":
+    if not python_only():
         try:
-            # importing it logs "No CUDA runtime is found" on a CPU-only machine: not news
-            logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
-            from torch.utils import cpp_extension
-
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # "No CUDA runtime is found" and the like
-                module = cpp_extension.load(
-                    name=_name(), sources=[str(SOURCE)], extra_cflags=FLAGS, verbose=False
-                )
-        except Exception as exc:  # no compiler, no headers: the Python loop still works
+            module = _compiled.load(_extension())
+        except Exception as exc:  # a damaged build: the Python loop still works
+            why = f"cannot be loaded ({error_line(exc, last=True)})"
+        else:
+            where = _compiled.folder(_extension())
+            why = f"is not built for this machine and environment ({where})"
+        if module is None:
             warnings.warn(
-                f"trainables/_packed_rnn.cpp could not be built ({error_line(exc, last=True)}); "
-                f"training on the CPU uses the Python loop (slower; {ENV}=python silences this)",
+                f"{WHAT} {why}; training on the CPU uses the Python loop (slower). "
+                f"`python -m trainables.cpp_loop` builds it (a search builds it before its "
+                f"trials); {ENV}=python silences this",
                 RuntimeWarning,
                 stacklevel=2,
             )
     _built.append(module)
+    return module
+
+
+def _silent(line: str) -> None:
+    """The default ``write``: a library call prints nothing."""
+
+
+def prebuild(write: Callable[[str], None] = _silent) -> ModuleType | None:
+    """Build the loops for this machine unless they are built (``write`` receives a line
+    when it builds or waits for another process building them, and how long it took);
+    None where they cannot be built (one line says why: the Python loop runs) or
+    ``GROUNDED_PACKED_RNN=python``."""
+    if python_only():
+        return None
+    try:
+        module: ModuleType | None = _compiled.build(_extension(), write, WHAT)
+    except Exception as exc:  # no compiler, no headers: the Python loop still works
+        write(
+            f"{WHAT} could not be built ({error_line(exc, last=True)}); training on the CPU "
+            f"uses the Python loop (slower; {ENV}=python skips the build)"
+        )
+        module = None
+    _built[:] = [module]
     return module

@@ -20,7 +20,7 @@ import logging
 import math
 import sys
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -123,15 +123,20 @@ BASELINES_VERSION = 1  # raise when baselines() changes what it computes
 
 
 def store_baselines(
-    store: str, senteval: str | None, data: TrainingData | None = None
+    store: str,
+    senteval: str | None,
+    data: TrainingData | None = None,
+    computing: Callable[[], None] | None = None,
 ) -> tuple[dict[str, dict[str, float]], str]:
     """The store's baselines and what became of its cache (``"read"``, ``"written"``, or
     ``"not written: REASON"``): ``baselines.json``
     beside the store's manifest, valid while the manifest (every shard's sha256), the
     semantic sets' contents and this code's version are what they were. Computed (about
-    40 s on the 2,000-image embedded world on 2 cores: SentEval's classifiers on 4,096-d
-    n-gram features dominate) and written there otherwise; a store that cannot be
-    written to is left alone (the baselines are computed again next time)."""
+    40 s on the 2,000-image embedded world on 2 idle cores, 149 s on 2 busy ones:
+    SentEval's classifiers on 4,096-d n-gram features dominate; ``computing`` is called
+    first, so that a caller can say what it waits for) and written there otherwise; a
+    store that cannot be written to is left alone (the baselines are computed again next
+    time)."""
     opened = FeatureStore.open(store)
     key = {
         "version": BASELINES_VERSION,
@@ -144,6 +149,8 @@ def store_baselines(
             return _floats(cached["baselines"]), "read"
     except (StoreError, ValueError, KeyError, TypeError) as err:  # absent, or not ours
         logger.debug("no usable %s in %s (%s)", BASELINES_FILE, store, err)
+    if computing is not None:
+        computing()
     results = baselines(data or TrainingData.from_store(store), senteval)
     record = {"key": key, "baselines": results}
     try:

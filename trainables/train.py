@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from storage import StoreError, write_bytes_atomic
-from trainables import checkpoint, names
+from trainables import checkpoint, names, prebuild_cpp_loop
 from trainables._train_cli import COMMAND, build_parser, epoch_line, json_line, paper_sizes_on_cpu
 from trainables.config import ConfigError, TrainConfig
 from trainables.data import TrainingData, default_senteval
@@ -137,6 +137,8 @@ def _train(args: argparse.Namespace, progress: _Progress) -> int:
             return 0
     data = TrainingData.from_store(args.data, verify=not args.no_verify)
     senteval = args.senteval or default_senteval(args.data)
+    if config.run.device == "cpu" or not torch.cuda.is_available():  # trains on the CPU
+        prebuild_cpp_loop(logger.info)  # the C++ recurrence, once per key (a line says so)
     trainer = Trainer(config, data, make_semantic(senteval, config.evaluation, config.run))
     if state is not None:
         trainer.load_state_dict(state)

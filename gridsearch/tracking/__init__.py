@@ -10,8 +10,8 @@ one nested run per trial.
 - ``_store``: the store checked, the experiment, the parent run, the UI's links and views;
 - ``_parent``: what the parent run records at the start and the end;
 - ``_lineage``: the feature store as every run's dataset input;
-- ``_tags``: the tag names (dependency-free); ``_curves``: a trial's trade-off curve and
-  MLflow's chart view of it.
+- ``_tags``: the tag names (dependency-free); ``_curves``: the trade-off curves, their
+  scale (the trained epochs, every epoch ticked) and MLflow's chart view of them.
 
 Each name is imported on first use, so reading a search (the tags, the store helpers,
 ``TradeoffCurve``) imports neither Ray nor torch; ``TrialTracker`` imports Ray.
@@ -24,7 +24,21 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gridsearch.tracking._callback import TrialTracker
-    from gridsearch.tracking._curves import TradeoffCurve, tradeoff_curve
+    from gridsearch.tracking._curves import (
+        EPOCH_ZERO_AT,
+        NOTE_BOX,
+        TITLE_WIDTH,
+        AxisRange,
+        CurveScale,
+        TradeoffCurve,
+        charts_url,
+        curve_scale,
+        draw_tradeoff,
+        epoch_axis,
+        mark_untrained,
+        tradeoff_curve,
+        tradeoff_figure,
+    )
     from gridsearch.tracking._parent import close_parent, parent_params
     from gridsearch.tracking._reconcile import ReconcileReport
     from gridsearch.tracking._runs import split_trial_config
@@ -38,6 +52,7 @@ if TYPE_CHECKING:
         using_tracking_uri,
     )
     from gridsearch.tracking._tags import (
+        CHARTS_VIEW,
         OUTCOME_TAG,
         PARENT_TAG,
         ROLE_SEARCH,
@@ -50,7 +65,21 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "gridsearch.tracking._callback": ["TrialTracker"],
-    "gridsearch.tracking._curves": ["TradeoffCurve", "tradeoff_curve"],
+    "gridsearch.tracking._curves": [
+        "EPOCH_ZERO_AT",
+        "NOTE_BOX",
+        "TITLE_WIDTH",
+        "AxisRange",
+        "CurveScale",
+        "TradeoffCurve",
+        "charts_url",
+        "curve_scale",
+        "draw_tradeoff",
+        "epoch_axis",
+        "mark_untrained",
+        "tradeoff_curve",
+        "tradeoff_figure",
+    ],
     "gridsearch.tracking._parent": ["close_parent", "parent_params"],
     "gridsearch.tracking._reconcile": ["ReconcileReport"],
     "gridsearch.tracking._runs": ["split_trial_config"],
@@ -64,6 +93,7 @@ _HOMES = {
         "using_tracking_uri",
     ],
     "gridsearch.tracking._tags": [
+        "CHARTS_VIEW",
         "OUTCOME_TAG",
         "PARENT_TAG",
         "ROLE_SEARCH",
@@ -77,27 +107,39 @@ _HOMES = {
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
 __all__ = [
+    "CHARTS_VIEW",
+    "EPOCH_ZERO_AT",
+    "NOTE_BOX",
     "OUTCOME_TAG",
     "PARENT_TAG",
     "ROLE_SEARCH",
     "ROLE_TAG",
     "ROLE_TRIAL",
+    "TITLE_WIDTH",
     "TRIAL_TAG",
+    "AxisRange",
+    "CurveScale",
     "ReconcileReport",
     "TrackingError",
     "TradeoffCurve",
     "TrialTracker",
     "best_trial_tag",
+    "charts_url",
     "check_reachable",
     "close_parent",
+    "curve_scale",
+    "draw_tradeoff",
     "ensure_experiment",
+    "epoch_axis",
     "is_disk_full",
+    "mark_untrained",
     "parent_params",
     "results_link",
     "results_url",
     "split_trial_config",
     "start_parent_run",
     "tradeoff_curve",
+    "tradeoff_figure",
     "using_tracking_uri",
 ]
 

@@ -18,17 +18,35 @@ import math
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+from gridsearch.tracking._tags import ROLE_TAG, ROLE_TRIAL
 
 __all__ = [
+    "EPOCH_ZERO_AT",
+    "NOTE_BOX",
+    "TITLE_WIDTH",
+    "TRIALS_ONLY",
+    "AxisRange",
+    "CurveScale",
     "TradeoffCurve",
     "charts_url",
     "charts_view",
+    "curve_scale",
     "draw_tradeoff",
+    "epoch_axis",
+    "epoch_ticks",
+    "mark_untrained",
     "tradeoff_curve",
+    "tradeoff_figure",
 ]
 
 CHARTS_SECTION = "Trade-off (dev, per epoch)"
+EPOCH_ZERO_AT = 0.5  # log(0) does not exist: on a log axis epoch 0 is drawn here, labelled "0"
+TITLE_WIDTH = 60  # characters per line of a trial's figure's title
+LABELLED_UP_TO = 8  # epochs labelled one by one; beyond, the powers of two and the last
+# behind a note on a panel's edge, where a baseline's line may run
+NOTE_BOX = {"facecolor": "white", "alpha": 0.85, "edgecolor": "none", "pad": 1.0}
 
 
 class TradeoffCurve(NamedTuple):
@@ -51,43 +69,150 @@ def tradeoff_curve(
     return TradeoffCurve(epochs, [retrieval.get(e, math.nan) for e in epochs], sem, best)
 
 
-def draw_tradeoff(curve: TradeoffCurve, path: Path, title: str) -> Path:
-    """Draw ``curve`` as a PNG: R@10 on the left axis, semantic on the right, epochs on a
-    log axis with epoch 0 shown at the left edge (log(0) does not exist)."""
-    import matplotlib
+class AxisRange(NamedTuple):
+    """One metric's axis: the trained epochs' values (1 and on) with a margin, so that the
+    trials' differences fill it; epoch 0, the untrained model near chance, is kept but does
+    not set it: where an epoch-0 value falls outside, ``untrained`` holds their span."""
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    low: float
+    high: float
+    untrained: tuple[float, float] | None  # epoch 0's values, min and max, when off the axis
 
-    x = [max(e, 0.5) for e in curve.epochs]  # epoch 0 drawn at 0.5 and labelled "0"
-    fig, left = plt.subplots(figsize=(6, 3.6), dpi=110)
-    left.plot(x, curve.retrieval, "o-", color="tab:blue", label="dev R@10 mean")
-    left.set_xscale("log")
-    left.set_xlabel("epoch (log scale)")
-    left.set_ylabel("R@10 mean (%)", color="tab:blue")
-    ticks = [t for t in (0.5, 1, 2, 4, 8, 16, 32, 64) if t <= max(x, default=1)]
-    left.set_xticks(ticks, ["0" if t == 0.5 else str(int(t)) for t in ticks])
-    left.minorticks_off()
-    right = left.twinx()
-    right.plot(x, curve.semantic, "s--", color="tab:red", label="dev semantic")
-    right.set_ylabel("semantic score (r)", color="tab:red")
-    if curve.best_semantic_epoch is not None:
-        right.axvline(max(curve.best_semantic_epoch, 0.5), color="tab:red", alpha=0.3)
-    left.set_title("\n".join(textwrap.wrap(title, 72)), fontsize=9)  # never cut off
-    fig.tight_layout()
-    fig.savefig(path, bbox_inches="tight")
-    plt.close(fig)
+    def clip(self, value: float) -> float:
+        """``value`` drawn inside the axis: one off it sits on the nearer edge."""
+        return value if value != value else min(max(value, self.low), self.high)
+
+
+class CurveScale(NamedTuple):
+    """The scales of trade-off curves drawn together (``curve_scale``)."""
+
+    ticks: list[int]  # the epochs labelled on the epoch axis
+    minor: list[int]  # the other epochs, ticked without a label
+    retrieval: AxisRange  # dev R@10 mean (%)
+    semantic: AxisRange  # dev semantic score (r)
+
+
+def epoch_ticks(last: int) -> tuple[list[int], list[int]]:
+    """Every epoch up to ``last`` ticked: labelled up to ``LABELLED_UP_TO``, then at the
+    powers of two and ``last`` (a log axis crowds the later epochs), the rest unlabelled."""
+    labelled = [
+        e for e in range(max(last, 0) + 1) if e <= LABELLED_UP_TO or e & (e - 1) == 0 or e == last
+    ]
+    return labelled, [e for e in range(1, max(last, 0) + 1) if e not in labelled]
+
+
+def _axis(values: Sequence[tuple[int, float]]) -> AxisRange:
+    finite = [(e, v) for e, v in values if not math.isnan(v)]
+    trained = [v for e, v in finite if e > 0] or [v for _, v in finite] or [0.0, 1.0]
+    low, high = min(trained), max(trained)
+    pad = 0.08 * (high - low) or 0.05 * max(abs(high), 1e-3)
+    low, high = low - pad, high + pad
+    untrained = [v for e, v in finite if e == 0]
+    off = [v for v in untrained if not low <= v <= high]
+    return AxisRange(low, high, (min(untrained), max(untrained)) if off else None)
+
+
+def curve_scale(curves: Sequence[TradeoffCurve]) -> CurveScale:
+    """The epoch ticks and the two metrics' axes of ``curves`` drawn together."""
+    last = max((max(c.epochs) for c in curves if c.epochs), default=1)
+    ticks, minor = epoch_ticks(last)
+    pairs = {
+        field: [(e, v) for c in curves for e, v in zip(c.epochs, getattr(c, field), strict=True)]
+        for field in ("retrieval", "semantic")
+    }
+    return CurveScale(ticks, minor, _axis(pairs["retrieval"]), _axis(pairs["semantic"]))
+
+
+def draw_tradeoff(
+    curve: TradeoffCurve, path: Path, title: str, scale: CurveScale | None = None
+) -> Path:
+    """``tradeoff_figure`` saved as a PNG at ``path``."""
+    tradeoff_figure(curve, title, scale).savefig(path, bbox_inches="tight")
     return path
 
 
-def charts_view(retrieval_key: str, semantic_key: str, order_by: str, now_ms: int) -> str:
+def tradeoff_figure(curve: TradeoffCurve, title: str, scale: CurveScale | None = None) -> Any:
+    """One trial's ``curve`` as a matplotlib ``Figure``: dev R@10 mean on the left axis,
+    the dev semantic score on the right, against epoch on a log axis (epoch 0 at its left
+    edge), every epoch ticked, the axes spanning the trained epochs (``curve_scale``;
+    ``scale``: shared with other trials), the best-semantic epoch marked. ``title`` (the
+    trial and what it tried) is wrapped to lines of at most ``TITLE_WIDTH`` characters, so
+    all of it shows."""
+    from matplotlib.figure import Figure  # no pyplot: the caller's matplotlib is left alone
+
+    scale = scale or curve_scale([curve])
+    fig = Figure(figsize=(6, 3.6), dpi=110)
+    left = fig.subplots()
+    right = left.twinx()
+    x = [max(float(e), EPOCH_ZERO_AT) for e in curve.epochs]
+    for ax, values, axis, style, colour, label in (
+        (left, curve.retrieval, scale.retrieval, "o-", "tab:blue", "dev R@10 mean"),
+        (right, curve.semantic, scale.semantic, "s--", "tab:red", "dev semantic"),
+    ):
+        ax.plot(x, [axis.clip(v) for v in values], style, color=colour, label=label)
+        ax.set_ylim(axis.low, axis.high)
+        mark_untrained(ax, axis, colour, left_side=ax is left)
+    epoch_axis(left, scale)
+    left.set_ylabel("R@10 mean (%)", color="tab:blue")
+    right.set_ylabel("semantic score (r)", color="tab:red")
+    if curve.best_semantic_epoch is not None:
+        right.axvline(max(curve.best_semantic_epoch, EPOCH_ZERO_AT), color="tab:red", alpha=0.3)
+    wrapped = textwrap.wrap(title, TITLE_WIDTH, break_long_words=True)
+    left.set_title("\n".join(wrapped) or title, fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def epoch_axis(ax: Any, scale: CurveScale) -> None:
+    """A log epoch axis, epoch 0 at ``EPOCH_ZERO_AT``, every epoch ticked."""
+    ax.set_xscale("log")
+    at = [max(float(e), EPOCH_ZERO_AT) for e in scale.ticks]
+    ax.set_xticks(at, [str(e) for e in scale.ticks])
+    ax.set_xticks([float(e) for e in scale.minor], minor=True)
+    ax.set_xticklabels([], minor=True)
+    ax.set_xlim(EPOCH_ZERO_AT / 1.25, max(at, default=1.0) * 1.15)
+    ax.set_xlabel("epoch (log scale)")
+    ax.grid(alpha=0.3)
+
+
+def mark_untrained(ax: Any, axis: AxisRange, colour: Any, *, left_side: bool = True) -> None:
+    """Where epoch 0 is off ``axis``, say so in the corner it is off at (its points sit on
+    that edge)."""
+    if axis.untrained is None:
+        return
+    low, high = axis.untrained
+    below = high < axis.low or (low < axis.low and not high > axis.high)
+    values = f"{low:.3g}" if low == high else f"{low:.3g} to {high:.3g}"
+    ax.text(
+        0.01 if left_side else 0.99,
+        0.02 if below else 0.98,
+        f"epoch 0 {'below' if below else 'above'} the scale: {values}",
+        transform=ax.transAxes, fontsize=7, color=colour, bbox=NOTE_BOX,
+        ha="left" if left_side else "right", va="bottom" if below else "top",
+    )  # fmt: skip
+
+
+TRIALS_ONLY = f"tags.`{ROLE_TAG}` = '{ROLE_TRIAL}'"  # the trials' runs, not the search's
+CHART_HEIGHT = 520  # pixels: MLflow's default of 360 cut the legend naming the trials
+
+
+def charts_view(
+    retrieval_key: str,
+    semantic_key: str,
+    order_by: str,
+    now_ms: int,
+    scale: CurveScale | None = None,
+) -> str:
     """The value of the experiment tag that saves the search's chart view (``CHARTS_VIEW``):
-    a first section with the trade-off (each run a line through its epochs, one point per
-    epoch, ``retrieval_key`` across and ``semantic_key`` up), then each of the two against
-    epoch; the runs sorted by the metric ``order_by``, best first, which lists the trials
-    flat (nested under the search's run they are collapsed, and not drawn), every one
-    drawn (the UI draws the first 10 otherwise); MLflow's own sections, one per metric
-    prefix, follow."""
+    the trials only (not the search's own run), each named by what it tried (its run
+    name, in every chart's legend), in a first section of large charts, one per row: the
+    trade-off (each trial a line through its epochs, one point per epoch,
+    ``retrieval_key`` across and ``semantic_key`` up), then each of the two against epoch;
+    with ``scale`` (the trials' ``curve_scale``, once they ran) the axes span the trained
+    epochs, epoch 0 falling off them. The runs are sorted by the metric ``order_by``, best
+    first, which lists them flat (nested under the search's run they are collapsed, and
+    not drawn), every one drawn (the UI draws the first 10 otherwise); MLflow's own
+    sections, one per metric prefix, follow."""
     section = "tradeoff"
     common = {"metricSectionId": section, "isGenerated": False, "deleted": False}
     line = {
@@ -103,6 +228,9 @@ def charts_view(retrieval_key: str, semantic_key: str, order_by: str, now_ms: in
         "useGlobalLineSmoothing": True,
         "displayPoints": True,
     }
+    axes = {}
+    if scale is not None:
+        axes = {retrieval_key: scale.retrieval, semantic_key: scale.semantic}
     cards = [
         {
             **line,
@@ -113,6 +241,7 @@ def charts_view(retrieval_key: str, semantic_key: str, order_by: str, now_ms: in
             "xAxisKey": "metric",
             "selectedXAxisMetricKey": retrieval_key,
             "useGlobalXaxisKey": False,
+            **_range(axes.get(retrieval_key), axes.get(semantic_key)),
         },
         *(
             {
@@ -124,16 +253,25 @@ def charts_view(retrieval_key: str, semantic_key: str, order_by: str, now_ms: in
                 "xAxisKey": "step",
                 "selectedXAxisMetricKey": "",
                 "useGlobalXaxisKey": False,
+                **_range(None, axes.get(key)),
             }
             for key in (retrieval_key, semantic_key)
         ),
     ]
     state = {
+        "searchFilter": TRIALS_ONLY,
         "orderByKey": f"metrics.`{order_by}`",
         "orderByAsc": False,
         "compareRunCharts": cards,
         "compareRunSections": [
-            {"uuid": section, "name": CHARTS_SECTION, "display": True, "isReordered": True}
+            {
+                "uuid": section,
+                "name": CHARTS_SECTION,
+                "display": True,
+                "isReordered": True,
+                "columns": 1,
+                "cardHeight": CHART_HEIGHT,
+            }
         ],
         "isAccordionReordered": True,
         "runsHiddenMode": "SHOW_ALL",
@@ -141,6 +279,16 @@ def charts_view(retrieval_key: str, semantic_key: str, order_by: str, now_ms: in
     }
     envelope = {"name": "search charts", "createdAt": now_ms, "updatedAt": now_ms}
     return json.dumps({**envelope, "state": json.dumps(state)})
+
+
+def _range(x: AxisRange | None, y: AxisRange | None) -> dict[str, Any]:
+    """A chart card's axis range (MLflow's ``range``), where one is known."""
+    bounds = {}
+    if x is not None:
+        bounds.update(xMin=x.low, xMax=x.high)
+    if y is not None:
+        bounds.update(yMin=y.low, yMax=y.high)
+    return {"range": bounds} if bounds else {}
 
 
 def charts_url(experiment_id: str, ui: str, key: str) -> str:

@@ -1,6 +1,7 @@
 """The search's own MLflow run (the parent of every trial's): what it records at the
 start (the space, sampler, scheduler, budget, resources, data and code version) and at
-the end (the summary, the best trial's values, the elapsed time and its status).
+the end (the summary, the best trial's values, the elapsed time and its status; and the
+experiment's chart view rescaled to the trials' trained epochs).
 
 At the end the parent's row of the runs table reads like a trial's, for the best trial:
 every metric of the best trial on the search's objective under the trials' own names
@@ -30,12 +31,27 @@ from gridsearch._space import SearchSpace
 from gridsearch.cluster import Resources
 from gridsearch.settings import SearchSettings
 from gridsearch.summary import TrialOutcome, best_trial
+from gridsearch.tracking._artifacts import CURVE_KEYS
+from gridsearch.tracking._curves import charts_view, curve_scale, tradeoff_curve
 from gridsearch.tracking._store import objective_metrics
-from gridsearch.tracking._tags import TRIAL_TAG, best_trial_tag
+from gridsearch.tracking._tags import (
+    CHARTS_VIEW,
+    PARENT_TAG,
+    TRIAL_TAG,
+    VIEW_TAG_PREFIX,
+    best_trial_tag,
+)
 from storage import FeatureStore
 from trainables import names
 
-__all__ = ["best_values", "close_parent", "code_version", "parent_params", "summary_step"]
+__all__ = [
+    "best_values",
+    "close_parent",
+    "code_version",
+    "parent_params",
+    "rescale_charts_view",
+    "summary_step",
+]
 
 BATCH_LIMIT = 1000  # MLflow's limit on metrics per log_batch call
 
@@ -49,12 +65,16 @@ def parent_params(
     sampler: str,
     store: str,
     senteval: str | None,
+    labels: Sequence[str] = (),
 ) -> dict[str, Any]:
+    """The parent run's parameters; ``labels``: the keys that say what a trial tried (its
+    run's name shows them)."""
     manifest = FeatureStore.open(store).location.read_bytes("manifest.json")
     return {
         "space": space.name,
         "space_definition": space.to_dict(),
         "searched": space.searched_keys(),  # the columns of the experiment's results view
+        "labels": list(labels),
         "sampler": sampler,
         "scheduler": settings.scheduler,
         "seeds_per_config": settings.seeds_per_config,
@@ -113,6 +133,7 @@ def close_parent(
     for start in range(0, len(metrics), BATCH_LIMIT):
         client.log_batch(parent, metrics=metrics[start : start + BATCH_LIMIT])
     client.log_batch(parent, tags=[RunTag(k, v) for k, v in tags.items()])
+    rescale_charts_view(client, run.info.experiment_id, parent, objective)
     failed_all = bool(outcomes) and all(o.status == "failed" for o in outcomes)
     stopped = bool(unfinished) or interrupted
     status = "KILLED" if stopped else "FAILED" if failed_all else "FINISHED"
@@ -120,6 +141,31 @@ def close_parent(
     client.set_tag(parent, "outcome", outcome)
     client.set_terminated(parent, status)
     return outcome
+
+
+def rescale_charts_view(
+    client: MlflowClient, experiment_id: str, parent: str, objective: str
+) -> None:
+    """The experiment's chart view written again, its axes now spanning the trials'
+    trained epochs (``_curves.curve_scale``): epoch 0, near chance, set them before."""
+    runs = client.search_runs(
+        [experiment_id], f"tags.`{PARENT_TAG}` = '{parent}'", max_results=10_000
+    )
+    curves = [
+        tradeoff_curve(
+            {
+                key: [(m.step, m.value) for m in client.get_metric_history(r.info.run_id, key)]
+                for key in CURVE_KEYS
+            },
+            *CURVE_KEYS,
+        )
+        for r in runs
+    ]
+    if not any(curve.epochs for curve in curves):
+        return
+    order_by = objective_metrics(objective)[0]
+    view = charts_view(*CURVE_KEYS, order_by, int(time.time() * 1000), curve_scale(curves))
+    client.set_experiment_tag(experiment_id, VIEW_TAG_PREFIX + CHARTS_VIEW, view)
 
 
 def summary_step(params: Mapping[str, str], values: Mapping[str, float]) -> int:

@@ -9,10 +9,11 @@ as a whole.
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from gridsearch.tracking._write_queue import is_disk_full
 from trainables import names
 from trainables.config import TrainConfig
 
-__all__ = ["TrialRuns", "split_trial_config"]
+__all__ = ["TrialRuns", "split_trial_config", "trial_name"]
 
 logger = logging.getLogger(__name__)
 ERROR_LIMIT = 5000  # characters of an error kept in its tag (the end, where it says why)
@@ -51,6 +52,18 @@ def split_trial_config(config: Mapping[str, Any]) -> tuple[TrainConfig, dict[str
     fields = set(TrainConfig.field_names())
     train = {k: v for k, v in config.items() if k in fields}
     return TrainConfig.from_dict(train), {k: v for k, v in config.items() if k not in fields}
+
+
+def trial_name(trial_id: str, config: Mapping[str, Any], labels: Sequence[str]) -> str:
+    """A trial's run name: ``trial-<id>`` and what it tried (its values of ``labels``),
+    which MLflow's runs table and every chart's legend show:
+    ``trial-3f2a91c0 margin=0.1625``."""
+    tried = [
+        f"{k}={config[k]:.4g}" if isinstance(config[k], float) else f"{k}={config[k]}"
+        for k in labels
+        if k in config
+    ]
+    return " ".join([f"trial-{trial_id.rsplit('_', 1)[-1]}", *tried])
 
 
 class TrialRuns:
@@ -73,6 +86,17 @@ class TrialRuns:
         # with a later report, trainables.loop) are logged: found from MLflow once a run
         self._late: dict[str, set[int]] = {}
         self._closed: set[str] = set()  # run ids
+        self._labels: list[str] | None = None  # the keys that say what a trial tried
+
+    def _label_keys(self) -> list[str]:
+        """The keys that say what a trial tried (the parent run's ``labels``)."""
+        if self._labels is None:
+            labels = self.client.get_run(self.parent_run_id).data.params.get("labels", "[]")
+            try:
+                self._labels = [str(k) for k in json.loads(labels)]
+            except ValueError:  # cut at MLflow's parameter limit: name the trials alone
+                self._labels = []
+        return self._labels
 
     def run_of(self, trial_id: str, config: Mapping[str, Any]) -> str:
         """The trial's run: known, found by its ``TRIAL_TAG``, or created."""
@@ -103,7 +127,7 @@ class TrialRuns:
         config, helpers = split_trial_config(trial_config)
         run = self.client.create_run(
             self.experiment_id,
-            run_name=f"trial-{trial_id.rsplit('_', 1)[-1]}",
+            run_name=trial_name(trial_id, trial_config, self._label_keys()),
             tags={
                 PARENT_TAG: self.parent_run_id,
                 ROLE_TAG: ROLE_TRIAL,

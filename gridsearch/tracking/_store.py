@@ -47,6 +47,8 @@ __all__ = [
     "ensure_experiment",
     "objective_metrics",
     "param_value",
+    "parent_name",
+    "reading_guide",
     "results_link",
     "results_url",
     "results_view",
@@ -65,6 +67,10 @@ RESULT_METRICS = (
     names.key(names.TEST, "r10_mean"),
     "epoch",
 )
+
+GUIDE_MARK = "**Reading these runs:**"  # a description this module wrote starts so
+PARENT_MARK = "[search]"
+DESCRIPTION_TAG = "mlflow.note.content"  # MLflow's: an experiment's description
 
 
 class TrackingError(RuntimeError):
@@ -113,11 +119,15 @@ def start_parent_run(
     tags: Mapping[str, str],
     artifacts: Mapping[str, Any],
 ) -> str:
-    """The search's run (``ROLE_TAG`` = ``ROLE_SEARCH``), reused when it is resumed;
-    ``artifacts`` are written as JSON files. Also (again on resume) the experiment's
-    results view, from ``params["objective"]`` and ``params["searched"]``."""
-    view = results_view(str(params.get("objective", "retrieval")), params.get("searched", ()))
+    """The search's run (``ROLE_TAG`` = ``ROLE_SEARCH``), named ``parent_name(name)`` so
+    that its row stands apart from the trials', reused when it is resumed; ``artifacts``
+    are written as JSON files. Also (again on resume) the experiment's results view and
+    the description that says how to read it, from ``params["objective"]`` and
+    ``params["searched"]``."""
+    objective = str(params.get("objective", "retrieval"))
+    view = results_view(objective, params.get("searched", ()))
     client.set_experiment_tag(experiment_id, VIEW_TAG_PREFIX + RESULTS_VIEW, view)
+    _describe(client, experiment_id, name, objective)
     existing = client.search_runs(
         [experiment_id], f"tags.`{ROLE_TAG}` = '{ROLE_SEARCH}'", max_results=1
     )
@@ -128,7 +138,7 @@ def start_parent_run(
         client.set_tag(run_id, "resumed_at", time.strftime("%Y-%m-%d %H:%M:%S"))
         return str(run_id)
     own = {ROLE_TAG: ROLE_SEARCH, OUTCOME_TAG: OUTCOME_RUNNING}
-    run = client.create_run(experiment_id, run_name=name, tags={**own, **tags})
+    run = client.create_run(experiment_id, run_name=parent_name(name), tags={**own, **tags})
     client.log_batch(run.info.run_id, params=[Param(k, param_value(v)) for k, v in params.items()])
     with tempfile.TemporaryDirectory() as folder:
         for filename, content in artifacts.items():
@@ -137,6 +147,41 @@ def start_parent_run(
     if "data" in params:  # the feature store, as the run's dataset input (lineage)
         log_store_input(client, run.info.run_id, str(params["data"]))
     return str(run.info.run_id)
+
+
+def parent_name(experiment: str) -> str:
+    """The search's own run's name: its row is the search, not a trial."""
+    return f"{PARENT_MARK} {experiment}"
+
+
+def reading_guide(experiment: str, objective: str) -> str:
+    """How to read a search's runs table (Markdown): the metric it selects on and the one
+    it reports first, named as such, and which row is the search itself."""
+    selected = objective_metrics(objective)
+    if objective == "both":
+        on = f"`{selected[0]}` and `{selected[1]}` together (their Pareto front)"
+    else:
+        on = f"`{selected[0]}`"
+    return (
+        f"{GUIDE_MARK} **Selected on: {on}**; **Reported first: `{names.FINISHED}`**; the "
+        f"row `{parent_name(experiment)}` is the search itself, not a trial.\n\n"
+        f"Selected on: each trial's best over its epochs of a dev metric (dev data only: "
+        f"`dev/r10_mean` is the dev R@10 mean, `dev/semantic` the dev semantic score); the "
+        f"table is sorted by `{selected[0]}`, best first. Reported first: the test R@10 mean "
+        f"of the trial's snapshot ensemble (test data: reported, never selected on); "
+        f"`{names.key(names.TEST, 'r10_mean')}` is its last epoch's model on the same test "
+        "split. Each other row is a trial, named by what it tried; the search's row holds "
+        "its best trials' values (its `best_trial.<metric>` tags name them). The Chart view "
+        "draws each trial's trade-off per epoch."
+    )
+
+
+def _describe(client: MlflowClient, experiment_id: str, name: str, objective: str) -> None:
+    """The experiment's description (shown above its runs) set to ``reading_guide``,
+    unless someone wrote their own."""
+    found = client.get_experiment(experiment_id).tags.get(DESCRIPTION_TAG)
+    if found is None or found.startswith(GUIDE_MARK):
+        client.set_experiment_tag(experiment_id, DESCRIPTION_TAG, reading_guide(name, objective))
 
 
 def param_value(value: Any) -> str:

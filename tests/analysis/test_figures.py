@@ -1,4 +1,5 @@
-"""Drawing runs on awkward inputs (the pictures themselves are not checked)."""
+"""Drawing runs on awkward inputs; the trade-off views' axes, ticks and labels read back
+from the figures drawn."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from analysis import _compute, _families, _figures
@@ -132,3 +134,66 @@ def test_coinciding_curves_are_drawn_with_different_markers_and_dashes(
     lines = [line for line in figures[0].axes[0].get_lines() if line.get_label() in "abc"]
     styles = {(line.get_marker(), line.get_linestyle()) for line in lines}
     assert len(lines) == 3 and len(styles) == 3
+
+
+def test_the_trade_off_views_show_the_trained_epochs_and_name_each_trial(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """The issue's margin sweep: epoch 0 at chance no longer sets the axes (R@10 61-69 and
+    semantic 0.69-0.72 filled them as flat lines along the top), every epoch is ticked, and
+    every point of the Pareto views says its trial and margin."""
+    from gridsearch.tracking import curve_scale
+
+    sweep = {
+        "a": ([10.2, 61.0, 64.0, 68.45, 61.6], [0.21, 0.69, 0.72, 0.70, 0.695], 0.1),
+        "b": ([10.5, 62.0, 64.8, 67.4, 62.6], [0.21, 0.70, 0.715, 0.70, 0.698], 0.3),
+    }
+    history = [
+        {"trial_id": t, "epoch": e, names.PRIMARY_RETRIEVAL: r[e], names.PRIMARY_SEMANTIC: s[e]}
+        for t, (r, s, _) in sweep.items()
+        for e in range(5)
+    ]
+    trials = [
+        {"trial_id": t, "margin": m, names.BEST_RETRIEVAL: max(r), names.BEST_SEMANTIC: max(s)}
+        for t, (r, s, m) in sweep.items()
+    ]
+    record = make_record(trials, history, param_kinds={"margin": CONTINUOUS})
+    figures = []
+    save = _figures._save
+    monkeypatch.setattr(
+        _figures, "_save", lambda fig, path, **kw: figures.append(fig) or save(fig, path, **kw)
+    )
+    curves = _compute.tradeoff_curves(record)
+    labels = {t: f"{t}: margin={m}" for t, (_, _, m) in sweep.items()}
+    _figures.draw_tradeoff_overlay(curves, tmp_path / "o.png", labels=labels)
+    scale = curve_scale(list(curves.values()))
+    retrieval_ax, semantic_ax = figures[0].axes
+    assert retrieval_ax.get_ylim() == pytest.approx((scale.retrieval.low, scale.retrieval.high))
+    assert semantic_ax.get_ylim() == pytest.approx((scale.semantic.low, scale.semantic.high))
+    assert scale.retrieval.low > 60 and scale.semantic.low > 0.68  # not from epoch 0
+    for ax in (retrieval_ax, semantic_ax):
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1", "2", "3", "4"]
+        assert any(t.get_text().startswith("epoch 0 below the scale") for t in ax.texts)
+    # a baseline near the trials widens the axes to show its line; chance stays off, named
+    references = [
+        _compute.ReferenceLine("char n-gram ridge", 59.5, 0.6777),
+        _compute.ReferenceLine("chance", 5.0, math.nan),
+    ]
+    _figures.draw_tradeoff_overlay(curves, tmp_path / "o.png", references, labels)
+    retrieval_ax, semantic_ax = figures[1].axes
+    assert retrieval_ax.get_ylim()[0] < 59.5 and semantic_ax.get_ylim()[0] < 0.6777
+    assert retrieval_ax.get_ylim()[1] == pytest.approx(scale.retrieval.high)
+    said = [t.get_text() for t in retrieval_ax.texts]
+    assert "baselines off the scale: chance 5" in said and said[0].startswith("epoch 0 below")
+    assert not any(t.get_text().startswith("baselines") for t in semantic_ax.texts)
+    _figures.draw_pareto(
+        _compute.pareto_over_trials(record),
+        _compute.pareto_over_epochs(record),
+        tmp_path / "p.png",
+        labels,
+    )
+    by_trials, by_epochs = figures[2].axes
+    assert sorted(t.get_text() for t in by_trials.texts) == sorted(labels.values())
+    legend = [t.get_text() for t in by_epochs.get_legend().get_texts()]
+    assert legend[:2] == list(labels.values())
+    assert sorted(t.get_text() for t in by_epochs.texts) == sorted(["1", "2", "3", "4"] * 2)

@@ -17,6 +17,7 @@ from mlflow.tracking import MlflowClient
 from analysis import _figures
 from analysis._data import CATEGORICAL, CONTINUOUS, load_search, searched_parameters
 from analysis.report import main, searched_text
+from gridsearch.tracking import TITLE_WIDTH
 from tests.analysis.helpers import html_tables, write_search
 from trainables import names
 from trainables.config import SMOKE, applicable
@@ -180,7 +181,7 @@ def test_the_report_of_an_encoders_search(runs: Path, tmp_path: Path, capsys, mo
     assert sorted(" ".join(t.split("\n")) for t in titles) == sorted(
         f"{t}: {what}" for t, what in tried.items()
     )
-    assert all(len(line) <= _figures.TITLE_WIDTH for t in titles for line in t.split("\n"))
+    assert all(len(line) <= TITLE_WIDTH for t in titles for line in t.split("\n"))
     sensitivity_figure = next(f for f in figures if f.get_suptitle().startswith("lr_max"))
     shown = {t.get_text() for legend in sensitivity_figure.legends for t in legend.get_texts()}
     assert shown == set(FAMILIES)  # one colour per family

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from analysis.report import main as report_main
+from gridsearch._inputs import COMPUTING
 from gridsearch.run import main
 from gridsearch.settings import SearchSettings
 from trainables import names
@@ -25,6 +26,8 @@ def test_a_search_computes_the_baselines_once_and_shows_them(
     assert main([*args, "--experiment", "first"]) == 0
     out = capsys.readouterr().out
     assert "baselines: computed once for this store in " in out
+    assert out.index(COMPUTING) < out.index("baselines: computed once")  # said before the wait
+    assert out.index("baselines: computed once") < out.index("joining the Ray cluster at ")
     store = tmp_path / "world-smoke"
     cache = json.loads((store / names.BASELINES_FILE).read_text(encoding="utf-8"))
     ridge = cache["baselines"]["ngram_ridge"]
@@ -39,7 +42,7 @@ def test_a_search_computes_the_baselines_once_and_shows_them(
 
     assert main([*args, "--experiment", "second"]) == 0  # the same store: read back
     out = capsys.readouterr().out
-    assert "baselines: computed" not in out and "baselines (test" in out
+    assert "baselines: comput" not in out and "baselines (test" in out
 
     assert report_main(["--runs-dir", str(tmp_path), "--experiment", "first", "--no-log"]) == 0
     folder = tmp_path / "reports" / "first"

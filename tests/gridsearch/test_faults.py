@@ -12,6 +12,7 @@ import json
 import signal
 import sqlite3
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +55,27 @@ EPOCH_KEYS = (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC, "epoch")
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def extensions(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The torch extensions folder of a home shared by every node and driver (the
+    nodes' processes inherit it), empty at first: the first driver builds the C++
+    recurrence in it, before Ray; no trial ever does."""
+    folder = tmp_path_factory.mktemp("torch_extensions")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TORCH_EXTENSIONS_DIR", str(folder))
+        yield folder
+
+
+def _builds(extensions: Path) -> list[str]:
+    """Every build in ``extensions``: a line each (who, when, how long)."""
+    return [
+        line
+        for log in sorted(extensions.glob("*/builds.log"))
+        for line in log.read_text().splitlines()
+    ]
+
+
+@pytest.fixture(scope="module")
+def cluster(extensions: Path):
     cluster = Cluster(
         initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
     )
@@ -110,10 +131,15 @@ def _local_client(runs: Path) -> MlflowClient:
     return MlflowClient(f"sqlite:///{runs / 'mlflow.db'}")
 
 
-def test_worker_node_killed_mid_trial(cluster: Cluster, world: str, tmp_path: Path) -> None:
+def test_worker_node_killed_mid_trial(
+    cluster: Cluster, world: str, tmp_path: Path, extensions: Path
+) -> None:
     """The node running the trial dies after epoch 1; the trial resumes from its last
     checkpoint on the other node, MLflow holds each epoch once, and every metric equals
-    an uninterrupted run of the plain training loop."""
+    an uninterrupted run of the plain training loop. The trial ran on both nodes, which
+    share the extensions folder: the C++ recurrence was built once, by a driver (this
+    one, if it was the module's first), and by no trial."""
+    built_before = _builds(extensions)
     driver = Driver(
         _search(cluster, world, tmp_path, "node", "--epochs", "4", "--num-samples", "1")
     )
@@ -124,6 +150,13 @@ def test_worker_node_killed_mid_trial(cluster: Cluster, world: str, tmp_path: Pa
     finally:
         cluster.add_node(num_cpus=1)  # back to two worker nodes for the other tests
     assert "node has died" in driver.text and driver.text.count(" start ") == 2
+    built = _builds(extensions)
+    if built_before:  # an earlier driver of this module built it: found, not a word
+        assert built == built_before and "building the C++" not in driver.text
+    else:  # this driver built it, before any trial, and said so
+        assert len(built) == 1 and f"pid {driver.process.pid} " in built[0], built
+        assert driver.text.count("building the C++ recurrence") == 1, driver.text
+        assert driver.text.index("built in") < driver.text.index(" start ")
 
     client = _local_client(tmp_path)
     (run,) = _children(client, "node")

@@ -51,3 +51,10 @@ def test_every_option_has_a_description_and_one_default(help_text: str) -> None:
 )
 def test_the_options_that_said_nothing_now_do(help_text: str, flag: str, expected: str) -> None:
     assert expected in _options(help_text)[flag][1]
+
+
+def test_the_space_option_names_every_space(help_text: str) -> None:
+    from gridsearch.spaces import SPACES
+
+    description = _options(help_text)["--space"][1]
+    assert all(name in description for name in SPACES), description

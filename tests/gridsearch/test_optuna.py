@@ -11,6 +11,7 @@ import optuna
 import pytest
 
 from gridsearch import _optuna
+from trainables import names
 
 
 def _search(tmp_path: Path, space: Any, *, metric: Any = "score", mode: Any = "max", seed=0):
@@ -267,6 +268,23 @@ def test_intermediate_values_are_reported_at_step_equal_to_epoch(tmp_path: Path)
     search.on_trial_complete("t0", {"score": 12.0, "epoch": 2})
     [trial] = search._ot_study.get_trials()
     assert trial.intermediate_values == {0: 10.0, 1: 11.0, 2: 12.0}  # the first report wins
+
+
+def test_an_intermediate_value_is_the_epochs_own_and_the_trials_value_its_best(
+    tmp_path: Path,
+) -> None:
+    """A search on the running best (``dev/r10_mean_best``) reports each epoch's own
+    ``dev/r10_mean`` to Optuna, so a drop shows (68.45 then 61.6); the trial's value
+    stays the best it reached, which the search selects on."""
+    best, own = names.BEST_RETRIEVAL, names.PRIMARY_RETRIEVAL
+    search = _search(tmp_path, _two, metric=best)
+    search.suggest("t0")
+    for epoch, (value, best_so_far) in enumerate(((40.0, 40.0), (68.45, 68.45), (61.6, 68.45))):
+        search.on_trial_result("t0", {own: value, best: best_so_far, "epoch": epoch})
+    search.on_trial_complete("t0", {own: 61.6, best: 68.45, "epoch": 2})
+    [trial] = search._ot_study.get_trials()
+    assert trial.intermediate_values == {0: 40.0, 1: 68.45, 2: 61.6}
+    assert trial.value == 68.45
 
 
 def test_the_link_gives_a_running_trial_its_mlflow_run_and_leaves_an_ended_one(

@@ -16,12 +16,14 @@ from gridsearch._optuna import DefineByRun
 from gridsearch.cluster import Resources, fixed_settings
 from gridsearch.settings import SMOKE, SearchSettings
 from gridsearch.spaces import (
+    HIDDEN_SIZES,
     SMOKE_SIZES,
     SMOKE_TRIALS,
     SPACES,
     SmokeSpace,
     cut_grid,
     load_space,
+    smoke_size,
     smoke_space,
 )
 from trainables.config import APPLIES_TO, TrainConfig
@@ -65,21 +67,48 @@ def test_every_named_space_is_small_in_a_smoke_test(name: str, tmp_path: Path) -
         assert config.epochs == SMOKE["epochs"] == 2
         for key, size in SMOKE_SIZES.items():
             if config.encoder in APPLIES_TO.get(key, (config.encoder,)):
-                assert getattr(config, key) <= size, (name, key, config)
+                assert getattr(config, key) <= smoke_size(max(HIDDEN_SIZES), size) == 32
+                assert getattr(config, key) >= size, (name, key, config)
         if "batch_size" not in SPACES[name].searched_keys():
             assert config.batch_size == SMOKE["batch_size"]
 
 
-def test_seeds_presets_keeps_its_first_two_systems_at_the_smoke_n(tmp_path: Path) -> None:
+@pytest.mark.parametrize("name", list(SPACES))
+def test_a_smoke_test_never_trains_one_config_twice(name: str, tmp_path: Path) -> None:
+    """Sizes a space tells apart stay apart (hidden_size's grid once trained n = 8 twice:
+    512 and 1024 were both capped at 8)."""
+    configs = _trials(_settings(tmp_path, "--space", name))
+    assert len({repr(c) for c in configs}) == len(configs), configs
+
+
+def test_a_grid_of_sizes_keeps_its_sizes_apart_and_says_which(tmp_path: Path) -> None:
+    for name in ("hidden_size", "paper_grid"):
+        settings = _settings(tmp_path, "--space", name)
+        assert sorted(c.hidden_size for c in _trials(settings)) == [8, 16]
+        note = load_space(settings).note  # type: ignore[attr-defined]
+        assert note.endswith("model sizes / 64, at least 8 (hidden_size 512 -> 8, 1024 -> 16)")
+    paper = load_space(_settings(tmp_path, "--space", "paper_grid"))
+    assert "variant gru-512-attention, gru-1024-attention" in paper.note  # type: ignore[attr-defined]
+    assert load_space(_settings(tmp_path, "--space", "margin_sweep")).note.endswith(  # type: ignore[attr-defined]
+        "the smoke model (n = 8)"
+    )
+
+
+def test_smoke_sizes_keep_their_order_and_the_smoke_n() -> None:
+    assert [smoke_size(n, 8) for n in (4, 8, 16, 300, 512, 1024, 2048)] == [4, 8, 8, 8, 8, 16, 32]
+
+
+def test_seeds_presets_keeps_its_first_two_systems_at_the_smoke_scale(tmp_path: Path) -> None:
     """The space that kept n = 1024 and ran 14.5 minutes: now its first two seed systems,
-    the character model at n = 8 and the bag of words with 8-d word embeddings."""
+    the character model at n = 16 (1024 / 64) and the bag of words with 8-d word
+    embeddings (128 / 64, at least 8)."""
     configs = _trials(_settings(tmp_path, "--space", "seeds_presets"))
     assert [c.encoder for c in sorted(configs, key=lambda c: c.encoder)] == [
         "char_rnn",
         "word_bow",
     ]
     char, bow = sorted(configs, key=lambda c: c.encoder)
-    assert char.hidden_size == 8 and bow.word_embedding_dim == 8
+    assert char.hidden_size == 16 and bow.word_embedding_dim == 8
     assert char.lr_max == TrainConfig.lr_max  # the rest of the preset as its paper had it
     assert bow.loss == "pearson" and bow.bow_pooling == "mean"
 

@@ -1,22 +1,34 @@
-"""Building the C++ per-step loops: on first use, cached, and a Python fallback with one
-warning when the machine cannot build them."""
+"""The C++ per-step loops: built by the processes that may take the time (a search's
+driver, the train CLI, ``python -m trainables.cpp_loop``), once per key; never by a
+trial or a model load, which run the Python loop where it is not built; found by a
+second clone of the project without building or waiting. The session fixture
+``cpp_recurrence`` (tests/conftest.py) built it in the user's cache, as a driver would."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
-from trainables import _packed_rnn_cpp
+from trainables import _compiled, _packed_rnn_cpp
+
+REPO = Path(__file__).resolve().parents[2]
 
 
-def _child(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _child(
+    code: str, env: dict[str, str], cwd: Path = REPO, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True, text=True, env=env, timeout=600, check=False,
+        capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout, check=False,
     )  # fmt: skip
 
 
@@ -25,7 +37,9 @@ CHECK = """
     warnings.simplefilter("always")
     import torch
     from torch.nn.utils.rnn import pack_padded_sequence
-    from trainables import _packed_rnn, _packed_rnn_cpp
+    from trainables import _packed_rnn, _packed_rnn_cpp, prebuild_cpp_loop
+    if PREBUILD:
+        prebuild_cpp_loop(print)
     rnn = torch.nn.GRU(3, 4, bidirectional=True)
     packed = pack_padded_sequence(torch.randn(5, 2, 3), torch.tensor([5, 3]))
     out = _packed_rnn.packed_bidirectional(packed.data, packed.batch_sizes, rnn)
@@ -35,34 +49,51 @@ CHECK = """
 """
 
 
-def test_the_extension_builds_here_and_is_the_default() -> None:
+def _check(prebuild: bool) -> str:
+    return textwrap.dedent(CHECK).replace("PREBUILD", str(prebuild))
+
+
+def test_the_extension_is_built_here_and_is_the_default() -> None:
     assert _packed_rnn_cpp.extension() is not None  # this machine has a C++ compiler
+    published = _compiled.folder(_packed_rnn_cpp._extension())
+    assert Path(_packed_rnn_cpp.extension().__file__).parent == published  # type: ignore[union-attr]
 
 
-@pytest.mark.slow
-def test_without_a_compiler_training_falls_back_to_python_with_one_warning(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import os
-
-    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), "CXX": str(tmp_path / "no-cxx")}
-    done = _child(CHECK, env)
+def test_training_where_it_is_not_built_runs_python_and_never_builds(tmp_path: Path) -> None:
+    """A trial or a model load (here: training a packed GRU) in an empty extensions
+    folder: the Python loop, one warning that says how to build it, nothing compiled."""
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path)}
+    started = time.monotonic()
+    done = _child(_check(prebuild=False), env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["python", "python"]
-    warned = [line for line in done.stderr.splitlines() if "could not be built" in line]
-    assert len(warned) == 1 and "GROUNDED_PACKED_RNN=python" in warned[0]
+    warned = [line for line in done.stderr.splitlines() if "is not built" in line]
+    assert len(warned) == 1 and "python -m trainables.cpp_loop" in warned[0], done.stderr
+    assert not any(tmp_path.iterdir())  # nothing built, not even a folder made
+    assert time.monotonic() - started < 30  # a build takes 20 s and more
+
+
+def test_without_a_compiler_the_build_says_why_once_and_training_uses_python(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), "CXX": str(tmp_path / "no-cxx")}
+    done = _child(_check(prebuild=True), env)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[-1].split() == ["python", "python"]
+    said = [line for line in lines if "could not be built" in line]
+    assert len(said) == 1 and "GROUNDED_PACKED_RNN=python" in said[0], done.stdout
+    assert "RuntimeWarning" not in done.stderr  # said once, by the build
 
 
 def test_the_environment_variable_asks_for_the_python_loop_without_building(
     tmp_path: Path,
 ) -> None:
-    import os
-
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(tmp_path), _packed_rnn_cpp.ENV: "python"}
-    done = _child(CHECK, env)
+    done = _child(_check(prebuild=True), env)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["python", "python"]
-    assert "could not be built" not in done.stderr
+    assert "could not be built" not in done.stderr and "is not built" not in done.stderr
     assert not any(tmp_path.iterdir())  # nothing was built
 
 
@@ -71,3 +102,71 @@ def test_the_build_name_follows_the_source_and_the_flags(monkeypatch: pytest.Mon
     assert name.startswith("grounded_packed_rnn_") and name == _packed_rnn_cpp._name()
     monkeypatch.setattr(_packed_rnn_cpp, "FLAGS", [*_packed_rnn_cpp.FLAGS, "-g"])
     assert _packed_rnn_cpp._name() != name
+
+
+CLONE = """
+    import json, time, trainables
+    from trainables import _packed_rnn_cpp, prebuild_cpp_loop
+    started = time.monotonic()
+    said = []
+    module = prebuild_cpp_loop(said.append)
+    seconds = time.monotonic() - started
+    print(json.dumps([trainables.__file__, _packed_rnn_cpp._name(), module is not None, said,
+                      seconds]))
+"""
+
+
+def _clone(into: Path) -> Path:
+    """A copy of the project's packages, as another checkout would hold them."""
+    skip = shutil.ignore_patterns("__pycache__")
+    for package in ("storage", "trainables"):
+        shutil.copytree(REPO / package, into / package, ignore=skip)
+    return into
+
+
+def test_a_second_clone_finds_the_build_without_compiling_or_waiting(tmp_path: Path) -> None:
+    """Two clones of the project on one machine, one of which built the recurrence
+    (this one: the session fixture; copied into a fresh extensions folder): the other,
+    with another path, finds it under the same key, loads it while the key's build lock
+    is held (a reader never takes it) and prints nothing; a clone whose source differs
+    is another key, and leaves the build alone."""
+    ours = _compiled.folder(_packed_rnn_cpp._extension())
+    extensions = tmp_path / "extensions"
+    shutil.copytree(ours, extensions / ours.name, ignore=shutil.ignore_patterns("build-*"))
+    before = (extensions / ours.name / _compiled.LOG).read_text()
+    first, second = _clone(tmp_path / "a"), _clone(tmp_path / "b")
+    (second / "trainables" / "_packed_rnn.cpp").write_text(
+        (REPO / "trainables" / "_packed_rnn.cpp").read_text() + "// another clone's edit\n"
+    )
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": str(extensions), "PYTHONPATH": str(first)}
+    with FileLock(extensions / ours.name / ".lock", timeout=0):  # as a builder would hold it
+        done = _child(CLONE, env, cwd=first, timeout=60)
+    assert done.returncode == 0, done.stderr
+    where, name, loaded, said, seconds = json.loads(done.stdout)
+    assert where == str(first / "trainables" / "__init__.py")  # the clone's own code
+    assert (name, loaded, said) == (ours.name, True, [])  # the same key, found, not a word
+    assert seconds < 10  # neither compiled (20 s and more) nor waited on the held lock
+    assert (extensions / ours.name / _compiled.LOG).read_text() == before  # not built again
+
+    code = "from trainables import _packed_rnn_cpp; print(_packed_rnn_cpp._name())"
+    other = _child(code, {**env, "PYTHONPATH": str(second)}, cwd=second, timeout=60)
+    assert other.returncode == 0, other.stderr
+    assert other.stdout.strip().startswith("grounded_packed_rnn_") and other.stdout.strip() != (
+        ours.name
+    )
+
+
+def test_the_command_prints_the_built_file_and_rejects_bad_options(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from trainables.cpp_loop import main
+
+    assert main([]) == 0
+    out, err = capsys.readouterr()
+    assert Path(out.strip()).parent == _compiled.folder(_packed_rnn_cpp._extension())
+    assert err == ""  # built already: not a word
+    with pytest.raises(SystemExit) as stop:
+        main(["--now"])
+    assert stop.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: unrecognized arguments: --now")

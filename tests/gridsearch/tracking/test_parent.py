@@ -1,5 +1,6 @@
 """What MLflow's UI is given to show a search, in a real MLflow sqlite store without Tune:
-the experiment's kind and results view, the parent run's row holding the best trial's
+the experiment's kind, results view and description (which metric is selected on, which
+reported), the parent run's row set apart from the trials' and holding the best trial's
 values under the trials' own metric names, and every trial's outcome in a tag that
 tells apart the outcomes sharing a status."""
 
@@ -11,17 +12,20 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from analysis import load_search
+from analysis._tracking import find_run
 from gridsearch._outcome import Outcome
 from gridsearch.summary import TrialOutcome
 from gridsearch.tracking._parent import close_parent, summary_step
 from gridsearch.tracking._runs import TrialRuns
 from gridsearch.tracking._store import (
+    DESCRIPTION_TAG,
     ensure_experiment,
     results_link,
     results_url,
     start_parent_run,
 )
 from gridsearch.tracking._tags import (
+    CHARTS_VIEW,
     EXPERIMENT_KIND,
     EXPERIMENT_KIND_TAG,
     OUTCOME_TAG,
@@ -51,10 +55,13 @@ TRIALS: dict[str, tuple[Outcome, list[dict[str, float]]]] = {
 }
 
 
-def _search(tmp_path: Path, objective: str) -> tuple[MlflowClient, str, str, TrialRuns]:
+def _search(
+    tmp_path: Path, objective: str, labels: tuple[str, ...] = ()
+) -> tuple[MlflowClient, str, str, TrialRuns]:
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     experiment = ensure_experiment(client, "sweep", tmp_path / "artifacts")
     params = {"objective": objective, "searched": ["margin", "rnn_type"], "epochs": EPOCHS}
+    params |= {"labels": list(labels)} if labels else {}
     parent = start_parent_run(client, experiment, "sweep", params, {}, {})
     return client, experiment, parent, TrialRuns(client, experiment, parent, {})
 
@@ -205,3 +212,69 @@ def test_the_summary_step_without_the_epochs_parameter_is_the_best_trials_last_e
     assert summary_step({"epochs": "8"}, {"epoch": 3.0}) == 8
     assert summary_step({}, {"epoch": 3.0}) == 3
     assert summary_step({}, {"epoch": float("nan")}) == 0 == summary_step({}, {})
+
+
+def test_the_runs_table_names_the_selected_and_the_reported_metric_and_the_search_row(
+    tmp_path: Path,
+) -> None:
+    """The issue's look-alike columns (test/r10_mean 64.15 beside ensemble/r10_mean 70.35):
+    the experiment's description says which one is reported first and which dev metric
+    is selected on; the search's own row is named as such, each trial by what it tried."""
+    client, experiment, parent, runs = _search(tmp_path, "semantic", labels=("margin",))
+    guide = client.get_experiment(experiment).tags[DESCRIPTION_TAG]
+    assert f"**Selected on: `{SEM}`**" in guide and f"sorted by `{SEM}`" in guide
+    assert f"**Reported first: `{names.FINISHED}`**" in guide and f"`{TEST_R10}`" in guide
+    assert "`[search] sweep` is the search itself" in guide
+    _record(runs)
+    names_of = {
+        r.data.tags.get("tune.trial_id", "search"): r.info.run_name
+        for r in client.search_runs([experiment])
+    }
+    assert names_of["search"] == "[search] sweep" == client.get_run(parent).info.run_name
+    assert names_of["a"] == "trial-a margin=0.1" and names_of["c"] == "trial-c margin=0.3"
+    assert find_run(client, "trial-c", "sweep").data.tags["tune.trial_id"] == "c"
+
+    both = _search(tmp_path / "both", "both")[0]
+    (found,) = both.search_experiments(filter_string="name = 'sweep'")
+    assert f"`{R10}` and `{SEM}` together" in found.tags[DESCRIPTION_TAG]
+
+    # a description someone wrote is theirs: a resumed search leaves it
+    mine = "margins for the ICLR rebuttal"
+    client.set_experiment_tag(experiment, DESCRIPTION_TAG, mine)
+    start_parent_run(client, experiment, "sweep", {"objective": "retrieval"}, {}, {})
+    assert client.get_experiment(experiment).tags[DESCRIPTION_TAG] == mine
+    # without labels (a search begun before they were recorded) a trial is named by its id
+    old, _, _, unlabelled = _search(tmp_path / "old", "retrieval")
+    run = old.get_run(unlabelled.run_of("x_0001", {"margin": 1.0}))
+    assert run.info.run_name == "trial-0001"
+
+
+def test_the_chart_view_is_rescaled_to_the_trials_trained_epochs_at_the_end(
+    tmp_path: Path,
+) -> None:
+    """Epoch 0 near chance (R@10 10, semantic 0.2) set the charts' axes; at the end the
+    view spans the trained epochs (R@10 60-70, semantic 0.69-0.72)."""
+    client, experiment, parent, runs = _search(tmp_path, "retrieval")
+    close_parent(client, parent, [], "summary", 0, 1.0)
+    assert VIEW_TAG_PREFIX + CHARTS_VIEW not in client.get_experiment(experiment).tags
+    curves = {
+        "a": ([10.0, 61.0, 68.0], [0.2, 0.69, 0.72]),
+        "b": ([10.5, 62.0, 67.0], [0.2, 0.7, 0.71]),
+    }
+    for trial, (retrieval, semantic) in curves.items():
+        for epoch, (r, s) in enumerate(zip(retrieval, semantic, strict=True)):
+            metrics = {names.PRIMARY_RETRIEVAL: r, names.PRIMARY_SEMANTIC: s}
+            runs.log_epoch(trial, {"margin": 0.1}, epoch, metrics)
+    close_parent(client, parent, [], "summary", 0, 1.0)
+    view = json.loads(client.get_experiment(experiment).tags[VIEW_TAG_PREFIX + CHARTS_VIEW])
+    tradeoff, retrieval_card, semantic_card = json.loads(view["state"])["compareRunCharts"]
+    assert 59 < tradeoff["range"]["xMin"] < 61 and 68 < tradeoff["range"]["xMax"] < 69
+    assert 0.68 < tradeoff["range"]["yMin"] < 0.69 and 0.72 < tradeoff["range"]["yMax"] < 0.73
+    assert retrieval_card["range"] == {
+        "yMin": tradeoff["range"]["xMin"],
+        "yMax": tradeoff["range"]["xMax"],
+    }
+    assert semantic_card["range"] == {
+        "yMin": tradeoff["range"]["yMin"],
+        "yMax": tradeoff["range"]["yMax"],
+    }
