@@ -45,6 +45,7 @@ from typing import Any
 import ray
 import torch
 from ray import tune
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from storage.senteval import SemanticBenchmark
 from trainables.config import TrainConfig
@@ -103,8 +104,11 @@ class TrialSignals:
 
 
 def start_signals() -> Any:
-    """A new ``TrialSignals`` actor on the connected Ray cluster (it ends with the driver)."""
-    return TrialSignals.remote()  # type: ignore[attr-defined]
+    """A new ``TrialSignals`` actor on the connected Ray cluster (it ends with the driver),
+    on the driver's own node: it needs no CPU, so Ray would place it anywhere, and a
+    worker node that leaves the cluster would take it (and every trial's stops) along."""
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    return TrialSignals.options(scheduling_strategy=here).remote()  # type: ignore[attr-defined]
 
 
 def group_configs(config: Mapping[str, Any]) -> list[dict[str, Any]]:

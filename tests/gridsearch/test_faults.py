@@ -417,3 +417,19 @@ def test_a_fused_trial_on_a_worker_node_stops_its_members_and_resumes_them_as_th
         assert _steps(client, members[member]) == [0, 1]
     assert _last_status(out).startswith("4 of 4 trials done, 0 running, 0 left")
     assert f"{len(stopped)} stopped early" in out  # the fused trial's end line
+
+
+def test_the_signals_actor_lives_on_the_drivers_node(cluster: Cluster) -> None:
+    """It needs no CPU, so Ray could place it on any node: on a worker node that left the
+    cluster it would take every trial's stops along (and fail its trials)."""
+    from trainables.tune import start_signals
+
+    ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
+    try:
+        for _ in range(4):
+            actor = start_signals()
+            ray.get(actor.progress.remote())
+            placed = ray._private.state.actors(actor._actor_id.hex())["Address"]["NodeID"]
+            assert placed == ray.get_runtime_context().get_node_id() == cluster.head_node.node_id
+    finally:
+        ray.shutdown()
