@@ -34,8 +34,7 @@ from urllib.parse import quote, unquote, urlparse
 
 from gridsearch._layout import rebase
 from gridsearch.settings import SearchSettings
-from storage import write_text_atomic
-from storage._paths import is_temp_name
+from storage import is_temp_name, write_text_atomic
 
 __all__ = ["journal_path", "rebase_pickle", "relocate"]
 

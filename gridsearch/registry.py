@@ -75,8 +75,7 @@ from gridsearch.tracking import TRIAL_TAG, using_tracking_uri
 from storage.cli import error_line
 from trainables import names
 from trainables.checkpoint import ENSEMBLE_FILE, load_ensemble
-from trainables.encode import MAX_CHARS
-from trainables.encoder import SentenceEncoder
+from trainables.encoder import MAX_CHARS, SentenceEncoder
 
 __all__ = [
     "BEST_ALIASES",

@@ -12,10 +12,11 @@ Example::
 
 from storage._atomic import write_bytes_atomic, write_text_atomic
 from storage._build import build_karpathy, build_synthetic
-from storage._captions import MAX_CAPTION_CHARS
+from storage._captions import MAX_CAPTION_CHARS, check_caption_lengths
 from storage._device import DeviceError, resolve, with_index
 from storage._errors import StoreError
 from storage._fs import Location
+from storage._paths import is_temp_name
 from storage._reader import FeatureStore, SplitData, open_store, read_split
 from storage._schema import CAPTIONS_PER_IMAGE, SPLITS, Manifest, ShardInfo, SplitInfo
 from storage._writer import StoreWriter
@@ -35,6 +36,8 @@ __all__ = [
     "StoreWriter",
     "build_karpathy",
     "build_synthetic",
+    "check_caption_lengths",
+    "is_temp_name",
     "open_store",
     "read_split",
     "resolve",

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from storage import CAPTIONS_PER_IMAGE, MAX_CAPTION_CHARS, FeatureStore, SplitData
-from storage._captions import check_caption_lengths as _check_lengths
+from storage import check_caption_lengths as _check_lengths
 from trainables.model import CharEncoding
 from trainables.vocabulary import Tokenizer
 

@@ -30,11 +30,10 @@ import pyarrow.parquet as pq
 from storage.cli import HelpFormatter, OneLineParser, one_line
 from trainables.checkpoint import CheckpointError
 from trainables.embedding import SPACES
-from trainables.encoder import Progress, SentenceEncoder
+from trainables.encoder import MAX_CHARS, Progress, SentenceEncoder
 
 __all__ = ["MAX_CHARS", "main"]
 
-MAX_CHARS = 10_000  # a longer line is not a sentence (the RNN steps once per character)
 _PROGRESS_FROM = 5_000  # sentences: shorter inputs finish before a bar is worth drawing
 
 

@@ -53,7 +53,11 @@ from trainables.device import resolve_device
 from trainables.embedding import embed_images, embed_sentences
 from trainables.vocabulary import Tokenizer
 
-__all__ = ["MODEL_SOURCES", "Progress", "SentenceEncoder"]
+__all__ = ["MAX_CHARS", "MODEL_SOURCES", "Progress", "SentenceEncoder"]
+
+# a longer line is not a sentence (the RNN steps once per character): what the encode
+# command and the served model refuse
+MAX_CHARS = 10_000
 
 # The entry-point group of the functions ``(reference, tracking_uri) -> EnsembleWeights``
 # that look run ids and model URIs up (pyproject.toml registers analysis.models').
