@@ -102,16 +102,19 @@ def semantic_scores(ensemble: Ensemble, bench: SemanticBenchmark) -> Scores:
     """Per pair: the cosine similarity of the two sentences' embeddings for every STS
     subtask and for the STS-B and SICK-R test pairs, and the supervised protocol's test
     predictions for STS-B and SICK-R (``trainables.relatedness.predict_relatedness``, with
-    the trial's seed and STS-B encoding, so the same numbers as its test metrics)."""
+    the trial's seed and STS-B encoding, so the same numbers as its test metrics), of the
+    ensemble's summed embeddings L2-normalised, as its saved model encodes by default and
+    as its logged semantic scores are."""
     config = ensemble.weights.config
 
-    def embed(sentences: Sequence[str]) -> torch.Tensor:
-        return embed_sentences(
+    def embed(sentences: Sequence[str]) -> torch.Tensor:  # as the saved model encodes them
+        summed = embed_sentences(
             ensemble.models,
             sentences,
             batch_size=config.eval_batch_size,
             precision=config.precision,
         )
+        return torch.nn.functional.normalize(summed, dim=1)
 
     table = EmbeddingTable.build(embed, bench.sentences())
     scores: Scores = {}
