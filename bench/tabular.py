@@ -217,18 +217,30 @@ def replay_trainable(
             tune.report(dict(metrics), checkpoint=tune.Checkpoint.from_directory(folder))
 
 
-def read_trials(experiment_path: str | os.PathLike[str], seed: int) -> list[Curve]:
-    """Every trial's reported epochs from a finished Tune experiment folder."""
+def read_trials(
+    experiment_path: str | os.PathLike[str], seed: int, variants: Mapping[str, Mapping[str, Any]]
+) -> list[Curve]:
+    """Every trial's reported epochs from a finished Tune experiment folder, each trial (a
+    group of one) named by the one of ``variants`` whose settings its config holds."""
+    from trainables.tune import group_configs, member_metrics
+
     curves = []
     for result in sorted(Path(experiment_path).glob("*/result.json")):
         reports = [json.loads(line) for line in result.read_text().splitlines() if line.strip()]
         if not reports:
             continue
-        config = reports[0]["config"]
-        epochs = [{k: v for k, v in r.items() if k not in _TUNE_KEYS} for r in reports]
+        (config,) = group_configs(reports[0]["config"])
+        epochs = [
+            {k: v for k, v in member_metrics(r)[0].items() if k not in _TUNE_KEYS} for r in reports
+        ]
         if [int(e["epoch"]) for e in epochs] != list(range(len(epochs))):
             raise RuntimeError(f"{result}: epochs are not 0..n (a restarted trial?)")
-        curves.append(Curve(config["variant"], config["margin"], seed, config, epochs))
+        named = [
+            n for n, keys in variants.items() if all(config.get(k) == v for k, v in keys.items())
+        ]
+        if len(named) != 1:
+            raise RuntimeError(f"{result}: its config matches {len(named)} variants, not one")
+        curves.append(Curve(named[0], config["margin"], seed, config, epochs))
     return curves
 
 
@@ -274,7 +286,7 @@ def record_problem(
         settings = SearchSettings.from_args(parse_args(argv))
         started = time.perf_counter()
         run_search(settings, write=write)
-        found = read_trials(settings.experiment_path, seed)
+        found = read_trials(settings.experiment_path, seed, variants)
         write(f"seed {seed}: {len(found)} trials in {time.perf_counter() - started:.0f} s")
         curves += found
     return curves

@@ -117,7 +117,7 @@ def test_the_replay_gives_live_training_s_metrics_and_a_live_search_s_decisions(
     ]  # fmt: skip
     settings = SearchSettings.from_args(parse_args(argv))
     run_search(settings)
-    live_trials = tabular.read_trials(settings.experiment_path, 0)
+    live_trials = tabular.read_trials(settings.experiment_path, 0, variants)
     live_decisions = sorted((c.variant, c.margin, len(c.epochs) - 1) for c in live_trials)
     import ray
 
