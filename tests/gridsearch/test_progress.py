@@ -243,8 +243,8 @@ def test_a_smoke_search_of_seeds_presets_is_small_and_shows_its_progress(
     _, runs = mlflow_runs(tmp_path, "seeds")
     trials = {r.data.params["encoder"]: r.data.params for r in runs if "encoder" in r.data.params}
     assert set(trials) == {"char_rnn", "word_bow"}
-    assert trials["char_rnn"]["hidden_size"] == "8"
-    assert trials["word_bow"]["word_embedding_dim"] == "8"
+    assert trials["char_rnn"]["hidden_size"] == "16"  # 1024 / 64, the smoke scale
+    assert trials["word_bow"]["word_embedding_dim"] == "8"  # 128 / 64, at least the smoke n
 
 
 @pytest.mark.slow
