@@ -19,7 +19,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlparse
 
 from ray import tune
 from ray.tune.experiment import Trial
@@ -27,6 +26,7 @@ from ray.tune.search import ConcurrencyLimiter, Searcher, SearchGenerator
 
 from gridsearch._groups import GroupSearcher, configurations_of
 from gridsearch._inputs import tracking_client
+from gridsearch._layout import local_path
 from gridsearch.settings import NothingToRun, SearchError, SearchSettings
 from gridsearch.summary import report_command
 from gridsearch.tracking import OUTCOME_TAG, ROLE_SEARCH, ROLE_TAG
@@ -246,20 +246,11 @@ def resumable(settings: SearchSettings) -> bool:
     return False
 
 
-def _local(location: str) -> Path | None:
-    """The local path of a path or ``file://``/``sqlite:///`` URI; None for others."""
-    if location.startswith("sqlite:///"):
-        return Path(location.removeprefix("sqlite:///"))
-    if location.startswith("file://"):
-        return Path(unquote(urlparse(location).path))
-    return None if "://" in location else Path(location)
-
-
 def _written(settings: SearchSettings) -> list[Path]:
     """The local files and folders a resumed search writes to."""
     paths = [settings.layout.root, settings.layout.record(settings.experiment)]
     for location in (settings.experiment_path, settings.tracking_uri, settings.optuna_storage):
-        path = _local(location)
+        path = local_path(location)
         if path is not None:
             paths.append(path)
             if location.startswith("sqlite:///"):

@@ -24,7 +24,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
+from urllib.parse import quote, unquote, urlparse
 
 __all__ = ["RunsLayout", "rebase"]
 
@@ -43,6 +43,15 @@ def rebase(text: str, old: Path, new: Path) -> str:
         pattern = r"(?<![\w.~%-])" + re.escape(before) + r"(?![\w.~%-])"
         text = re.sub(pattern, after.replace("\\", r"\\"), text)  # literally
     return text
+
+
+def local_path(location: str) -> Path | None:
+    """The local path of a path or ``file://``/``sqlite:///`` URI; None for others."""
+    if location.startswith("sqlite:///"):
+        return Path(location.removeprefix("sqlite:///"))
+    if location.startswith("file://"):
+        return Path(unquote(urlparse(location).path))
+    return None if "://" in location else Path(location)
 
 
 def _real(path: str | os.PathLike[str]) -> Path:

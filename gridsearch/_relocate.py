@@ -30,9 +30,9 @@ import struct
 import uuid
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlparse
+from urllib.parse import quote
 
-from gridsearch._layout import rebase
+from gridsearch._layout import local_path, rebase
 from gridsearch.settings import SearchSettings
 from storage import is_temp_name, write_text_atomic
 
@@ -67,7 +67,7 @@ def relocate(settings: SearchSettings) -> str:
 
 def _state_files(settings: SearchSettings) -> list[Path]:
     new = settings.layout.root
-    experiment = _local(settings.experiment_path)
+    experiment = local_path(settings.experiment_path)
     if experiment is None or not experiment.is_relative_to(new) or not experiment.is_dir():
         return []
     _remove_leftovers(experiment)
@@ -77,7 +77,7 @@ def _state_files(settings: SearchSettings) -> list[Path]:
 def _databases(settings: SearchSettings) -> list[Path]:
     found = []
     for location in (settings.tracking_uri, settings.optuna_storage):
-        database = _local(location) if location.startswith("sqlite:///") else None
+        database = local_path(location) if location.startswith("sqlite:///") else None
         if (
             database is not None
             and database.is_relative_to(settings.layout.root)
@@ -247,12 +247,3 @@ def _read_json(path: Path) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError):
         return None
-
-
-def _local(location: str) -> Path | None:
-    """The local path of a path or ``file://``/``sqlite:///`` URI; None for others."""
-    if location.startswith("sqlite:///"):
-        return Path(location.removeprefix("sqlite:///"))
-    if location.startswith("file://"):
-        return Path(unquote(urlparse(location).path))
-    return None if "://" in location else Path(location)
