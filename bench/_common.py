@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from bench._cli import BadInput
-from storage import StoreError, build_synthetic
+from storage import FeatureStore, StoreError, build_synthetic
 from trainables.data import EncodedSplit, TrainingData
 from trainables.device import resolve_device
 
@@ -53,10 +53,7 @@ def head(split: EncodedSplit, images: int, where: str) -> EncodedSplit:
     """The first ``images`` images of ``split`` and their captions; ``where`` names the
     split in the error when it holds fewer."""
     if images > split.num_images:
-        raise BadInput(
-            f"error: {where} has {split.num_images:,} images, the benchmark needs {images:,} "
-            "(a larger --store, or fewer --images where the benchmark takes them)"
-        )
+        _too_small(where, split.num_images, images)
     rows = 5 * images
     return EncodedSplit(
         split.features[:images],
@@ -67,10 +64,24 @@ def head(split: EncodedSplit, images: int, where: str) -> EncodedSplit:
     )
 
 
+def _too_small(where: str, have: int, images: int) -> None:
+    raise BadInput(
+        f"error: {where} has {have:,} images, the benchmark needs {images:,} "
+        "(a larger --store, or fewer --images where the benchmark takes them)"
+    )
+
+
 def load(store: str, train_images: int | None, val_images: int | None = None) -> TrainingData:
     """The store's training data, its train and dev splits cut to their first
     ``train_images`` / ``val_images`` images (None: whole)."""
     try:
+        manifest = FeatureStore.open(store).manifest
+        # the sizes from the manifest, before any shard is read: a store too small is
+        # refused without reading it
+        for split, images, name in (("train", train_images, "train"), ("val", val_images, "dev")):
+            have = manifest.splits[split].images if split in manifest.splits else 0
+            if images is not None and images > have:
+                _too_small(f"{store}: the {name} split", have, images)
         data = TrainingData.from_store(store)
     except StoreError as e:
         raise BadInput(f"error: --store {e}") from None

@@ -94,14 +94,23 @@ class ExperimentLock:
                 self._held = True
                 return
             other = self._read()
-            if other is not None and not other.gone():
-                raise LockHeld(
-                    f"{self.what} is being run by another driver ({other.describe()}; lock "
-                    f"{self.path}): wait for it to end, or stop it; remove the lock file only "
-                    "if that process is gone"
-                )
+            self._refuse(other)
             self._break(other)
         raise LockHeld(f"{self.what}: could not take the lock {self.path}; another driver races")
+
+    def check_free(self) -> None:
+        """Raise ``LockHeld`` when another live driver holds the lock, writing nothing:
+        for the checks that read what that driver may be writing, before the lock is
+        taken."""
+        self._refuse(self._read())
+
+    def _refuse(self, other: Holder | None) -> None:
+        if other is not None and not other.gone():
+            raise LockHeld(
+                f"{self.what} is being run by another driver ({other.describe()}; lock "
+                f"{self.path}): wait for it to end, or stop it; remove the lock file only "
+                "if that process is gone"
+            )
 
     def release(self) -> None:
         """Remove the lock if it is still ours (never another driver's)."""

@@ -68,13 +68,16 @@ def run_search(
     _optuna.quiet()
     space = space or load_space(settings)
     check_experiment_path(settings)
-    prepare_runs_dir(settings)  # a runs directory that takes no files fails first
-    if settings.resume:  # every file a resume writes to, before it writes any
-        _extend.check_writable(settings)
     lock = ExperimentLock(
         settings.layout.lock(settings.experiment), f"--experiment {settings.experiment}"
     )
     try:
+        # another driver running this experiment may be writing the state the checks
+        # below read: it is named first, and they run again under the lock
+        lock.check_free()
+        prepare_runs_dir(settings)  # a runs directory that takes no files fails first
+        if settings.resume:  # every file a resume writes to, before it writes any
+            _extend.check_writable(settings)
         with lock:  # before the experiment is read: another driver may be writing it
             check_experiment_path(settings)  # again, now that no other driver can start it
             if settings.moved_from is not None:  # a copied or moved runs directory

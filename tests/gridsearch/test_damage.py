@@ -241,6 +241,33 @@ def test_resume_names_a_damaged_state_file_before_ray_starts(
     assert _files(runs) == before
 
 
+def test_a_state_file_another_live_driver_is_writing_names_that_driver(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A file half-written by the driver running the experiment is no damage: the
+    resume is refused for that driver, named, before any state file is judged."""
+    import dataclasses
+    import os
+
+    from gridsearch._lock import Holder
+
+    runs = tmp_path / "runs"
+    settings = _recorded(runs)
+    _study(Path(settings.optuna_storage.removeprefix("sqlite:///")))
+    _tracking(runs / "mlflow.db")
+    _empty(_tune_folder(Path(settings.experiment_path)) / "tuner.pkl")  # mid-write
+    lock = settings.layout.lock(EXPERIMENT)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    writer = dataclasses.replace(Holder.me(), pid=os.getppid(), started="")  # alive
+    lock.write_text(json.dumps(dataclasses.asdict(writer)))
+    capsys.readouterr()
+    code = main(["--experiment", EXPERIMENT, "--resume", "--runs-dir", str(runs)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"error: --experiment {EXPERIMENT} is being run by"), err
+    assert f"pid {writer.pid}" in err[0]
+
+
 class _FailedTrial:
     """What the guard reads of a Tune trial that failed once: its folder (Tune's
     staging folder) and its run metadata (Ray's own), as Tune leaves them."""
