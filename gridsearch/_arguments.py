@@ -12,7 +12,7 @@ from gridsearch._sampler import MODELS
 from gridsearch._scheduler_choice import FIFO_BELOW_EPOCHS, SCHEDULERS
 from gridsearch.spaces import SPACES
 from storage.cli import OneLineParser
-from trainables.config import ENGINES
+from trainables.config import ENGINES, RECURRENCES
 
 __all__ = ["OBJECTIVE_CHOICES", "build_parser", "given_flags"]
 
@@ -150,6 +150,15 @@ def _what_to_search(p: argparse.ArgumentParser) -> None:
         "model, sequential one after the other, or auto: fused where it pays (two or more "
         "on a GPU, or several configurations of a --fuse trial); the same metrics either "
         "way; recorded with every trial (default: auto)",
+    )
+    what.add_argument(
+        "--recurrence",
+        choices=RECURRENCES,
+        default="compiled",
+        help="the CPU training recurrence's per-step loop: compiled (C++, built by this "
+        "driver before any trial starts, once per machine and environment) or python "
+        "(nothing compiled: a machine without a C++ compiler); the same equations either "
+        "way; recorded with every trial (default: compiled)",
     )
     what.add_argument(
         "--full-size", action="store_true", help="keep the paper's model size even without a GPU"

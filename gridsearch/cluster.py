@@ -160,5 +160,6 @@ def fixed_settings(settings: SearchSettings, resources: Resources) -> tuple[dict
         device="cuda" if resources.gpu else "cpu",
         threads=max(1, int(resources.cpu)),
         engine=settings.engine,
+        recurrence=settings.recurrence,
     )
     return fixed, note

@@ -92,7 +92,8 @@ def run_search(
                 client = tracking_client(settings)
             baselines = load_baselines(settings, store, senteval, data, write)
             inputs = SearchInputs(space, client, store, senteval, data, benchmark, baselines)
-            prebuild_cpp_loop(write)  # the C++ recurrence, once per key: no trial ever compiles it
+            if settings.recurrence == "compiled":  # once per key: no trial ever compiles it
+                prebuild_cpp_loop(write)
             return _with_ray(settings, inputs, write, started)
     except LockHeld as err:
         raise SearchError(str(err)) from None

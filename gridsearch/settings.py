@@ -103,6 +103,7 @@ class SearchSettings:
     seeds_per_config: int = 1  # each trial trains at this many seeds, reports their mean
     fuse: int = 0  # up to this many configurations of one shape per fused trial (0, 1: off)
     engine: str = "auto"  # how a trial's models train (trainables.config.RunConfig.engine)
+    recurrence: str = "compiled"  # the CPU recurrence's loop (RunConfig.recurrence)
     sampler: str = "tpe"  # after the space-filling starts: "tpe" or "gp" (_sampler.MODELS)
     # a --resume of a runs directory copied or moved since the search started: where it
     # was (its record's paths under it now name the same files under layout.root); not
@@ -161,6 +162,7 @@ class SearchSettings:
             seeds_per_config=args.seeds_per_config,
             fuse=args.fuse,
             engine=args.engine,
+            recurrence=args.recurrence,
             sampler=args.sampler,
             num_samples=args.num_samples,
             epochs=args.epochs,

@@ -12,13 +12,12 @@ starts, the train CLI before it trains, ``python -m trainables.cpp_loop`` on dem
 :func:`extension` is the built module, or None: it never builds, so a trial, a model
 load or a served model never waits on a compiler; where it is not built they run the
 Python loop (the same equations, checked against each other in
-tests/trainables/test_packed_rnn.py), with one warning. ``GROUNDED_PACKED_RNN=python``
-asks for the Python loop without looking.
+tests/trainables/test_packed_rnn.py), with one warning. A run whose config says
+``recurrence`` "python" (:func:`use`) runs the Python loop without looking.
 """
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -27,9 +26,8 @@ from types import ModuleType
 from storage.cli import error_line
 from trainables import _compiled
 
-__all__ = ["ENV", "SOURCE", "extension", "prebuild", "python_only"]
+__all__ = ["SOURCE", "extension", "prebuild", "python_only", "use"]
 
-ENV = "GROUNDED_PACKED_RNN"  # "python": never build or use the C++ loop
 SOURCE = Path(__file__).with_name("_packed_rnn.cpp")
 # -ffast-math: glibc's vector exp and tanh (libmvec) in the gate loops; compile flags
 # only (never at link time, where gcc 12 would set flush-to-zero for the whole process)
@@ -37,6 +35,7 @@ FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp-simd"]
 WHAT = "the C++ recurrence (trainables/_packed_rnn.cpp)"
 
 _built: list[ModuleType | None] = []
+_recurrence = ["compiled"]  # this process's ``RunConfig.recurrence`` (``use``)
 
 
 def _extension() -> _compiled.Extension:
@@ -48,33 +47,41 @@ def _name() -> str:
     return _compiled.folder(_extension()).name
 
 
+def use(recurrence: str) -> None:
+    """Run this process's recurrences as a run's config says (``RunConfig.recurrence``):
+    "compiled" (the C++ loop where it is built) or "python" (never looked up). Each
+    trainer and model load calls it with its config's, as it sets torch's threads."""
+    _recurrence[0] = recurrence
+
+
 def python_only() -> bool:
-    """``GROUNDED_PACKED_RNN=python``: the Python loop, nothing built or looked up."""
-    return os.environ.get(ENV, "").lower() == "python"
+    """Whether this process runs the Python loop without looking (``use("python")``)."""
+    return _recurrence[0] == "python"
 
 
 def extension() -> ModuleType | None:
-    """The compiled loops (looked up once per process), or None: ``GROUNDED_PACKED_RNN=
-    python``, or not built for this machine (warned once). Never builds or waits."""
+    """The compiled loops (looked up once per process), or None: recurrence "python"
+    (``use``), or not built for this machine (warned once). Never builds or waits."""
+    if python_only():
+        return None
     if _built:
         return _built[0]
     module = None
-    if not python_only():
-        try:
-            module = _compiled.load(_extension())
-        except Exception as exc:  # a damaged build: the Python loop still works
-            why = f"cannot be loaded ({error_line(exc, last=True)})"
-        else:
-            where = _compiled.folder(_extension())
-            why = f"is not built for this machine and environment ({where})"
-        if module is None:
-            warnings.warn(
-                f"{WHAT} {why}; training on the CPU uses the Python loop (slower). "
-                f"`python -m trainables.cpp_loop` builds it (a search builds it before its "
-                f"trials); {ENV}=python silences this",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+    try:
+        module = _compiled.load(_extension())
+    except Exception as exc:  # a damaged build: the Python loop still works
+        why = f"cannot be loaded ({error_line(exc, last=True)})"
+    else:
+        where = _compiled.folder(_extension())
+        why = f"is not built for this machine and environment ({where})"
+    if module is None:
+        warnings.warn(
+            f"{WHAT} {why}; training on the CPU uses the Python loop (slower). "
+            "`python -m trainables.cpp_loop` builds it (a search builds it before its "
+            "trials); the config's recurrence python (--recurrence python) silences this",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     _built.append(module)
     return module
 
@@ -86,16 +93,13 @@ def _silent(line: str) -> None:
 def prebuild(write: Callable[[str], None] = _silent) -> ModuleType | None:
     """Build the loops for this machine unless they are built (``write`` receives a line
     when it builds or waits for another process building them, and how long it took);
-    None where they cannot be built (one line says why: the Python loop runs) or
-    ``GROUNDED_PACKED_RNN=python``."""
-    if python_only():
-        return None
+    None where they cannot be built (one line says why: the Python loop runs)."""
     try:
         module: ModuleType | None = _compiled.build(_extension(), write, WHAT)
     except Exception as exc:  # no compiler, no headers: the Python loop still works
         write(
             f"{WHAT} could not be built ({error_line(exc, last=True)}); training on the CPU "
-            f"uses the Python loop (slower; {ENV}=python skips the build)"
+            "uses the Python loop (slower; --recurrence python skips the build)"
         )
         module = None
     _built[:] = [module]

@@ -72,8 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FILE",
         help="save the training state to FILE after every epoch, and resume from it when it "
-        "exists (its folder must exist; same config, only --epochs, --device, --threads "
-        "and --eval-batch-size may change) (default: none, nothing saved)",
+        "exists (its folder must exist; same config, only --epochs, --device, --threads, "
+        "--eval-batch-size, --engine and --recurrence may change) (default: none, nothing "
+        "saved)",
     )
     for title, part in _CONCERNS:
         group = parser.add_argument_group(f"{title} ({part.__name__}; defaults: the paper's)")

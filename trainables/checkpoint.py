@@ -272,7 +272,9 @@ def load_ensemble(data: bytes | str | os.PathLike[str], what: str = "") -> Ensem
 
 
 # what a resumed run may change: where it runs and how long (the rest must match exactly)
-MAY_CHANGE_ON_RESUME = ("device", "epochs", "threads", "eval_batch_size", "engine")
+MAY_CHANGE_ON_RESUME = (
+    "device", "epochs", "threads", "eval_batch_size", "engine", "recurrence",
+)  # fmt: skip
 
 
 def check_resumable(saved: Mapping[str, Any], config: TrainConfig, what: str = "") -> None:

@@ -49,6 +49,7 @@ __all__ = [
     "PAIRINGS",
     "POOLINGS",
     "PRECISIONS",
+    "RECURRENCES",
     "REDUCTIONS",
     "RNN_ENCODERS",
     "RNN_TYPES",
@@ -71,6 +72,7 @@ __all__ = [
     "Pairing",
     "Pooling",
     "Precision",
+    "Recurrence",
     "Reduction",
     "RnnType",
     "RunConfig",
@@ -124,6 +126,7 @@ Pairing = Literal["image", "caption"]
 BowPooling = Literal["sum", "mean"]
 WordVectorsUpdate = Literal["learned", "frozen_map"]
 Engine = Literal["auto", "fused", "sequential"]
+Recurrence = Literal["compiled", "python"]
 
 ENCODERS: tuple[Encoder, ...] = typing.get_args(Encoder)
 RNN_TYPES: tuple[RnnType, ...] = typing.get_args(RnnType)
@@ -137,6 +140,7 @@ PAIRINGS: tuple[Pairing, ...] = typing.get_args(Pairing)
 BOW_POOLINGS: tuple[BowPooling, ...] = typing.get_args(BowPooling)
 WORD_VECTORS_UPDATES: tuple[WordVectorsUpdate, ...] = typing.get_args(WordVectorsUpdate)
 ENGINES: tuple[Engine, ...] = typing.get_args(Engine)
+RECURRENCES: tuple[Recurrence, ...] = typing.get_args(Recurrence)
 
 ATTENTION_ENCODERS: tuple[Encoder, ...] = ("char_rnn", "word_rnn")  # BiRNN + attention or max
 RNN_ENCODERS: tuple[Encoder, ...] = ("char_rnn", "word_rnn", "vete_rnn", "cap2img")
@@ -471,6 +475,13 @@ class RunConfig(_Config):
         "auto", "how a trial's models (its configurations at their seeds) train: fused as one "
         "model, sequential one after the other, or auto: fused where it pays (two or more on "
         "a GPU, or several configurations in one trial); the same metrics either way",
+    )  # fmt: skip
+    recurrence: Recurrence = setting(
+        "compiled", "the CPU training recurrence's per-step loop: compiled (C++, built once "
+        "per machine by a search's driver, the train command or python -m "
+        "trainables.cpp_loop; the Python loop, with a warning, where it is not built) or "
+        "python (nothing compiled or looked up: a machine without a C++ compiler); the same "
+        "equations either way",
     )  # fmt: skip
 
     def __post_init__(self) -> None:

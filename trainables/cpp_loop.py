@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 
 from storage.cli import HelpFormatter, OneLineParser
-from trainables._packed_rnn_cpp import ENV, WHAT, prebuild, python_only
+from trainables._packed_rnn_cpp import WHAT, prebuild
 
 __all__ = ["main"]
 
@@ -32,9 +32,6 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=HelpFormatter,
     )
     parser.parse_args(argv)
-    if python_only():
-        _say(f"{ENV}=python: the Python loop runs; nothing to build")
-        return 1
     module = prebuild(_say)
     if module is None:
         return 1

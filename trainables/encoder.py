@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from trainables import _packed_rnn_cpp
 from trainables.checkpoint import (
     ENSEMBLE_FILE,
     TRAINER_FILE,
@@ -76,6 +77,7 @@ class SentenceEncoder:
         self.device = resolve_device(device)
         self.batch_size = batch_size  # sentences at once; 0 = by device
         self.models = weights.models(self.device)
+        _packed_rnn_cpp.use(weights.config.recurrence)  # as the run it comes from
         # the models' own input: the alphabet, or a word model's vocabulary and tokenisation
         self.encoding: Tokenizer = self.models[0].caption_encoder.tokenizer
 

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from trainables import families
+from trainables import _packed_rnn_cpp, families
 from trainables._fused_model import FusedEncoder, FusedHingeLoss
 from trainables._fused_optim import FusedAdam, clip_per_member
 from trainables.config import ConfigError, TrainConfig
@@ -151,6 +151,7 @@ class FusedTrainer:
         self.device = resolve_device(shared.device)
         if shared.threads:
             torch.set_num_threads(shared.threads)
+        _packed_rnn_cpp.use(shared.recurrence)
         if data.train.num_images < shared.batch_size:
             raise ValueError(
                 f"batch_size: got {shared.batch_size}, but the training split has "

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainables import checkpoint, families, names
+from trainables import _packed_rnn_cpp, checkpoint, families, names
 from trainables._battery import BatteryWorker
 from trainables.config import TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches, partner_rows
@@ -149,6 +149,7 @@ class Trainer:
         self.device = resolve_device(config.device)
         if config.threads:
             torch.set_num_threads(config.threads)
+        _packed_rnn_cpp.use(config.recurrence)
         if data.train.num_images < config.batch_size:
             raise ValueError(
                 f"batch_size: got {config.batch_size}, but the training split has "

@@ -137,7 +137,8 @@ def _train(args: argparse.Namespace, progress: _Progress) -> int:
             return 0
     data = TrainingData.from_store(args.data, verify=not args.no_verify)
     senteval = args.senteval or default_senteval(args.data)
-    if config.run.device == "cpu" or not torch.cuda.is_available():  # trains on the CPU
+    trains_on_cpu = config.run.device == "cpu" or not torch.cuda.is_available()
+    if trains_on_cpu and config.recurrence == "compiled":
         prebuild_cpp_loop(logger.info)  # the C++ recurrence, once per key (a line says so)
     trainer = Trainer(config, data, make_semantic(senteval, config.evaluation, config.run))
     if state is not None:

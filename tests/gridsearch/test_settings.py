@@ -115,6 +115,7 @@ OTHER_VALUE: dict[str, list[str] | None] = {
     "seeds_per_config": ["--seeds-per-config", "3"],
     "fuse": ["--fuse", "4"],
     "engine": ["--engine", "sequential"],
+    "recurrence": ["--recurrence", "python"],
     "full_size": ["--full-size"],
     "smoke_test": ["--smoke-test"],
     "data": ["--data", "other-store"],
