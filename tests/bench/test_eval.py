@@ -17,6 +17,7 @@ from bench import bench_eval
 from trainables import embedding
 
 
+@pytest.mark.slow
 def test_the_battery_part_runs_at_tiny_sizes(
     small_store: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

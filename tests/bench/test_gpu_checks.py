@@ -135,6 +135,7 @@ def test_the_dry_run_runs_both_parts_on_the_cpu(tmp_path: Path) -> None:
     assert (tmp_path / "mlflow.db").stat().st_size > 0
 
 
+@pytest.mark.slow
 def test_a_part_stops_at_its_deadline(tmp_path: Path) -> None:
     assert _checks(tmp_path, "part1", deadline=time.time() + 10) == 3  # three steps skipped
     log = (tmp_path / "checks.log").read_text()

@@ -62,6 +62,7 @@ print(json.dumps(shown))
 """
 
 
+@pytest.mark.slow
 def test_every_script_shows_its_help_run_as_a_file() -> None:
     done = _python("-c", AS_FILES, str(BENCH), *SCRIPTS)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -144,6 +145,7 @@ def test_training(small_store: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert _error_line(capsys).startswith("error: --images: 5 steps per epoch at batch 64")
 
 
+@pytest.mark.slow
 def test_cpu_training(small_store: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from bench import bench_cpu_training
 

@@ -83,6 +83,7 @@ def search(
     return Search(runs_dir, f"sqlite:///{runs_dir / 'mlflow.db'}", out, seconds)
 
 
+@pytest.mark.slow
 def test_finished_in_is_the_commands_wall_time(search: Search) -> None:
     """Registering the models (a prediction each) and closing the records count: the
     line once left them out (366 s printed for a search of 542 s)."""

@@ -82,6 +82,7 @@ def test_ingest_refuses_an_empty_split_before_writing(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("how", ["missing", "corrupt"])
+@pytest.mark.slow
 def test_skip_unreadable_that_empties_a_split_is_refused_and_recoverable(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], how: str
 ) -> None:

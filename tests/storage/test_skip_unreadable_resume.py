@@ -66,6 +66,7 @@ def _first_run(tmp_path: Path, capfd: pytest.CaptureFixture[str], how: str):
 
 
 @pytest.mark.parametrize("how", ["missing", "corrupt", "directory"])
+@pytest.mark.slow
 def test_rerun_with_skip_unreadable_as_advised_completes(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], how: str
 ) -> None:
@@ -98,6 +99,7 @@ INCOMPATIBLE = [
 ]
 
 
+@pytest.mark.slow
 def test_incompatible_changes_on_resume_are_still_refused(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -125,6 +127,7 @@ def _kill_before_manifest(out: Path) -> None:
     (out / MANIFEST).unlink()
 
 
+@pytest.mark.slow
 def test_dropping_skip_unreadable_keeps_no_shard_that_left_images_out(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:

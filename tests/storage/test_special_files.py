@@ -94,6 +94,7 @@ def test_a_special_file_named_like_an_image_stops_the_build_naming_it(
 
 
 @pytest.mark.timeout(TIMEOUT)
+@pytest.mark.slow
 def test_a_socket_named_like_an_image_stops_the_build_naming_it(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], unix_socket: Callable[[Path], None]
 ) -> None:
@@ -104,6 +105,7 @@ def test_a_socket_named_like_an_image_stops_the_build_naming_it(
 
 
 @pytest.mark.timeout(TIMEOUT)
+@pytest.mark.slow
 def test_skip_unreadable_leaves_special_files_out_and_lists_them(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], unix_socket: Callable[[Path], None]
 ) -> None:

@@ -417,6 +417,7 @@ def _ridge_recall_at_10(files: WorldFiles, ridge: float = 1.0) -> tuple[float, i
     return float(np.mean(ranks <= 10)), len(test)
 
 
+@pytest.mark.slow
 def test_retrieval_is_learnable_but_not_trivial(tmp_path: Path) -> None:
     files = generate_world(tmp_path, 600, SEED, render=False)
     recall, n_test = _ridge_recall_at_10(files)

@@ -36,6 +36,7 @@ def computed(store: Path) -> dict[str, dict[str, float]]:
     return table
 
 
+@pytest.mark.slow
 def test_every_baseline_has_dev_and_test_values_under_the_trials_names(
     store: Path, computed: dict[str, dict[str, float]]
 ) -> None:

@@ -91,6 +91,7 @@ def test_storage_inspect_reports_a_longer_caption(
 
 @pytest.mark.parametrize("dataset", ["flickr8k", "coco"])
 @pytest.mark.parametrize("split", ["train", "restval", "val", "test"])
+@pytest.mark.slow
 def test_storage_build_refuses_a_longer_caption_before_writing_anything(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], dataset: str, split: str
 ) -> None:

@@ -74,6 +74,7 @@ def _builds(folder: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
+@pytest.mark.slow
 def test_a_key_is_built_once_and_then_loaded_without_the_lock(tiny: _compiled.Extension) -> None:
     folder = _compiled.folder(tiny)
     first = _run(tiny)

@@ -54,6 +54,7 @@ def encode(*args: str | Path, stdin: bytes = b"") -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.slow
 def test_text_in_npy_parquet_and_text_out(model: Path, tmp_path: Path) -> None:
     expected = SentenceEncoder.load(model, device="cpu").encode(SENTENCES)
     sentences = tmp_path / "sentences.txt"

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from trainables import names
 from trainables.checkpoint import load_training_state
 
@@ -54,6 +56,7 @@ def _interrupt_after_epoch_1(argv: list[str]) -> tuple[int, list[str], list[str]
     return process.returncode, (lines + out.splitlines(keepends=True)), err.splitlines()
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_the_last_checkpoint_and_says_how_to_resume(
     tiny_world: Path, tmp_path: Path
 ) -> None:
@@ -87,6 +90,7 @@ def test_ctrl_c_keeps_the_last_checkpoint_and_says_how_to_resume(
     assert names.is_finished(load_training_state(path)["history"][-1])
 
 
+@pytest.mark.slow
 def test_ctrl_c_without_a_checkpoint_says_nothing_was_saved(
     tiny_world: Path, tmp_path: Path
 ) -> None:
@@ -102,6 +106,7 @@ def test_ctrl_c_without_a_checkpoint_says_nothing_was_saved(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_closed_output_stops_cleanly(tiny_world: Path, tmp_path: Path) -> None:
     """`... | head -1`: the reader goes away; the run stops saying so, no traceback."""
     path = tmp_path / "run.pt"
