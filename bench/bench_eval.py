@@ -85,14 +85,18 @@ import torch
 
 from bench import _common
 from bench._cli import entry, parser
+from bench._relatedness_loop import fit_loop
 from storage import FeatureStore
 from trainables import embedding, names
 from trainables.config import CPU_SIZED, TrainConfig
 from trainables.data import TrainingData, epoch_batches
 from trainables.loop import Trainer
 from trainables.metrics import retrieval_metrics, retrieval_ranks, summarise_ranks
-from trainables.relatedness import ENGINES, RelatednessProtocol
+from trainables.relatedness import RelatednessProtocol
 from trainables.semantic import EmbeddingTable, SemanticEvaluation, make_semantic
+
+# the regressions' engines: the library's, and SentEval's loop as the reference
+PROTOCOLS = {"loop": RelatednessProtocol(fit=fit_loop), "batched": RelatednessProtocol()}
 
 
 def exact_embeddings(images: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -168,7 +172,7 @@ def epoch_share(args: argparse.Namespace, device: torch.device) -> None:
     )
     semantic = make_semantic(f"{store}/{senteval}", config.evaluation, config.run, background=False)
     assert semantic is not None
-    semantic.test.protocol = RelatednessProtocol(engine=args.engine)
+    semantic.test.protocol = PROTOCOLS[args.engine]
     trainer = Trainer(config, data, semantic)
     plan = epoch_batches(data.train.num_images, config.batch_size, config.seed, 0)
     print(
@@ -249,7 +253,7 @@ def _semantic(
 ) -> SemanticEvaluation:
     semantic = make_semantic(senteval, config.evaluation, config.run, background=background)
     assert semantic is not None
-    semantic.test.protocol = RelatednessProtocol(engine=engine)
+    semantic.test.protocol = PROTOCOLS[engine]
     return semantic
 
 
@@ -336,7 +340,7 @@ def _battery_alone(
             table = table or built
     assert table is not None
     scored = {}
-    engines = {"loop": RelatednessProtocol(engine="loop"), "batched": RelatednessProtocol()}
+    engines = dict(PROTOCOLS)
     if device.type == "cuda":  # what the CUDA graphs add
         engines["eager"] = RelatednessProtocol(cuda_graph=False)
     for engine, protocol in engines.items():
@@ -571,7 +575,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="epochs between test batteries; (b) default 4, (c) default 1 GPU, 4 CPU",
     )
     p.add_argument(
-        "--engine", choices=ENGINES, default="batched", help="(b) the regressions' engine"
+        "--engine", choices=PROTOCOLS, default="batched", help="(b) the regressions' engine"
     )
     p.add_argument("--epochs", type=int, default=None, help="(c) default 3 GPU, 4 CPU")
     p.add_argument("--batch-size", type=int, default=None, help="(c) default 32 GPU, 64 CPU")

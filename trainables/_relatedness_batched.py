@@ -1,12 +1,14 @@
-"""The batched engine of SentEval's supervised relatedness protocol
-(``trainables.relatedness``, whose docstring describes it): the tasks of a battery
-trained together, their weights stacked, each round on the device (as CUDA graphs on
-CUDA); each task the same, up to rounding, as trained alone by the reference engine
-(``trainables._relatedness_loop``)."""
+"""The engine of SentEval's supervised relatedness protocol (``trainables.relatedness``,
+whose docstring describes it): the tasks of a battery trained together, their weights
+stacked, each round on the device (as CUDA graphs on CUDA); each task the same, up to
+rounding, as trained alone by the reference engine (``bench/_relatedness_loop.py``, one
+64-row step per Python iteration). Also the initial weights, the expected score, the dev
+Pearson and SentEval's rule for keeping the best round and stopping (``_Rounds``)."""
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -14,18 +16,76 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from trainables._relatedness_loop import (
-    N_CLASSES,
-    _device_pearson,
-    _expected_score,
-    _initial_weights,
-    _Rounds,
-)
-
 if TYPE_CHECKING:
     from trainables.relatedness import RelatednessProtocol
 
-_log = logging.getLogger("trainables.relatedness")  # the protocol's logger, for both engines
+_log = logging.getLogger("trainables.relatedness")  # the protocol's logger
+
+N_CLASSES = 5  # SentEval's relatedness classes, for scores 1, 2, 3, 4, 5
+
+
+def _expected_score(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``softmax(x W^T) . [1..5]``: the prediction on the class scale. Each row's logits
+    are computed alike (an element-wise product and a sum per class, in slices of rows),
+    so that equal features give exactly equal predictions: a matrix product may round
+    some rows differently from others, and constant predictions must stay constant (a
+    NaN dev Pearson, a constant test prediction, as SentEval's rule expects)."""
+    classes = torch.arange(1, N_CLASSES + 1, dtype=x.dtype, device=x.device)
+    rows = max(1, (1 << 22) // max(1, x.shape[1]))  # ~16 MB of float32 products at a time
+    parts = [torch.stack([(part * w).sum(dim=1) for w in weights], dim=1) for part in x.split(rows)]
+    logits = torch.cat(parts) if parts else x.new_zeros(0, len(weights))
+    return (torch.softmax(logits, dim=1) * classes).sum(dim=1)
+
+
+def _device_pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Pearson r on the device (NaN for a constant input), read once per round."""
+    x, y = x.double() - x.double().mean(), y - y.mean()
+    return (x * y).sum() / torch.sqrt((x * x).sum() * (y * y).sum())
+
+
+def _initial_weights(
+    dim: int, generator: torch.Generator, device: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
+    """nn.Linear's default init, weight and bias (the last column): U(-1/sqrt(fan_in),
+    1/sqrt(fan_in)), drawn in float64 on the CPU from the task's generator."""
+    bound = 1 / math.sqrt(dim - 1)
+    weights = (torch.rand(N_CLASSES, dim, generator=generator, dtype=torch.float64) * 2 - 1) * bound
+    return weights.to(device, dtype)
+
+
+class _Rounds:
+    """Where one task's rounds stand (the host side of the protocol): SentEval's rule
+    for keeping the best round and stopping."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.best: torch.Tensor | None = None
+        self.best_r, self.misses, self.epochs, self.rounds, self.nan_rounds = -1.0, 0, 0, 0, 0
+
+    def going(self, protocol: RelatednessProtocol) -> bool:
+        return self.misses < protocol.patience and self.epochs <= protocol.max_epoch
+
+    def judge(self, r: float, weights: torch.Tensor, protocol: RelatednessProtocol) -> None:
+        """After a round: its dev Pearson ``r`` and the weights it ended with."""
+        self.epochs, self.rounds = self.epochs + protocol.epochs_per_round, self.rounds + 1
+        if math.isnan(r):
+            r, self.nan_rounds = 0.0, self.nan_rounds + 1
+        if r > self.best_r or self.best is None:
+            self.best, self.best_r = weights.clone(), r  # a copy on the device: no sync
+        else:
+            self.misses += 1  # not reset by an improvement, as in SentEval
+
+    def result(self) -> torch.Tensor:
+        if self.nan_rounds == self.rounds:
+            _log.warning(
+                "%s: the dev Pearson was NaN (constant predictions) after every one of %d "
+                "rounds; kept the first round's model, as SentEval does",
+                self.what,
+                self.rounds,
+            )
+        _log.debug("%s: %d epochs, best dev Pearson %.4f", self.what, self.epochs, self.best_r)
+        assert self.best is not None  # at least one round always runs
+        return self.best
 
 
 @dataclass(eq=False)

@@ -20,11 +20,7 @@ that does not beat the best (misses are not reset), a NaN dev Pearson counts as 
 
 SICK-R's scores lie in [1, 5], where both encodings are the same.
 
-How it runs (``RelatednessProtocol.engine``; the arithmetic is the same either way, up to
-floating-point rounding, and so are the shuffles and the initial weights, drawn on the
-CPU from one ``torch.Generator`` per task seeded with ``seed``):
-
-- ``"batched"`` (default): the tasks of a battery (SICK-R and STS-B) train together. Their
+How it runs: the tasks of a battery (SICK-R and STS-B) train together. Their
   weights are stacked, ``(tasks, 5, d)``, and every step is a pair of batched matmuls over
   one 64-row batch per task, a last, shorter batch padded with an all-zero feature row
   (whose gradient is exactly zero). Each task keeps its own Adam step count, shuffles and
@@ -35,15 +31,15 @@ CPU from one ``torch.Generator`` per task seeded with ``seed``):
   captured once per fit on a side stream, replayed once per epoch of a round: ~17 small
   kernels a step, with no Python between them), with the eager steps as the fallback
   (``cuda_graph=False``, or a capture that fails). Training a task alone or beside
-  another gives the same weights up to rounding (tests/trainables/test_relatedness.py).
-- ``"loop"``: the original implementation, one task at a time and one 64-row step per
-  Python iteration; kept as the reference and the benchmarks' baseline
-  (``bench/bench_eval.py``).
+  another gives the same weights up to rounding, and the same as SentEval's loop, one
+  task at a time and one 64-row step per Python iteration, whose reference
+  (``bench/_relatedness_loop.py``, the tests' check and the benchmarks' baseline) a
+  protocol may be given as its ``fit``. The shuffles and the initial weights are drawn on
+  the CPU from one ``torch.Generator`` per task seeded with ``seed``.
 
-The engines live in ``trainables._relatedness_batched`` and ``trainables._relatedness_loop``
-(the latter with what both share: the initial weights, the expected score, SentEval's rule
-for the rounds); this module is the protocol: its settings, the targets, the features and
-the predictions and metrics of a battery's tasks.
+The engine lives in ``trainables._relatedness_batched`` (with the initial weights, the
+expected score and SentEval's rule for the rounds); this module is the protocol: its
+settings, the targets, the features and the predictions and metrics of a battery's tasks.
 
     >>> relatedness_targets(np.array([3.4, 0.4]), (0.0, 5.0)).round(2).tolist()
     [[0.0, 0.0, 0.6, 0.4, 0.0], [0.4, 0.0, 0.0, 0.0, 0.0]]
@@ -62,12 +58,10 @@ import torch
 
 from storage.senteval import SupervisedTask
 from trainables import names
-from trainables._relatedness_batched import _fit_batched, _Task
-from trainables._relatedness_loop import N_CLASSES, _expected_score, _fit_loop
+from trainables._relatedness_batched import N_CLASSES, _expected_score, _fit_batched, _Task
 from trainables.metrics import correlations
 
 __all__ = [
-    "ENGINES",
     "N_CLASSES",
     "SENTEVAL",
     "RelatednessProtocol",
@@ -83,7 +77,8 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-ENGINES = ("batched", "loop")
+# a battery's tasks -> each one's best weights (the batched engine; a reference in bench/)
+Fit = Callable[[Sequence[_Task], "RelatednessProtocol"], list[torch.Tensor]]
 # sentences -> their embeddings, as rows of a tensor (an EmbeddingTable, typically)
 Lookup = Callable[[Sequence[str]], torch.Tensor]
 
@@ -97,14 +92,14 @@ class RelatednessProtocol:
     epochs_per_round: int = 50  # the dev Pearson is computed after every round
     patience: int = 4  # stop at the 4th round (in all, as SentEval) not beating the best
     max_epoch: int = 1000  # a round starts while at most this many epochs are done: 21
-    # how it runs, not what it computes (see the module docstring): "batched" (the tasks
-    # of a battery together, on the device) or "loop" (the reference: a task at a time)
-    engine: str = "batched"
-    cuda_graph: bool = True  # "batched" on CUDA: run the rounds as CUDA graphs
+    cuda_graph: bool = True  # on CUDA: run the rounds as CUDA graphs
+    # how the tasks are fitted, not what is computed: None, the batched engine; the tests
+    # and benchmarks give SentEval's loop (bench/_relatedness_loop.py) to check and time it
+    fit: Fit | None = None
 
-    def __post_init__(self) -> None:
-        if self.engine not in ENGINES:
-            raise ValueError(f"engine: got {self.engine!r}, expected one of {', '.join(ENGINES)}")
+    def fitted(self, tasks: Sequence[_Task]) -> list[torch.Tensor]:
+        """Each of ``tasks``' best weights, fitted as this protocol says."""
+        return (self.fit or _fit_batched)(list(tasks), self)
 
 
 SENTEVAL = RelatednessProtocol()  # SentEval's own settings (frozen: safe as a default)
@@ -167,10 +162,8 @@ def _fit(
 ) -> torch.Tensor:
     """Train in rounds; return the weights of the round with the best dev Pearson, a NaN
     Pearson counting as 0 as in SentEval (so when every round's is NaN, the first round's
-    model is kept, with a warning). One task, by ``protocol.engine``."""
-    if protocol.engine == "loop":
-        return _fit_loop(train, dev, protocol, generator, what)
-    return _fit_batched([_Task(what, *train, *dev, generator)], protocol)[0]
+    model is kept, with a warning). One task."""
+    return protocol.fitted([_Task(what, *train, *dev, generator)])[0]
 
 
 @contextmanager
@@ -199,9 +192,9 @@ def predict_relatedness_tasks(
 ) -> dict[str, np.ndarray]:
     """``predict_relatedness`` for several tasks at once (a battery's SICK-R and STS-B):
     per task name, its test predictions on the gold scale. ``encodings``: per task name,
-    its STS-B encoding (default "senteval"). With the batched engine the tasks train
-    together; each task's predictions are those it gets alone (each task's generator is
-    seeded with ``seed``), up to rounding."""
+    its STS-B encoding (default "senteval"). The tasks train together; each task's
+    predictions are those it gets alone (each task's generator is seeded with ``seed``),
+    up to rounding."""
     encodings = dict(encodings or {})
     for encoding in encodings.values():
         _check_encoding(encoding)
@@ -226,10 +219,7 @@ def predict_relatedness_tasks(
             )
             dev = (features(task.dev.sentences1, task.dev.sentences2), on_device(task.dev.gold))
             fits.append((task, train, dev, torch.Generator().manual_seed(seed)))
-        if protocol.engine == "loop":
-            best = [_fit_loop(t, d, protocol, g, task.name) for task, t, d, g in fits]
-        else:
-            best = _fit_batched([_Task(task.name, *t, *d, g) for task, t, d, g in fits], protocol)
+        best = protocol.fitted([_Task(task.name, *t, *d, g) for task, t, d, g in fits])
         for (task, _, _, _), weights in zip(fits, best, strict=True):
             test_x = features(task.test.sentences1, task.test.sentences2)
             scores = _expected_score(weights, test_x).double().cpu().numpy()

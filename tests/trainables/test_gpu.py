@@ -46,6 +46,7 @@ import numpy as np
 import pytest
 import torch
 
+from bench._relatedness_loop import fit_loop
 from storage.senteval import SemanticBenchmark, SentencePairs, SupervisedTask, load_senteval
 from tests import gpu
 from tests.gpu import DEVICE_NAME, DRY_RUN, ON_GPU, group_device
@@ -634,7 +635,7 @@ def table_on(where: str | torch.device, *vector_sets: dict[str, np.ndarray]) -> 
 ENGINES = {
     "batched_cuda_graphs": RelatednessProtocol(epochs_per_round=10, max_epoch=30),
     "batched_eager": RelatednessProtocol(epochs_per_round=10, max_epoch=30, cuda_graph=False),
-    "loop": RelatednessProtocol(epochs_per_round=10, max_epoch=30, engine="loop"),
+    "loop": RelatednessProtocol(epochs_per_round=10, max_epoch=30, fit=fit_loop),
 }
 
 

@@ -16,16 +16,15 @@ import pytest
 import scipy.stats
 import torch
 
+from bench._relatedness_loop import _Adam, _fit_loop, _gradient, fit_loop
 from storage.senteval import SentencePairs, SupervisedTask
 from trainables import relatedness
-from trainables._relatedness_loop import _Adam, _gradient
 from trainables.relatedness import (
     N_CLASSES,
     RelatednessProtocol,
     _expected_score,
     _fit,
     _fit_batched,
-    _fit_loop,
     _Task,
     from_class_scale,
     predict_relatedness,
@@ -516,7 +515,7 @@ def test_a_battery_of_tasks_predicts_what_each_task_predicts_alone() -> None:
     within float32 rounding."""
     sick, stsb, tables, both = two_tasks()
     protocol = RelatednessProtocol(max_epoch=100)
-    loop = RelatednessProtocol(max_epoch=100, engine="loop")
+    loop = RelatednessProtocol(max_epoch=100, fit=fit_loop)
     for encoding in ("senteval", "rescaled"):
         together = predict_relatedness_tasks(
             both, [sick, stsb], protocol=protocol, seed=4, encodings={"STS-B": encoding}
@@ -534,11 +533,6 @@ def test_a_battery_of_tasks_predicts_what_each_task_predicts_alone() -> None:
     }
     alone = supervised_relatedness(tables["SICK-R"], sick, protocol=protocol)
     assert metrics["sickr_pearson"] == pytest.approx(alone["sickr_pearson"], abs=1e-6)
-
-
-def test_engine_names_are_checked() -> None:
-    with pytest.raises(ValueError, match="engine: got 'fast', expected one of batched, loop"):
-        RelatednessProtocol(engine="fast")
 
 
 @cuda

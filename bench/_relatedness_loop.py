@@ -1,22 +1,35 @@
-"""The reference engine of SentEval's supervised relatedness protocol
-(``trainables.relatedness``): one task, one 64-row step per Python iteration; and what
-both engines share: the initial weights, the expected score, the dev Pearson and
-SentEval's rule for keeping the best round and stopping (``_Rounds``)."""
+"""The reference engine of SentEval's supervised relatedness protocol, kept to check and
+time the library's batched one (``trainables._relatedness_batched``): one task at a time,
+one 64-row step per Python iteration, as SentEval's own loop, with its own copy of the
+initial weights, the expected score and SentEval's rule for the rounds. ``fit_loop`` is a
+``RelatednessProtocol(fit=...)``: tests/trainables/test_relatedness.py holds the two to
+each other, bench/bench_eval.py times them side by side."""
 
 from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
-if TYPE_CHECKING:
-    from trainables.relatedness import RelatednessProtocol
+from trainables.relatedness import N_CLASSES, RelatednessProtocol
 
-_log = logging.getLogger("trainables.relatedness")  # the protocol's logger, for both engines
+__all__ = ["fit_loop"]
 
-N_CLASSES = 5  # SentEval's relatedness classes, for scores 1, 2, 3, 4, 5
+
+_log = logging.getLogger("trainables.relatedness")  # the protocol's logger, as the library's
+
+
+def fit_loop(tasks: Sequence[Any], protocol: RelatednessProtocol) -> list[torch.Tensor]:
+    """Each task's best weights, trained alone by the reference engine (``tasks``: the
+    library's, each with its features and targets, dev features and gold scores, its
+    generator and its name)."""
+    return [
+        _fit_loop((t.x, t.target), (t.dev_x, t.dev_gold), protocol, t.generator, t.what)
+        for t in tasks
+    ]
 
 
 class _Adam:
@@ -48,6 +61,41 @@ def _gradient(weights: torch.Tensor, x: torch.Tensor, target: torch.Tensor) -> t
     return d_logits.T @ x
 
 
+def _train_round(
+    adam: _Adam,
+    x: torch.Tensor,
+    target: torch.Tensor,
+    epochs: int,
+    batch_size: int,
+    generator: torch.Generator,
+) -> None:
+    # Shuffles are drawn on the CPU (the same on every device) and sent once per round.
+    orders = torch.stack([torch.randperm(len(x), generator=generator) for _ in range(epochs)])
+    for order in orders.to(x.device):
+        for start in range(0, len(x), batch_size):
+            batch = order[start : start + batch_size]
+            x_batch, target_batch = x.index_select(0, batch), target.index_select(0, batch)
+            adam.step(_gradient(adam.param, x_batch, target_batch))
+
+
+def _fit_loop(
+    train: tuple[torch.Tensor, torch.Tensor],
+    dev: tuple[torch.Tensor, torch.Tensor],
+    protocol: RelatednessProtocol,
+    generator: torch.Generator,
+    what: str,
+) -> torch.Tensor:
+    """One task, one 64-row step per Python iteration."""
+    x, target = train
+    adam = _Adam(_initial_weights(x.shape[1], generator, x.device, x.dtype), protocol.lr)
+    state = _Rounds(what)
+    while state.going(protocol):
+        _train_round(adam, x, target, protocol.epochs_per_round, protocol.batch_size, generator)
+        r = _device_pearson(_expected_score(adam.param, dev[0]), dev[1]).item()
+        state.judge(r, adam.param, protocol)
+    return state.result()
+
+
 def _expected_score(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``softmax(x W^T) . [1..5]``: the prediction on the class scale. Each row's logits
     are computed alike (an element-wise product and a sum per class, in slices of rows),
@@ -67,23 +115,6 @@ def _device_pearson(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return (x * y).sum() / torch.sqrt((x * x).sum() * (y * y).sum())
 
 
-def _train_round(
-    adam: _Adam,
-    x: torch.Tensor,
-    target: torch.Tensor,
-    epochs: int,
-    batch_size: int,
-    generator: torch.Generator,
-) -> None:
-    # Shuffles are drawn on the CPU (the same on every device) and sent once per round.
-    orders = torch.stack([torch.randperm(len(x), generator=generator) for _ in range(epochs)])
-    for order in orders.to(x.device):
-        for start in range(0, len(x), batch_size):
-            batch = order[start : start + batch_size]
-            x_batch, target_batch = x.index_select(0, batch), target.index_select(0, batch)
-            adam.step(_gradient(adam.param, x_batch, target_batch))
-
-
 def _initial_weights(
     dim: int, generator: torch.Generator, device: torch.device, dtype: torch.dtype
 ) -> torch.Tensor:
@@ -92,24 +123,6 @@ def _initial_weights(
     bound = 1 / math.sqrt(dim - 1)
     weights = (torch.rand(N_CLASSES, dim, generator=generator, dtype=torch.float64) * 2 - 1) * bound
     return weights.to(device, dtype)
-
-
-def _fit_loop(
-    train: tuple[torch.Tensor, torch.Tensor],
-    dev: tuple[torch.Tensor, torch.Tensor],
-    protocol: RelatednessProtocol,
-    generator: torch.Generator,
-    what: str,
-) -> torch.Tensor:
-    """The reference engine: one task, one 64-row step per Python iteration."""
-    x, target = train
-    adam = _Adam(_initial_weights(x.shape[1], generator, x.device, x.dtype), protocol.lr)
-    state = _Rounds(what)
-    while state.going(protocol):
-        _train_round(adam, x, target, protocol.epochs_per_round, protocol.batch_size, generator)
-        r = _device_pearson(_expected_score(adam.param, dev[0]), dev[1]).item()
-        state.judge(r, adam.param, protocol)
-    return state.result()
 
 
 class _Rounds:
