@@ -63,9 +63,16 @@ def root() -> Path:
     given = os.environ.get("TORCH_EXTENSIONS_DIR")
     if given:
         return Path(given)
+    return Path(_cpp_extension().get_default_build_root())
+
+
+def _cpp_extension() -> ModuleType:
+    """``torch.utils.cpp_extension``, imported without its "No CUDA runtime is found"
+    warning (logged on import on every machine without a GPU: not news to a CPU run)."""
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     from torch.utils import cpp_extension
 
-    return Path(cpp_extension.get_default_build_root())
+    return cpp_extension
 
 
 def _compiler() -> str:
@@ -198,9 +205,7 @@ def _compile(extension: Extension, where: Path, write: Write, what: str) -> Modu
     started = time.monotonic()
     work = where / f"build-{host}-{pid}"
     work.mkdir()
-    # importing it logs "No CUDA runtime is found" on a CPU-only machine: not news
-    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
-    from torch.utils import cpp_extension
+    cpp_extension = _cpp_extension()
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "No CUDA runtime is found" and the like

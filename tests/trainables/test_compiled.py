@@ -176,3 +176,22 @@ def test_another_clone_in_another_venv_loads_the_build_without_a_word(
     assert name == folder.name and float(seconds) < 5, loaded
     assert where == f"from {clone / 'trainables' / '_compiled.py'} {venv}", where
     assert len(_builds(folder)) == 1
+
+
+def test_looking_up_the_build_folder_says_nothing_on_a_machine_without_a_gpu(
+    tmp_path: Path,
+) -> None:
+    """torch logs "No CUDA runtime is found" when its extension module is imported on a
+    machine whose CUDA_HOME exists but has no GPU: a driver's first lines must not carry
+    it (a CPU run is no news)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_EXTENSIONS_DIR"}
+    env["CUDA_HOME"] = str(tmp_path)  # a CUDA_HOME that exists, the case torch warns of
+    code = "from trainables import _compiled; print(_compiled.root())"
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+        check=False, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() and "CUDA" not in done.stderr, done.stderr
