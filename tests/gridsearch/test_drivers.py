@@ -17,6 +17,7 @@ import pytest
 
 import gridsearch.driver  # noqa: F401  (imported now: the in-process drivers below start at once)
 from gridsearch.run import main
+from tests.processes import finish
 
 pytestmark = pytest.mark.slow
 SEARCH = [
@@ -49,7 +50,7 @@ class Driver:
         raise AssertionError(f"the driver ended without {text!r}:\n{''.join(self.lines)}")
 
     def finish(self, timeout_s: float = 300) -> tuple[int, str]:
-        rest = self.process.communicate(timeout=timeout_s)[0]
+        rest, _ = finish(self.process, timeout_s)
         return self.process.returncode, "".join(self.lines) + rest
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 
+from tests.processes import finish
 from trainables import _compiled
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,7 +104,7 @@ def test_two_builders_of_one_key_compile_it_once(tiny: _compiled.Extension) -> N
         out.append(process.stdout.readline())  # each says what it waits for, at once
     lock.release()
     for process, out in zip(builders, outputs, strict=True):
-        out += process.communicate(timeout=300)[0].splitlines(keepends=True)
+        out += finish(process, 300)[0].splitlines(keepends=True)
         assert process.returncode == 0, out
     for out in outputs:
         assert out[0].startswith("waiting for pid 1 on elsewhere (since 12:00:00), which is "

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.processes import finish
 from trainables import names
 from trainables.checkpoint import load_training_state
 
@@ -52,7 +53,7 @@ def _interrupt_after_epoch_1(argv: list[str]) -> tuple[int, list[str], list[str]
         if '"epoch": 1.0' in line:
             process.send_signal(signal.SIGINT)
             break
-    out, err = process.communicate(timeout=300)
+    out, err = finish(process, 300)
     return process.returncode, (lines + out.splitlines(keepends=True)), err.splitlines()
 
 
