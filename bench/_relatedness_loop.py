@@ -1,13 +1,14 @@
 """The reference engine of SentEval's supervised relatedness protocol, kept to check and
 time the library's batched one (``trainables._relatedness_batched``): one task at a time,
 one 64-row step per Python iteration, as SentEval's own loop, with its own copy of the
-initial weights, the expected score and SentEval's rule for the rounds. ``fit_loop`` is a
+initial weights and the expected score; each task's rounds are judged by the rule the
+task carries (the library's, which test_relatedness holds to an nn.Linear + Adam
+SentEval-style reference). ``fit_loop`` is a
 ``RelatednessProtocol(fit=...)``: tests/trainables/test_relatedness.py holds the two to
 each other, bench/bench_eval.py times them side by side."""
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -19,17 +20,11 @@ from trainables.relatedness import N_CLASSES, RelatednessProtocol
 __all__ = ["fit_loop"]
 
 
-_log = logging.getLogger("trainables.relatedness")  # the protocol's logger, as the library's
-
-
 def fit_loop(tasks: Sequence[Any], protocol: RelatednessProtocol) -> list[torch.Tensor]:
     """Each task's best weights, trained alone by the reference engine (``tasks``: the
     library's, each with its features and targets, dev features and gold scores, its
-    generator and its name)."""
-    return [
-        _fit_loop((t.x, t.target), (t.dev_x, t.dev_gold), protocol, t.generator, t.what)
-        for t in tasks
-    ]
+    generator and its record of rounds)."""
+    return [_fit_loop(task, protocol) for task in tasks]
 
 
 class _Adam:
@@ -78,22 +73,16 @@ def _train_round(
             adam.step(_gradient(adam.param, x_batch, target_batch))
 
 
-def _fit_loop(
-    train: tuple[torch.Tensor, torch.Tensor],
-    dev: tuple[torch.Tensor, torch.Tensor],
-    protocol: RelatednessProtocol,
-    generator: torch.Generator,
-    what: str,
-) -> torch.Tensor:
+def _fit_loop(task: Any, protocol: RelatednessProtocol) -> torch.Tensor:
     """One task, one 64-row step per Python iteration."""
-    x, target = train
+    x, target, generator = task.x, task.target, task.generator
     adam = _Adam(_initial_weights(x.shape[1], generator, x.device, x.dtype), protocol.lr)
-    state = _Rounds(what)
-    while state.going(protocol):
+    rounds = task.rounds
+    while rounds.going(protocol):
         _train_round(adam, x, target, protocol.epochs_per_round, protocol.batch_size, generator)
-        r = _device_pearson(_expected_score(adam.param, dev[0]), dev[1]).item()
-        state.judge(r, adam.param, protocol)
-    return state.result()
+        r = _device_pearson(_expected_score(adam.param, task.dev_x), task.dev_gold).item()
+        rounds.judge(r, adam.param, protocol)
+    return rounds.result()
 
 
 def _expected_score(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -123,38 +112,3 @@ def _initial_weights(
     bound = 1 / math.sqrt(dim - 1)
     weights = (torch.rand(N_CLASSES, dim, generator=generator, dtype=torch.float64) * 2 - 1) * bound
     return weights.to(device, dtype)
-
-
-class _Rounds:
-    """Where one task's rounds stand (the host side of the protocol): SentEval's rule
-    for keeping the best round and stopping."""
-
-    def __init__(self, what: str) -> None:
-        self.what = what
-        self.best: torch.Tensor | None = None
-        self.best_r, self.misses, self.epochs, self.rounds, self.nan_rounds = -1.0, 0, 0, 0, 0
-
-    def going(self, protocol: RelatednessProtocol) -> bool:
-        return self.misses < protocol.patience and self.epochs <= protocol.max_epoch
-
-    def judge(self, r: float, weights: torch.Tensor, protocol: RelatednessProtocol) -> None:
-        """After a round: its dev Pearson ``r`` and the weights it ended with."""
-        self.epochs, self.rounds = self.epochs + protocol.epochs_per_round, self.rounds + 1
-        if math.isnan(r):
-            r, self.nan_rounds = 0.0, self.nan_rounds + 1
-        if r > self.best_r or self.best is None:
-            self.best, self.best_r = weights.clone(), r  # a copy on the device: no sync
-        else:
-            self.misses += 1  # not reset by an improvement, as in SentEval
-
-    def result(self) -> torch.Tensor:
-        if self.nan_rounds == self.rounds:
-            _log.warning(
-                "%s: the dev Pearson was NaN (constant predictions) after every one of %d "
-                "rounds; kept the first round's model, as SentEval does",
-                self.what,
-                self.rounds,
-            )
-        _log.debug("%s: %d epochs, best dev Pearson %.4f", self.what, self.epochs, self.best_r)
-        assert self.best is not None  # at least one round always runs
-        return self.best

@@ -26,7 +26,7 @@ from types import ModuleType
 from storage.cli import error_line
 from trainables import _compiled
 
-__all__ = ["SOURCE", "extension", "prebuild", "python_only", "use"]
+__all__ = ["SOURCE", "extension", "prebuild", "use"]
 
 SOURCE = Path(__file__).with_name("_packed_rnn.cpp")
 # -ffast-math: glibc's vector exp and tanh (libmvec) in the gate loops; compile flags
@@ -54,15 +54,10 @@ def use(recurrence: str) -> None:
     _recurrence[0] = recurrence
 
 
-def python_only() -> bool:
-    """Whether this process runs the Python loop without looking (``use("python")``)."""
-    return _recurrence[0] == "python"
-
-
 def extension() -> ModuleType | None:
     """The compiled loops (looked up once per process), or None: recurrence "python"
     (``use``), or not built for this machine (warned once). Never builds or waits."""
-    if python_only():
+    if _recurrence[0] == "python":
         return None
     if _built:
         return _built[0]

@@ -16,7 +16,7 @@ import pytest
 import scipy.stats
 import torch
 
-from bench._relatedness_loop import _Adam, _fit_loop, _gradient, fit_loop
+from bench._relatedness_loop import _Adam, _gradient, fit_loop
 from storage.senteval import SentencePairs, SupervisedTask
 from trainables import relatedness
 from trainables.relatedness import (
@@ -422,7 +422,9 @@ def test_both_engines_match_a_senteval_style_reference_in_float64(name: str) -> 
         train, dev, test_x, torch.Generator().manual_seed(3), SMALL_ROUNDS
     )
     (ours_train, ours_dev, ours_test) = problem["ours"]
-    loop = _fit_loop(ours_train, ours_dev, SMALL_ROUNDS, torch.Generator().manual_seed(3), name)
+    loop = fit_loop(
+        [_Task(name, *ours_train, *ours_dev, torch.Generator().manual_seed(3))], SMALL_ROUNDS
+    )[0]
     alone = _fit_batched(
         [_Task(name, *ours_train, *ours_dev, torch.Generator().manual_seed(3))], SMALL_ROUNDS
     )[0]
@@ -470,7 +472,7 @@ def test_tasks_trained_together_stop_on_their_own_and_equal_training_alone(
     assert len(set(epochs.values())) > 1, epochs  # they did not all stop together
     for i in range(3):
         alone = _fit_batched(tasks([i]), protocol)[0]
-        loop = _fit_loop(*problems[i][:2], protocol, torch.Generator().manual_seed(i), "loop")
+        loop = fit_loop(tasks([i]), protocol)[0]
         torch.testing.assert_close(together[i], alone, rtol=0, atol=1e-12)
         torch.testing.assert_close(together[i], loop, rtol=0, atol=1e-10)
 
