@@ -1,5 +1,4 @@
-"""k ``GroundedEncoder`` s of the same shapes as one module, and their hinge losses as one
-(``trainables.fused``).
+"""k ``GroundedEncoder`` s of the same shapes as one module (``trainables.fused``).
 
 ``FusedEncoder`` keeps every parameter of the member models stacked along a leading
 member dimension, under the member model's own state-dict name (``member_state`` takes
@@ -22,7 +21,7 @@ from torch import nn
 from trainables._fused_rnn import reverse_within, stacked_recurrence
 from trainables.model import PAD_INDEX, GroundedEncoder
 
-__all__ = ["FusedEncoder", "FusedHingeLoss"]
+__all__ = ["FusedEncoder"]
 
 _IMAGE = "image_encoder.linear"
 _RNN = "caption_encoder.rnn"
@@ -172,32 +171,3 @@ class FusedEncoder(nn.Module):
         ).view(k, b, t, dim)
         weights = torch.softmax(scores.masked_fill(~mask.unsqueeze(-1), float("-inf")), dim=2)
         return (weights * states).sum(dim=2)
-
-
-class FusedHingeLoss(nn.Module):
-    """``trainables.loss.HingeLoss`` of every member at once: ``margins`` (k,), and per
-    member its ``reduction`` ("sum"/"mean") and ``negatives`` ("all"/"hardest")."""
-
-    def __init__(
-        self, margins: Sequence[float], reductions: Sequence[str], negatives: Sequence[str]
-    ) -> None:
-        super().__init__()
-        self.margins = torch.tensor(list(margins), dtype=torch.float64)
-        self.mean = torch.tensor([r == "mean" for r in reductions])
-        self.hardest = torch.tensor([n == "hardest" for n in negatives])
-
-    def forward(self, images: torch.Tensor, captions: torch.Tensor) -> torch.Tensor:
-        """The ``(k,)`` losses of ``(k, B, E)`` images and captions."""
-        k, b, _ = images.shape
-        device = images.device
-        scores = torch.bmm(images, captions.transpose(1, 2))  # (k, B, B)
-        positive = scores.diagonal(dim1=1, dim2=2)  # (k, B)
-        margin = self.margins.to(device, scores.dtype).view(k, 1, 1)
-        off_diagonal = ~torch.eye(b, dtype=torch.bool, device=device)
-        caption_query = (margin + scores - positive.unsqueeze(1)).clamp(min=0) * off_diagonal
-        image_query = (margin + scores - positive.unsqueeze(2)).clamp(min=0) * off_diagonal
-        every = caption_query.sum(dim=(1, 2)) + image_query.sum(dim=(1, 2))
-        hardest = caption_query.amax(dim=1).sum(dim=1) + image_query.amax(dim=2).sum(dim=1)
-        total = torch.where(self.hardest.to(device), hardest, every)
-        divisor = torch.where(self.mean.to(device), float(b * b), 1.0).to(total.dtype)
-        return total / divisor

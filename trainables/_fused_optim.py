@@ -6,6 +6,8 @@ Adam is elementwise, so one update over the stacked parameters with a ``(k,)`` l
 rate is every member's own Adam step; the operations and their order are
 ``torch.optim.Adam``'s (its default, non-capturable path, defaults betas (0.9, 0.999),
 eps 1e-8, no weight decay), so a member's update is its lone trial's up to rounding.
+Not ``torch.optim.Adam`` itself: its learning rate is one per parameter group, and a
+member's parameters are a slice of a stacked tensor, not parameters of their own.
 Clipping follows ``torch.nn.utils.clip_grad_norm_``: the norm of the parameters' norms,
 ``limit / (norm + 1e-6)`` clamped at 1.
 """

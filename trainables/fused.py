@@ -51,12 +51,12 @@ import numpy as np
 import torch
 
 from trainables import _packed_rnn_cpp, families
-from trainables._fused_model import FusedEncoder, FusedHingeLoss
+from trainables._fused_model import FusedEncoder
 from trainables._fused_optim import FusedAdam, clip_per_member
 from trainables.config import ConfigError, TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches
 from trainables.device import resolve_device
-from trainables.loss import at_least_float32
+from trainables.loss import HingeLoss, at_least_float32
 from trainables.model import GroundedEncoder
 from trainables.schedule import cyclic_cosine_lr
 from trainables.word_vectors import PretrainedVectors
@@ -305,7 +305,7 @@ class FusedTrainer:
         if not self.members:
             raise RuntimeError("no members left in the group")
         configs = [m.config for m in self.members]
-        loss_fn = FusedHingeLoss(
+        loss_fn = HingeLoss(
             [c.margin for c in configs],
             [c.reduction for c in configs],
             [c.negatives for c in configs],

@@ -6,6 +6,8 @@ row i is image i, column j caption j, and pair (i, i) matches.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -33,27 +35,50 @@ class HingeLoss(nn.Module):
     query, caption j as its negative). ``negatives="hardest"`` keeps only the largest
     term per query (VSE++). ``reduction="sum"`` is the paper's formula; ``"mean"``
     divides by B^2 as the authors' code did.
+
+    One trial's embeddings are ``(B, E)`` and its loss a scalar. A group of k members
+    trained at once (``trainables.fused``) gives ``(k, B, E)`` embeddings and one
+    ``margin``, ``reduction`` and ``negatives`` per member (sequences of k): the ``(k,)``
+    losses, each its member's alone.
     """
 
-    def __init__(self, margin: float, reduction: str = "sum", negatives: str = "all") -> None:
+    margin: torch.Tensor  # buffers, one value or one per member
+    mean: torch.Tensor
+    hardest: torch.Tensor
+
+    def __init__(
+        self,
+        margin: float | Sequence[float],
+        reduction: str | Sequence[str] = "sum",
+        negatives: str | Sequence[str] = "all",
+    ) -> None:
         super().__init__()
-        self.margin = margin
-        self.reduction = reduction
-        self.negatives = negatives
+        # buffers, so that they follow the embeddings' device once (``forward``)
+        self.register_buffer("margin", torch.tensor(margin, dtype=torch.float64))
+        self.register_buffer("mean", _is(reduction, "mean"))
+        self.register_buffer("hardest", _is(negatives, "hardest"))
 
     def forward(self, images: torch.Tensor, captions: torch.Tensor) -> torch.Tensor:
-        scores = images @ captions.T
-        positive = scores.diagonal()
-        off_diagonal = ~torch.eye(len(scores), dtype=torch.bool, device=scores.device)
-        caption_query = (self.margin + scores - positive.unsqueeze(0)).clamp(min=0)
-        image_query = (self.margin + scores - positive.unsqueeze(1)).clamp(min=0)
-        caption_query = caption_query * off_diagonal
-        image_query = image_query * off_diagonal
-        if self.negatives == "hardest":
-            total = caption_query.amax(dim=0).sum() + image_query.amax(dim=1).sum()
-        else:
-            total = caption_query.sum() + image_query.sum()
-        return total / len(scores) ** 2 if self.reduction == "mean" else total
+        if self.margin.device != images.device:
+            self.to(images.device)
+        scores = images @ captions.transpose(-2, -1)  # (..., B, B)
+        b = scores.shape[-1]
+        positive = scores.diagonal(dim1=-2, dim2=-1)  # (..., B)
+        margin = self.margin.to(scores.dtype)[..., None, None]
+        off_diagonal = ~torch.eye(b, dtype=torch.bool, device=scores.device)
+        caption_query = (margin + scores - positive.unsqueeze(-2)).clamp(min=0) * off_diagonal
+        image_query = (margin + scores - positive.unsqueeze(-1)).clamp(min=0) * off_diagonal
+        every = caption_query.sum(dim=(-2, -1)) + image_query.sum(dim=(-2, -1))
+        hardest = caption_query.amax(dim=-2).sum(dim=-1) + image_query.amax(dim=-1).sum(dim=-1)
+        total = torch.where(self.hardest, hardest, every)
+        return total / torch.where(self.mean, float(b * b), 1.0).to(total.dtype)
+
+
+def _is(values: str | Sequence[str], value: str) -> torch.Tensor:
+    """Whether ``values`` (one, or one per member) are ``value``, as a bool tensor."""
+    if isinstance(values, str):
+        return torch.tensor(values == value)
+    return torch.tensor([v == value for v in values])
 
 
 class PearsonLoss(nn.Module):

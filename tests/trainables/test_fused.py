@@ -102,9 +102,7 @@ def test_the_fused_encoder_embeds_and_differentiates_as_each_member_alone(
     features, tokens, lengths = _batches(data.train, cfgs)
     assert len(set(lengths.amax(dim=1).tolist())) > 1  # the members' widths differ
     images, captions = fused(features, tokens, lengths)
-    from trainables._fused_model import FusedHingeLoss
-
-    losses = FusedHingeLoss(
+    losses = HingeLoss(
         [c.margin for c in cfgs], [c.reduction for c in cfgs], [c.negatives for c in cfgs]
     )(images, captions)
     losses.sum().backward()

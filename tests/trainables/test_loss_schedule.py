@@ -40,6 +40,24 @@ def test_hinge_matches_the_double_loop(reduction: str, negatives: str, margin: f
     )
 
 
+def test_hinge_of_a_group_is_each_members_own_loss() -> None:
+    """k members at once, each with its own margin, reduction and negatives: the (k,)
+    losses are each member's double loop."""
+    g = torch.Generator().manual_seed(4)
+    images = F.normalize(torch.randn(4, 6, 5, generator=g, dtype=torch.float64), dim=-1)
+    captions = F.normalize(torch.randn(4, 6, 5, generator=g, dtype=torch.float64), dim=-1)
+    margins, reductions, negatives = (
+        [0.0, 0.2, 0.5, 0.3],
+        ["sum", "mean", "sum", "mean"],
+        ["all", "all", "hardest", "hardest"],
+    )
+    got = HingeLoss(margins, reductions, negatives)(images, captions)
+    assert got.shape == (4,)
+    for m in range(4):
+        expected = reference_hinge(images[m], captions[m], margins[m], reductions[m], negatives[m])
+        assert float(got[m]) == pytest.approx(expected, rel=1e-12)
+
+
 def test_hinge_is_zero_when_matches_beat_every_negative_by_the_margin() -> None:
     eye = torch.eye(4, dtype=torch.float64)
     assert float(HingeLoss(0.5)(eye, eye)) == 0.0
