@@ -29,18 +29,18 @@ sent to the background), with the default regression engine (``--engine``).
 critical path"), with today's path as the baseline in the same run. First the battery
 alone, on the untrained model's embeddings: embedding its sentences, then scoring them
 (STS12-16 cosines and the supervised SICK-R and STS-B regressions) with the reference
-regression engine (``engine="loop"``: one 64-row step per Python iteration, a task at a
-time: the first path) and with the batched one (the two tasks stacked, on the device, CUDA
+regression loop (``bench/_relatedness_loop.py``: one 64-row step per Python iteration, a
+task at a time: the first path) and with the batched one (the two tasks stacked, on the device, CUDA
 graphs on a GPU); both on the same seed and shuffles, so their SICK-R / STS-B numbers
 agree to rounding. On a CPU the sentences are embedded both ways: padded (the earlier
 paths) and packed (``trainables.embedding.PACKED``: no padding, the training
 recurrence, each fixed set packed once). Then ``--epochs`` epochs (and the snapshot
 ensemble at the end) four ways, each from the same fresh model: training only (no
-evaluation at all), the first path (the battery in place, reference engine, the ensemble
-embedding its snapshots again: ``Trainer(reuse=False)``), today's (the battery in a
-background worker started before the in-place evaluation, batched engine, the ensemble
-summing the embeddings its snapshots got at their epochs: ``reuse``, the default;
-padded embeddings) and the new one (today's with the packed embeddings; on a GPU, where
+evaluation at all), the first path (the battery in place, the reference loop; its
+ensemble sums the embeddings its snapshots got at their epochs, as today's does: the first
+path's embedding them again is counted in ``--baseline parts`` only), today's (the battery
+in a background worker started before the in-place evaluation, batched engine; padded
+embeddings) and the new one (today's with the packed embeddings; on a GPU, where
 nothing is packed, it is today's again). The evaluation's share of a run is (run -
 training only) / run, so whatever the background worker takes from training counts as
 evaluation; each run's CPU time (the process's, every thread) is printed beside it, a
@@ -274,17 +274,15 @@ def _timed_run(
     semantic: SemanticEvaluation | None,
     device: torch.device,
     *,
-    reuse: bool = True,
     packed: bool = False,
 ) -> tuple[list[float], list[dict[str, float]], float]:
     """A fresh Trainer's epochs: the wall time of each (from the end of the one before;
     epoch 0's is its evaluation alone), its reports, and the process's CPU seconds over
     the run (all threads: the background worker's too). ``semantic`` None: training
-    only, nothing evaluated. ``reuse``: the Trainer's (False: the path before the
-    ensemble reused its snapshots' embeddings); ``packed``: the CPU's packed
+    only, nothing evaluated. ``packed``: the CPU's packed
     embeddings (False: padded)."""
     with _embedding_path(packed):
-        trainer = Trainer(config, data, semantic, reuse=reuse)
+        trainer = Trainer(config, data, semantic)
         walls: list[float] = []
         reports: list[dict[str, float]] = []
         _common.sync(device)
@@ -468,9 +466,7 @@ def offpath(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
     old_reports: list[dict[str, float]] = []
     if baseline == "run":
         old_semantic = _semantic(senteval, config, background=False, engine="loop")
-        old_walls, old_reports, old_cpu = _timed_run(
-            config, data, old_semantic, device, reuse=False
-        )
+        old_walls, old_reports, old_cpu = _timed_run(config, data, old_semantic, device)
         old_s = sum(old_walls)
         how = "measured"
     else:
@@ -496,9 +492,9 @@ def offpath(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
     figures.update(new_cpu_s=new_cpu)
     waited = new_reports[-1][names.EVAL_SECONDS]
     print(
-        f"the first path (battery in place, reference engine, the ensemble embedding again, "
-        f"padded), {how}: {old_s:.1f} s, evaluation {100 * share_old:.1f}% of the run; CPU "
-        f"{old_cpu:.1f} s\n"
+        f"the first path (battery in place, reference engine, the ensemble embedding again "
+        f"in parts only, padded), {how}: {old_s:.1f} s, evaluation "
+        f"{100 * share_old:.1f}% of the run; CPU {old_cpu:.1f} s\n"
         f"today's path (battery in the background, batched engine, the ensemble reusing its "
         f"snapshots' embeddings, padded): {today_s:.1f} s, evaluation "
         f"{100 * share_today:.1f}% of the run; CPU {today_cpu:.1f} s; the last epoch's "

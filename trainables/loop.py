@@ -136,15 +136,14 @@ class Trainer:
         semantic: SemanticEvaluation | None = None,
         *,
         complete_at: Collection[int] = (),
-        reuse: bool = True,
     ) -> None:
         """``complete_at``: epochs whose report must hold their own test battery even when
         it runs in the background (where a scheduler may stop the trial; see the module
-        docstring); the last epoch's always does. ``reuse``: the snapshot ensemble sums
-        the embeddings its snapshots got at their own epochs (test split, battery
-        sentences) instead of embedding again, and a background battery starts before
-        the epoch's in-place evaluation when the worker is free (the same numbers;
-        False: the earlier path, the benchmarks' baseline)."""
+        docstring); the last epoch's always does. The snapshot ensemble sums the
+        embeddings its snapshots got at their own epochs (test split, battery sentences)
+        where it has them (a resumed run's snapshots are embedded again), and a
+        background battery starts before the epoch's in-place evaluation when the worker
+        is free."""
         self.config = config
         self.device = resolve_device(config.device)
         if config.threads:
@@ -175,7 +174,6 @@ class Trainer:
         self.complete_at = frozenset(int(e) for e in complete_at)
         self._battery = BatteryWorker(self.device)  # the background battery (module doc)
         self._late: dict[str, float] = {}  # an earlier epoch's battery, for the next report
-        self.reuse = reuse
         self._test_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None  # this epoch's
         # the battery sentences' embeddings (CPU) of epochs that may join the ensemble,
         # written by the battery (perhaps in the worker), read by ensemble_metrics
@@ -359,7 +357,7 @@ class Trainer:
         metrics: dict[str, float] = {"epoch": float(self.epoch), **train_metrics}
         models = [self.model]
         due = self.battery_due(self.epoch)
-        early = due and self.background and self.reuse and not self._battery.busy
+        early = due and self.background and not self._battery.busy
         if early:  # the worker is free: it embeds while the evaluation below runs
             self._start_battery()
         metrics.update(self._retrieval(self.val_split, models, names.DEV))
@@ -427,7 +425,7 @@ class Trainer:
 
     def _keeper(self, epoch: int) -> Callable[[EmbeddingTable], None] | None:
         """What keeps the battery table of ``epoch`` for the ensemble (None: nothing)."""
-        if not self.reuse or not self._may_join_ensemble(epoch):
+        if not self._may_join_ensemble(epoch):
             return None
 
         def keep(table: EmbeddingTable) -> None:
@@ -459,8 +457,7 @@ class Trainer:
 
     def _keep_snapshot(self, score: float) -> None:
         state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
-        test = self._test_embeddings if self.reuse else None
-        self.snapshots.append(Snapshot(self.epoch, score, state, test))
+        self.snapshots.append(Snapshot(self.epoch, score, state, self._test_embeddings))
         self.snapshots.sort(key=lambda s: (-s.score, s.epoch))
         del self.snapshots[self.config.ensemble_size :]
         kept = {s.epoch for s in self.snapshots} | {self.epoch}
@@ -472,9 +469,9 @@ class Trainer:
         """Test metrics of the ensemble of the best snapshots under ``ensemble/``: its
         retrieval of embeddings summed on both sides, not renormalised; its semantic
         battery of the sums L2-normalised, as the saved ensemble encodes by default; the
-        current model when no snapshot was taken. With ``reuse`` the sums are of the
-        embeddings the snapshots got at their epochs, where kept (the same numbers as
-        embedding again)."""
+        current model when no snapshot was taken. The sums are of the embeddings the
+        snapshots got at their epochs, where kept (the same numbers as embedding again:
+        a resumed run's snapshots are embedded again)."""
         members: list[tuple[int, Any, dict[str, torch.Tensor] | None]]
         members = [(s.epoch, s.test, s.state) for s in self.snapshots]
         if not members:
@@ -491,7 +488,7 @@ class Trainer:
         for k, snap in enumerate(self.snapshots):
             metrics[names.ensemble_epoch(k + 1)] = float(snap.epoch)
         tests = [test for _, test, _ in members]
-        if self.reuse and all(test is not None for test in tests):
+        if all(test is not None for test in tests):
             with torch.inference_mode():
                 images = _summed([test[0] for test in tests if test is not None])
                 captions = _summed([test[1] for test in tests if test is not None])
@@ -500,11 +497,8 @@ class Trainer:
         else:
             models = [model(i) for i in range(len(members))]
             metrics.update(self._retrieval(self.test_split, models, names.ENSEMBLE))
-        if self.reuse and self.semantic is not None:
+        if self.semantic is not None:
             metrics.update(self._ensemble_battery([epoch for epoch, _, _ in members], model))
-        else:
-            models = [model(i) for i in range(len(members))]
-            metrics.update(self._semantic(models, dev=False, battery=names.ENSEMBLE))
         return metrics
 
     def _ensemble_battery(

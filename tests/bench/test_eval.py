@@ -35,7 +35,7 @@ def test_the_battery_part_runs_at_tiny_sizes(
     assert "the battery alone: embedding " in out and " s (packed " in out
     assert "in-place evaluation (dev and test retrieval, dev semantic score): padded" in out
     assert "the first path (battery in place, reference engine, the ensemble embedding" in out
-    assert "embedding again, padded), measured: " in out
+    assert "embedding again in parts only, padded), measured: " in out
     assert "today's path (battery in the background, batched engine, the ensemble reusing" in out
     assert "new path (today's, with the packed CPU embeddings)" in out
     assert "extrapolated to 8 epochs" in out
@@ -72,7 +72,7 @@ def test_the_parts_baseline_and_the_cpu_sizes(small_store: str, capsys) -> None:
         torch.set_num_threads(before)
     out = capsys.readouterr().out
     assert "every 4 epoch(s), 2 epochs" in out  # the CPU-sized battery schedule
-    assert "embedding again, padded), from its parts: " in out
+    assert "embedding again in parts only, padded), from its parts: " in out
 
 
 def test_the_bench_imports_neither_ray_mlflow_nor_optuna() -> None:

@@ -309,27 +309,27 @@ def _counted(trainer: Trainer) -> dict[str, int]:
 def test_the_ensemble_reuses_its_snapshots_embeddings_with_the_same_numbers(
     tiny_world: Path, data: TrainingData, background: bool, every: int
 ) -> None:
-    """With ``reuse`` (the default) the ensemble sums the test-split and battery
-    embeddings its snapshots got at their own epochs: every epoch records exactly what
-    the path that embeds again records, with one embedding of each kind fewer; a
-    snapshot whose epoch ran no battery (with ``every`` 2: epochs 1 and 3) is embedded
-    for it."""
+    """The ensemble sums the test-split and battery embeddings its snapshots got at their
+    own epochs: it reports exactly what embedding them again gives (a trainer restored
+    from the run's checkpoint, whose snapshots hold their weights only), with no
+    embedding of its own but for a snapshot whose epoch ran no battery (with ``every``
+    2: epochs 1 and 3), which is embedded for it."""
     config = TrainConfig(**{**SMALL, "semantic_every": every, "epochs": 4})
-    runs, counts = {}, {}
-    for reuse in (False, True):
-        trainer = Trainer(config, data, _semantic(tiny_world, config, background), reuse=reuse)
-        counts[reuse] = _counted(trainer)
-        reports = list(trainer.run())
-        runs[reuse] = (_recorded(reports), _without_time(trainer.history))
-        assert names.key(names.ENSEMBLE, "semantic") in reports[-1]
-    assert runs[True] == runs[False]
+    trainer = Trainer(config, data, _semantic(tiny_world, config, background))
+    counts = _counted(trainer)
+    final = list(trainer.run())[-1]
+    ensemble = {k: v for k, v in final.items() if k.startswith(f"{names.ENSEMBLE}/")}
+    assert names.key(names.ENSEMBLE, "semantic") in ensemble
+    again = Trainer(config, data, _semantic(tiny_world, config, background))
+    again.load_checkpoint(trainer.save_checkpoint())
+    again_counts = _counted(again)
+    assert again.ensemble_metrics() == ensemble
+    assert again_counts == {"splits": 1, "sentences": 2}  # the split once, each member's battery
     batteries = len(range(0, 5, every))
-    final = runs[True][1][-1]
     members = {final["ensemble/epoch_1"], final["ensemble/epoch_2"]}
     without_battery = sum(1 for epoch in members if epoch % every)
     # 5 evaluations: dev and test retrieval, the dev semantic score; the batteries
-    assert counts[True] == {"splits": 10, "sentences": 5 + batteries + without_battery}
-    assert counts[False] == {"splits": 11, "sentences": 5 + batteries + 1}  # the ensemble's
+    assert counts == {"splits": 10, "sentences": 5 + batteries + without_battery}
 
 
 def test_resume_from_a_checkpoint_gives_the_same_metrics(data: TrainingData) -> None:
@@ -541,21 +541,19 @@ def test_the_background_battery_on_a_gpu_records_what_the_synchronous_one_does(
                 assert value == pytest.approx(expected, abs=0.05), (epoch, key)
 
 
-@pytest.mark.parametrize("reuse", [True, False])
 def test_the_ensembles_semantic_scores_are_its_saved_models_by_default(
-    tiny_world: Path, data: TrainingData, reuse: bool
+    tiny_world: Path, data: TrainingData
 ) -> None:
     """What a run reports as its ensemble's semantic battery (``ensemble/*``: what MLflow
     shows) is what the saved ensemble gives through ``SentenceEncoder.encode`` with its
     defaults, scored by the same evaluator: every score, the supervised relatedness
-    protocol's (not scale-free) included; from the snapshots' kept tables and embedded
-    again alike."""
+    protocol's (not scale-free) included."""
     from trainables.checkpoint import EnsembleWeights
     from trainables.encoder import SentenceEncoder
 
     config = TrainConfig(**{**SMALL, "epochs": 3, "semantic_every": 3})
     semantic = _semantic(tiny_world, config, background=False)
-    trainer = Trainer(config, data, semantic, reuse=reuse)
+    trainer = Trainer(config, data, semantic)
     final = list(trainer.run())[-1]
     assert final["ensemble/size"] == 2.0  # a sum of two models' embeddings
     saved = EnsembleWeights.from_training_state(trainer.state_dict())
