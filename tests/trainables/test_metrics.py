@@ -26,7 +26,7 @@ from trainables.metrics import (
     retrieval_ranks,
     spearman,
 )
-from trainables.stats import CONSTANT_RTOL, correlations, is_constant
+from trainables.stats import CONSTANT_RTOL, average_ranks, correlations, is_constant
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -500,6 +500,15 @@ def test_correlations_match_scipy(seed: int) -> None:
     assert pearson(x, y) == pytest.approx(scipy.stats.pearsonr(x, y)[0], abs=1e-12)
     assert spearman(x, tied) == pytest.approx(scipy.stats.spearmanr(x, tied)[0], abs=1e-12)
     assert pearson(torch.from_numpy(x), list(y)) == pytest.approx(pearson(x, y), abs=1e-12)
+
+
+@pytest.mark.parametrize(
+    "values", [[3.0, 1.0, 2.0], [2.0, 2.0, 2.0], [1.0, 2.0, 2.0, 1.0, 5.0, 2.0], []]
+)
+def test_average_ranks_are_scipys(values: list[float]) -> None:
+    rng = np.random.default_rng(len(values))
+    for x in (np.array(values), np.round(rng.normal(size=300), 1)):
+        np.testing.assert_array_equal(average_ranks(x), scipy.stats.rankdata(x))
 
 
 def test_correlations_of_constant_input_are_nan() -> None:
