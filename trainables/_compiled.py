@@ -200,7 +200,7 @@ def _compile(extension: Extension, where: Path, write: Write, what: str) -> Modu
     write_text_atomic(where / _BUILDER, f"pid {pid} on {host} (since {since})\n")
     write(
         f"building {what} for this machine into {where} (once per source, torch, Python, "
-        "compiler and CPU; about 30 s of CPU)"
+        "compiler and CPU; about 15 s of CPU)"
     )
     started = time.monotonic()
     work = where / f"build-{host}-{pid}"

@@ -5,8 +5,15 @@
 // Python functions (_gru_forward, _gru_backward, _lstm_forward, _lstm_backward), which
 // remain the reference and the fallback; trainables/_packed_rnn_cpp.py builds this
 // file on first use. Rows of step t are `sizes[t]` packed rows from `offsets[t]`.
+// The headers it uses, not <torch/extension.h> (all of torch's C++ API): half the
+// compile time (12 s instead of 26 s on a 2-core machine), which a first search waits for.
+#include <ATen/Dispatch.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <torch/extension.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/mm.h>
+#include <ATen/ops/zeros.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <cmath>
 #include <vector>
