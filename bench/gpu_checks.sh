@@ -20,6 +20,9 @@
 #   bash bench/gpu_checks.sh OUT_DIR part2
 #   bash bench/gpu_checks.sh --cpu OUT_DIR part1 part2   # the dry run on a CPU, tiny sizes
 #
+# --address ADDR (before OUT_DIR): the searches join that Ray cluster instead of starting
+# a local Ray each (the tests' dry run joins theirs).
+#
 # Steps can also be named alone (`gpu fused eval search sweep16`). OUT_DIR receives
 # checks.log (every step's command, output and exit status), figures.txt (the benchmarks'
 # tables and the search's last lines), and after part2 mlflow.db (the search's tracking
@@ -31,11 +34,15 @@
 # what the tests run to check this script. The exit status is the number of failed steps.
 set -u
 cpu=0
-if [[ "${1:-}" == "--cpu" ]]; then
-    cpu=1
-    shift
-fi
-out="${1:?usage: bench/gpu_checks.sh [--cpu] OUT_DIR part1|part2|part3|STEP...}"
+address=()
+while [[ "${1:-}" == --* ]]; do
+    case "$1" in
+    --cpu) cpu=1 && shift ;;
+    --address) address=(--address "${2:?--address: expected a Ray address}") && shift 2 ;;
+    *) echo "error: $1: unknown option (expected --cpu or --address ADDR)" >&2 && exit 2 ;;
+    esac
+done
+out="${1:?usage: bench/gpu_checks.sh [--cpu] [--address ADDR] OUT_DIR part1|part2|part3|STEP...}"
 shift
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
@@ -180,7 +187,7 @@ run_search() {
         --epochs 2)
     ((cpu)) && size=(--smoke-test --gpus-per-trial 0 --num-samples 1)
     local search=(python3 -m gridsearch.run --space margin_sweep --runs-dir "$runs"
-        --experiment gpu-sweep --no-dashboard --no-baselines)
+        --experiment gpu-sweep --no-dashboard --no-baselines "${address[@]}")
     # interrupted once a trial has trained (and checkpointed) its first epoch, then resumed
     interrupted search-interrupted 90 " epoch 1/" "${search[@]}" "${size[@]}"
     step search-resumed 100 "${search[@]}" --resume
@@ -207,7 +214,8 @@ run_sweep16() {
     local size=(--num-samples 16 --epochs 8 --fuse 16)
     ((cpu)) && size=(--smoke-test --num-samples 2 --gpus-per-trial 0)
     step sweep16 570 python3 -m gridsearch.run --space margin_sweep --runs-dir \
-        "$(mktemp -d)/runs" --experiment sweep16 --no-dashboard --no-baselines "${size[@]}"
+        "$(mktemp -d)/runs" --experiment sweep16 --no-dashboard --no-baselines \
+        "${address[@]}" "${size[@]}"
     figure sweep16
 }
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import tarfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -105,19 +106,23 @@ def test_the_command_verifies_or_names_what_is_missing(
     assert gpu_prepare.tree_bytes() < 16 * 2**20  # the working tree leaves room for .gpu/
 
 
-def _checks(out: Path, *parts: str, deadline: float | None = None) -> int:
+def _checks(
+    out: Path, *parts: str, deadline: float | None = None, joined: Sequence[str] = ()
+) -> int:
     env = dict(os.environ)
     env.pop("GPU_CHECKS_DEADLINE", None)
     if deadline is not None:
         env["GPU_CHECKS_DEADLINE"] = str(int(deadline))
-    done = subprocess.run(["bash", str(BENCH / "gpu_checks.sh"), "--cpu", str(out), *parts],
-                          env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
+    script = ["bash", str(BENCH / "gpu_checks.sh"), "--cpu", *joined, str(out), *parts]
+    done = subprocess.run(script, env=env, capture_output=True, text=True, timeout=600)
     return done.returncode
 
 
 @pytest.mark.slow
-def test_the_dry_run_runs_both_parts_on_the_cpu(tmp_path: Path) -> None:
-    assert _checks(tmp_path, "part1", "part2") == 0, (tmp_path / "checks.log").read_text()
+def test_the_dry_run_runs_both_parts_on_the_cpu(tmp_path: Path, on_cluster: list[str]) -> None:
+    """Both parts, the searches joining the session's cluster (--address)."""
+    checks = _checks(tmp_path, "part1", "part2", joined=on_cluster)
+    assert checks == 0, (tmp_path / "checks.log").read_text()
     log = (tmp_path / "checks.log").read_text()
     figures = (tmp_path / "figures.txt").read_text()
     for step in ("gpu-tests", "fused", "eval", "search-interrupted", "search-resumed",
