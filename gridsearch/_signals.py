@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
+import sys
+import threading
 from types import FrameType
 from typing import Any
 
@@ -22,7 +25,12 @@ class Signals:
     Ctrl+C is recorded as the reason like SIGTERM. Any other signal (before Tune runs,
     after it returned, or a second one while it stops) stops the driver where it is
     (``KeyboardInterrupt``); the driver then closes what it opened as interrupted.
-    Once ``done`` (everything recorded), signals are ignored: the driver is exiting."""
+    Once ``done`` (everything recorded), signals are ignored: the driver is exiting.
+
+    A handler runs wherever the main thread is, a finalizer included (a garbage
+    collector's callback, a ``__del__``), which cannot pass an exception on: Python would
+    print the stop as an ignored exception's traceback and carry on. Such a stop is raised
+    again (``_unraisable``), outside the finalizer."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -33,6 +41,8 @@ class Signals:
         self.received = 0
         self._previous: dict[int, Any] = {}
         self._env: str | None = None
+        self._last = signal.SIGINT  # the signal a stop was last raised for
+        self._hook = sys.unraisablehook
 
     def install(self) -> None:
         """(Again) make this the handler: ``ray.init`` sets its own for SIGTERM."""
@@ -43,10 +53,13 @@ class Signals:
     def __enter__(self) -> Signals:
         self._env = os.environ.get(_TUNE_SIGINT)
         os.environ[_TUNE_SIGINT] = "1"
+        self._hook = sys.unraisablehook
+        sys.unraisablehook = self._unraisable
         self.install()
         return self
 
     def __exit__(self, *exc: object) -> None:
+        sys.unraisablehook = self._hook
         for signum, previous in self._previous.items():
             signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
         if self._env is None:
@@ -64,7 +77,18 @@ class Signals:
             return
         if self.interruption.reason is None:
             self.interruption.reason = name
+        self._last = signal.Signals(signum)
         raise KeyboardInterrupt(name)
+
+    def _unraisable(self, unraisable: Any) -> None:
+        """A stop raised in a finalizer: the same signal again a moment later, from a
+        thread of its own, so that the main thread meets it once out of the finalizer
+        (and of this hook); anything else as before."""
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and not self.done:
+            threading.Timer(_AGAIN_S, _thread.interrupt_main, args=(self._last,)).start()
+            return
+        self._hook(unraisable)
 
 
 _TUNE_SIGINT = "TUNE_DISABLE_SIGINT_HANDLER"  # read by tune.run when it starts
+_AGAIN_S = 0.05  # how long a stop raised in a finalizer waits to be raised again
