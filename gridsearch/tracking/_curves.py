@@ -283,7 +283,7 @@ def charts_view(
 
 def _range(x: AxisRange | None, y: AxisRange | None) -> dict[str, Any]:
     """A chart card's axis range (MLflow's ``range``), where one is known."""
-    bounds = {}
+    bounds: dict[str, float] = {}
     if x is not None:
         bounds.update(xMin=x.low, xMax=x.high)
     if y is not None:
