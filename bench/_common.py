@@ -57,7 +57,7 @@ def head(split: EncodedSplit, images: int, where: str) -> EncodedSplit:
     rows = 5 * images
     return EncodedSplit(
         split.features[:images],
-        split.chars[:rows],
+        split.tokens[:rows],
         split.lengths[:rows],
         split.captions[:rows],
         split.image_ids[:images],

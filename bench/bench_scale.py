@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"item 7: {store}: {data.train.num_images:,} / {data.val.num_images:,} / "
         f"{data.test.num_images:,} images, {len(data.train.captions):,} training captions "
-        f"(max {data.train.chars.shape[1]} characters); n={config.hidden_size}, batch "
+        f"(max {data.train.tokens.shape[1]} characters); n={config.hidden_size}, batch "
         f"{config.batch_size}, {len(plan):,} steps per epoch; {_common.machine(device)}"
     )
     print(

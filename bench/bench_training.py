@@ -83,7 +83,7 @@ class ReferenceLoop:
             lengths = split.lengths[rows]
             order = np.argsort(-lengths, kind="stable")  # packing wants longest first
             rows, lengths = rows[order], lengths[order]
-            chars = torch.from_numpy(split.chars[rows, : lengths[0]]).long().to(self.device)
+            chars = torch.from_numpy(split.tokens[rows, : lengths[0]]).long().to(self.device)
             features = torch.from_numpy(split.features[rows // 5]).to(self.device)
             images = self.model.image_encoder(features)
             captions = self._caption_embeddings(chars, torch.from_numpy(lengths))

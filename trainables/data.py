@@ -53,11 +53,6 @@ class EncodedSplit:
     def num_images(self) -> int:
         return len(self.features)
 
-    @property
-    def chars(self) -> np.ndarray:
-        """``tokens`` (their name when every model read characters)."""
-        return self.tokens
-
     @classmethod
     def from_split(cls, split: SplitData, encoding: Tokenizer) -> EncodedSplit:
         captions = split.captions.reshape(-1)

@@ -122,11 +122,6 @@ class _DeviceSplit:
         self.lengths = torch.from_numpy(split.lengths)  # stays on the CPU for packing
         self.num_images = split.num_images
 
-    @property
-    def chars(self) -> torch.Tensor:
-        """``tokens`` (their name when every model read characters)."""
-        return self.tokens
-
 
 class Trainer:
     def __init__(

@@ -57,7 +57,7 @@ def test_an_ensemble_file_rebuilds_the_reported_test_metrics(trained, tmp_path: 
     models = loaded.models("cpu")
     split = trainer.test_split
     images = embed_images(models, split.features)
-    captions = embed_captions(models, split.chars, split.lengths)
+    captions = embed_captions(models, split.tokens, split.lengths)
     got = retrieval_metrics(images, captions)
     for name in names.RETRIEVAL:
         assert got[name] == reports[-1][names.key(names.ENSEMBLE, name)], name
