@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import _thread
+import contextlib
 import os
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
@@ -30,7 +32,8 @@ class Signals:
     A handler runs wherever the main thread is, a finalizer included (a garbage
     collector's callback, a ``__del__``), which cannot pass an exception on: Python would
     print the stop as an ignored exception's traceback and carry on. Such a stop is raised
-    again (``_unraisable``), outside the finalizer."""
+    again (``_unraisable``), outside the finalizer. A block that a stop must not cut short
+    runs under ``deferred()``."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -42,6 +45,8 @@ class Signals:
         self._previous: dict[int, Any] = {}
         self._env: str | None = None
         self._last = signal.SIGINT  # the signal a stop was last raised for
+        self._depth = 0  # deferred() blocks the main thread is in
+        self._deferred: signal.Signals | None = None  # a stop that came in one
         self._hook = sys.unraisablehook
 
     def install(self) -> None:
@@ -78,7 +83,25 @@ class Signals:
         if self.interruption.reason is None:
             self.interruption.reason = name
         self._last = signal.Signals(signum)
+        if self._depth:
+            self._deferred = self._last  # raised when the block ends
+            return
         raise KeyboardInterrupt(name)
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """A block a stop must not cut short (a write to the tracking store: cut short
+        inside SQLite, it left the store locked and the trials' ends unrecorded): a stop
+        that comes meanwhile is raised when the block ends."""
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if not self._depth and self._deferred is not None:
+                stop, self._deferred = self._deferred, None
+                if not self.done:
+                    raise KeyboardInterrupt(stop.name)
 
     def _unraisable(self, unraisable: Any) -> None:
         """A stop raised in a finalizer: the same signal again a moment later, from a

@@ -126,6 +126,7 @@ def _with_ray(
                 settings, inputs.space, resources, inputs.data, inputs.benchmark, rungs, side
             )
             run = SearchRun(settings, inputs, resources, fixed, write)
+            run.tracker.queue.guard = signals.deferred  # no record cut short by a stop
             tuner = run.tuner(trainable, interruption, side)
             signals.tune_running = True
             try:

@@ -7,7 +7,8 @@ help, unless it failed for a full disk (``is_disk_full``), which frees up: it st
 and ``disk_full`` says why. ``flush(wait_s)`` waits up to ``wait_s`` for the store to come
 back, but not for a full disk: it tries once more and returns. ``why_pending`` says in
 a line why writes are left. Nothing here knows Tune or MLflow: the store is a
-``reachable()`` probe and writes are callables.
+``reachable()`` probe and writes are callables. Each write runs under ``guard`` (the
+driver's: a stop that comes meanwhile waits for its end).
 
     queue = WriteQueue(reachable=store_answers, where="http://mlflow:5000")
     queue.submit("epoch 3 of trial a", lambda: client.log_batch(...))
@@ -17,11 +18,14 @@ a line why writes are left. Nothing here knows Tune or MLflow: the store is a
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import time
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
 
 from storage.cli import error_line
 
@@ -62,6 +66,13 @@ class WriteQueue:
         self._pending: deque[tuple[str, Write]] = deque()
         self._down_since: float | None = None
         self._last_try = 0.0
+        # what each write runs under, whole: the bookkeeping after it included
+        self.guard: Callable[[], AbstractContextManager[object]] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (Tune's ``tuner.pkl`` keeps the callbacks) without ``guard``, the
+        driver's own."""
+        return {**self.__dict__, "guard": None}
 
     @property
     def pending(self) -> int:
@@ -104,8 +115,11 @@ class WriteQueue:
         return f"the MLflow tracking store at {self.where} did not come back within {wait_s:g} s"
 
     def _try_head(self) -> None:
+        with self.guard() if self.guard else contextlib.nullcontext():
+            self._try(*self._pending[0])
+
+    def _try(self, what: str, write: Write) -> None:
         self._last_try = time.monotonic()
-        what, write = self._pending[0]
         try:
             write()
         except Exception as err:  # MLflow raises many kinds for a store that is away
