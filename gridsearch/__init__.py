@@ -7,7 +7,8 @@ scripts): what they may use of the search's layout, records, tracking store and 
 sampler and scheduler the benchmarks compare. Each name is imported on first use, so
 ``from gridsearch import RunsLayout`` (reading a search) imports neither Ray nor Optuna;
 the sampler and scheduler names (``SpaceFillingSampler``, ``make_sampler``, ``searcher``,
-``warm_start``, ``quiet``, ``make_scheduler``, ``resolve_scheduler``) do.
+``ResumableOptunaSearch``, ``warm_start``, ``quiet``, ``make_scheduler``,
+``resolve_scheduler``) do.
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gridsearch._layout import RunsLayout
-    from gridsearch._optuna import make_sampler, quiet, searcher, warm_start
+    from gridsearch._optuna import (
+        ResumableOptunaSearch,
+        make_sampler,
+        quiet,
+        searcher,
+        warm_start,
+    )
     from gridsearch._record import STARTED, latest_search, started_at, write_record
     from gridsearch._sampler import SpaceFillingSampler
     from gridsearch._scheduler import make_scheduler
@@ -38,7 +45,13 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "gridsearch._layout": ["RunsLayout"],
-    "gridsearch._optuna": ["make_sampler", "quiet", "searcher", "warm_start"],
+    "gridsearch._optuna": [
+        "ResumableOptunaSearch",
+        "make_sampler",
+        "quiet",
+        "searcher",
+        "warm_start",
+    ],
     "gridsearch._record": ["STARTED", "latest_search", "started_at", "write_record"],
     "gridsearch._sampler": ["SpaceFillingSampler"],
     "gridsearch._scheduler": ["make_scheduler"],
@@ -67,6 +80,7 @@ __all__ = [
     "ROLE_TRIAL",
     "STARTED",
     "TRIAL_TAG",
+    "ResumableOptunaSearch",
     "RunsLayout",
     "SpaceFillingSampler",
     "TrackingError",

@@ -114,11 +114,8 @@ class ResumableOptunaSearch(OptunaSearch):
 
     reused = 0  # repeats of an ended trial: its result told again, nothing trained
     redrawn = 0  # repeats of a running trial: closed, drawn again
-    skip_repeats = True  # False: train whatever the sampler draws (Ray's OptunaSearch)
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
-        if not self.skip_repeats:
-            return self._trained_as(trial_id, super().suggest(trial_id))
         for _ in range(MAX_REDRAWS):
             config = super().suggest(trial_id)
             trial, study = self._ot_trials[trial_id], self._ot_study
@@ -221,12 +218,12 @@ def searcher(
     study: str,
     storage_url: str,
     max_concurrent: int,
-    skip_repeats: bool = True,
+    algorithm: type[ResumableOptunaSearch] = ResumableOptunaSearch,
 ) -> ConcurrencyLimiter:
     """The search algorithm Tune runs: Optuna's study ``study`` in ``storage_url``,
-    sampling ``space`` on top of the run's ``fixed`` settings (``skip_repeats``: see
-    ResumableOptunaSearch)."""
-    search = ResumableOptunaSearch(
+    sampling ``space`` on top of the run's ``fixed`` settings (``algorithm``: the class
+    of the search, the benchmarks' subclasses)."""
+    search = algorithm(
         space=DefineByRun(space, fixed),
         metric=metric,
         mode=mode,
@@ -234,7 +231,6 @@ def searcher(
         study_name=study,
         storage=optuna.storages.RDBStorage(storage_url),
     )
-    search.skip_repeats = skip_repeats
     name_metrics(study, storage_url, metric)
     return ConcurrencyLimiter(search, max_concurrent=max_concurrent)
 

@@ -6,11 +6,13 @@ from typing import Any
 
 import optuna
 from ray.tune.schedulers import FIFOScheduler, HyperBandScheduler, TrialScheduler
+from ray.tune.search.optuna import OptunaSearch
 
 from bench import tabular
 from bench._strategies.problem import Parts, space
 from bench._strategies.pruning import OptunaPruning, optuna_pruner
 from gridsearch import (
+    ResumableOptunaSearch,
     SpaceFillingSampler,
     make_sampler,
     make_scheduler,
@@ -54,6 +56,15 @@ def default_strategies(both: bool, epochs: int, warm_table: bool) -> list[str]:
     return [s for s in STRATEGIES if s != same and (warm_table or s != "ours-warm-table")]
 
 
+class EveryDrawSearch(ResumableOptunaSearch):
+    """Trains whatever the sampler draws, a repeat of an earlier config included, as Ray's
+    OptunaSearch does (the driver's searcher skips repeats): the stock strategies' and
+    ours-repeats'."""
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        return self._trained_as(trial_id, OptunaSearch.suggest(self, trial_id))
+
+
 def _searcher(
     space: SearchSpace,
     fixed: dict[str, Any],
@@ -64,8 +75,8 @@ def _searcher(
     skip_repeats: bool = False,
     both: bool = False,
 ) -> Any:
-    """The driver's searcher; the stock strategies train every draw, as Ray's
-    OptunaSearch does (``skip_repeats`` False). ``both``: the two objectives."""
+    """The driver's searcher (``skip_repeats``); the stock strategies train every draw,
+    as Ray's OptunaSearch does (``EveryDrawSearch``). ``both``: the two objectives."""
     return searcher(
         space,
         fixed,
@@ -75,7 +86,7 @@ def _searcher(
         study=study,
         storage_url=db,
         max_concurrent=concurrent,
-        skip_repeats=skip_repeats,
+        algorithm=ResumableOptunaSearch if skip_repeats else EveryDrawSearch,
     )
 
 

@@ -11,7 +11,7 @@ import pytest
 from bench import _strategies as strategies
 from bench import tabular
 from bench._cli import BadInput
-from bench._strategies.catalogue import _bohb
+from bench._strategies.catalogue import EveryDrawSearch, _bohb
 from bench._strategies.events import SavedSearches
 from trainables import names
 
@@ -286,3 +286,32 @@ def test_bohb_draws_every_recorded_config_of_a_stepped_margin() -> None:
     decode = strategies.Parts(table).decode
     seen = {decode(dict(c)) for c in space.sample_configuration(2000)}
     assert seen == set(table.configs())
+
+
+def test_the_stock_searcher_trains_every_draw_as_ray_s_does(tmp_path: Path) -> None:
+    """``EveryDrawSearch`` (the stock strategies', ours-repeats'): a repeat of a config is
+    trained, as Ray's OptunaSearch trains it; each draw is marked with its Tune trial."""
+    import optuna
+
+    from gridsearch import quiet
+
+    quiet()
+    def two(trial: optuna.Trial) -> None:
+        trial.suggest_categorical("rnn", ["gru", "lstm"])
+
+    search = EveryDrawSearch(
+        space=two,
+        metric="score",
+        mode="max",
+        sampler=optuna.samplers.RandomSampler(seed=0),
+        study_name="s",
+        storage=optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'study.db'}"),
+    )
+    drawn = []
+    for k in range(6):
+        drawn.append(search.suggest(f"t{k}"))
+        search.on_trial_complete(f"t{k}", {"score": float(k)})
+    trials = search._ot_study.get_trials()
+    assert len(trials) == 6 and search.reused == search.redrawn == 0
+    assert len({c["rnn"] for c in drawn}) < len(drawn)  # repeats were trained
+    assert [t.user_attrs["tune_trial_id"] for t in trials] == [f"t{k}" for k in range(6)]

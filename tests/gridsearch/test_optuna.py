@@ -119,19 +119,6 @@ def test_the_searcher_inside_tune_s_concurrency_limiter_is_read_for_the_line(
     assert line is not None and line.startswith("3 draw(s) repeated")
 
 
-def test_with_skip_repeats_off_every_draw_is_trained_as_ray_s_searcher_does(
-    tmp_path: Path,
-) -> None:
-    search = _search(tmp_path, _two)
-    search.skip_repeats = False
-    drawn = []
-    for k in range(6):
-        drawn.append(search.suggest(f"t{k}"))
-        search.on_trial_complete(f"t{k}", {"score": float(k)})
-    assert len(_trained(search)) == 6 and search.reused == search.redrawn == 0
-    assert len({c["rnn"] for c in drawn}) < len(drawn)  # repeats were trained
-
-
 _FIXED = {"epochs": 2, "seed": 0, "device": "cpu", "threads": 1}
 
 
@@ -250,12 +237,6 @@ def test_each_trained_trial_names_its_tune_trial_and_a_repeat_does_not(tmp_path:
     assert tune_ids == ["t0", "t1", "t2"]
     repeats = [t for t in trials if _optuna.REPEAT_OF in t.user_attrs]
     assert repeats and all(_optuna.TUNE_TRIAL_ATTR not in t.user_attrs for t in repeats)
-
-    (tmp_path / "off").mkdir()
-    off = _search(tmp_path / "off", _two)
-    off.skip_repeats = False
-    off.suggest("x")
-    assert off._ot_study.get_trials()[0].user_attrs[_optuna.TUNE_TRIAL_ATTR] == "x"
 
 
 def test_intermediate_values_are_reported_at_step_equal_to_epoch(tmp_path: Path) -> None:
