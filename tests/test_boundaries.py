@@ -155,6 +155,7 @@ def test_the_public_faces_resolve_and_list_what_they_export() -> None:
         "sys.modules['ray'] = None\n"
         "import gridsearch, storage, trainables\n"
         "SEARCHING = {'SpaceFillingSampler', 'make_sampler', 'searcher', 'make_scheduler',"
+        " 'ResumableOptunaSearch',"
         " 'resolve_scheduler', 'warm_start', 'quiet'}\n"
         "for package in (storage, gridsearch):\n"
         "    for name in package.__all__:\n"
