@@ -101,7 +101,7 @@ def test_a_disk_that_fills_during_a_trial_is_resumed_not_failed(
     assert len(errors) == 1, out
     assert errors[0].startswith(f"error: no space left on {runs}: a trial's write failed")
     assert "No space left on device" in errors[0] and "--resume" in errors[0]
-    assert "Traceback" not in out and "EOFError" not in out and "Unhandled error" not in out
+    assert "Traceback" not in out and "EOFError" not in out and "Unhandled error" not in out, out
     parents, trials = _runs(runs, "full")
     assert [(p.info.status, p.data.tags[OUTCOME_TAG]) for p in parents] == [
         ("KILLED", "interrupted")
