@@ -169,12 +169,14 @@ def _last_status(out: str) -> str:
 
 
 @pytest.mark.slow
-def test_a_fused_search_stopped_at_a_trials_end_counts_its_members_and_resumes(
+def test_a_fused_search_stopped_at_a_trials_end_resumes_then_extends_by_configurations(
     tmp_path: Path, mlflow_runs, on_cluster: list[str]
 ) -> None:
     """Two fused trials of two, one at a time; SIGTERM when the first has ended: two
     configurations are done and two are not (not four: the ended trial's members are
-    done); --resume runs the other two, once."""
+    done); --resume runs the other two, once. The search, now finished, extended by
+    --num-samples 6 (configurations, not fused trials) runs one more fused trial of two;
+    resumed again, it says it has run all six and exits 0 without Ray."""
     runs = tmp_path / "runs"
     first = Driver(*SEARCH, "--scheduler", "fifo", "--num-samples", "4", "--fuse", "2",
                    "--max-concurrent", "1", "--runs-dir", str(runs),
@@ -186,8 +188,8 @@ def test_a_fused_search_stopped_at_a_trials_end_counts_its_members_and_resumes(
     assert "the search stopped (SIGTERM) with 2 trial(s) not finished" in out, out
     assert _summary_counts(out)["finished"] == 2
     assert "2 of 4 trials done, 0 running, 2 left" in out, out
-    resumed = Driver("--experiment", "y", "--resume", "--runs-dir", str(runs), *on_cluster)
-    code, out = resumed.finish()
+    resume = ["--experiment", "y", "--resume", "--runs-dir", str(runs), *on_cluster]
+    code, out = Driver(*resume).finish()
     assert code == 0, out
     assert "start 3-4/4" in out  # numbered after the trial an earlier driver ran
     assert _summary_counts(out) == Counter({"finished": 4})
@@ -196,29 +198,16 @@ def test_a_fused_search_stopped_at_a_trials_end_counts_its_members_and_resumes(
     client, members = _trial_runs(mlflow_runs, runs, "y")
     assert set(_check_members(client, members, _study(runs, "y"), 4).values()) == {"finished"}
 
-
-@pytest.mark.slow
-def test_a_finished_fused_search_extends_by_configurations_then_has_nothing_to_run(
-    tmp_path: Path, mlflow_runs, on_cluster: list[str]
-) -> None:
-    """--resume --num-samples counts configurations, not fused trials: a finished search
-    of two configurations in one fused trial, extended to four, runs one more fused trial
-    of two; resumed again, it says it has run all four and exits 0 without Ray."""
-    runs = tmp_path / "runs"
-    _search(runs, "z", "--scheduler", "fifo", "--num-samples", "2", "--fuse", "2", *on_cluster)
-    resume = [sys.executable, "-m", "gridsearch.run", "--experiment", "z", "--resume",
-              "--runs-dir", str(runs), *on_cluster]  # fmt: skip
-    extended = subprocess.run(
-        [*resume, "--num-samples", "4"], capture_output=True, text=True, timeout=600
-    )
-    assert extended.returncode == 0, extended.stdout + extended.stderr
-    assert _summary_counts(extended.stdout) == Counter({"finished": 4}), extended.stdout
-    assert len(list((runs / "tune" / "z").glob("*/result.json"))) == 2  # two fused trials
-    client, members = _trial_runs(mlflow_runs, runs, "z")
-    assert set(_check_members(client, members, _study(runs, "z"), 4).values()) == {"finished"}
-    again = subprocess.run(resume, capture_output=True, text=True, timeout=300)
+    code, out = Driver(*resume, "--num-samples", "6").finish()
+    assert code == 0, out
+    assert "start 5-6/6" in out and _summary_counts(out) == Counter({"finished": 6}), out
+    assert len(list((runs / "tune" / "y").glob("*/result.json"))) == 3  # one more fused trial
+    client, members = _trial_runs(mlflow_runs, runs, "y")
+    assert set(_check_members(client, members, _study(runs, "y"), 6).values()) == {"finished"}
+    again = subprocess.run([sys.executable, "-m", "gridsearch.run", *resume],
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
     assert again.returncode == 0, again.stdout + again.stderr
-    assert again.stderr.startswith("the search 'z' has run all its 4 trials: nothing to run")
+    assert again.stderr.startswith("the search 'y' has run all its 6 trials: nothing to run")
 
 
 # -- --seeds-per-config ----------------------------------------------------------------
