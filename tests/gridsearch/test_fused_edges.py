@@ -37,6 +37,7 @@ from ray.tune.schedulers import TrialScheduler
 from gridsearch import _optuna
 from gridsearch._scheduler import make_scheduler
 from gridsearch.progress import ProgressPrinter
+from gridsearch.run import main
 from gridsearch.spaces import SPACES
 from tests.gridsearch.test_drivers import Driver
 from tests.tolerances import REORDERED
@@ -54,14 +55,21 @@ EPOCHS = 2  # a smoke test's; its learning-rate cycle is one epoch: ASHA's rung 
 # -- reading back what a search recorded --------------------------------------------
 
 
-def _search(runs: Path, experiment: str, *more: str, engine: str = "auto") -> str:
-    """``python -m gridsearch.run`` to its end (exit 0); its output. ``engine``: how the
-    trials train their models (``--engine``; a CPU fuses only when asked)."""
-    args = [sys.executable, "-m", "gridsearch.run", *SEARCH, "--runs-dir", str(runs),
-            "--experiment", experiment, "--engine", engine, *more]  # fmt: skip
-    done = subprocess.run(args, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+def _search(
+    capfd: pytest.CaptureFixture[str],
+    runs: Path,
+    experiment: str,
+    *more: str,
+    engine: str = "auto",
+) -> str:
+    """``gridsearch.run`` to its end (exit 0), in this process; its output. ``engine``:
+    how the trials train their models (``--engine``; a CPU fuses only when asked)."""
+    capfd.readouterr()
+    code = main([*SEARCH, "--runs-dir", str(runs), "--experiment", experiment,
+                 "--engine", engine, *more])  # fmt: skip
+    out, err = capfd.readouterr()
+    assert code == 0, out + err
+    return out
 
 
 def _trial_runs(mlflow_runs, runs: Path, experiment: str) -> tuple[Any, dict[str, Any]]:
@@ -215,7 +223,7 @@ def test_a_fused_search_stopped_at_a_trials_end_resumes_then_extends_by_configur
 
 @pytest.mark.slow
 def test_fused_members_at_two_seeds_record_what_lone_seeded_trials_record(
-    tmp_path: Path, mlflow_runs, on_cluster: list[str]
+    tmp_path: Path, mlflow_runs, on_cluster: list[str], capfd: pytest.CaptureFixture[str]
 ) -> None:
     """``--fuse 2 --seeds-per-config 2 --engine fused``: one Tune trial, its four seats
     (two members at two seeds) one fused model; each member records what the same
@@ -225,8 +233,8 @@ def test_fused_members_at_two_seeds_record_what_lone_seeded_trials_record(
     same values to float32 rounding, and its Optuna value and intermediate values; each
     member's seeds checkpointed in its member folder as the lone trial's are."""
     more = ["--scheduler", "fifo", "--num-samples", "2", "--seeds-per-config", "2", *on_cluster]
-    fused_out = _search(tmp_path, "fused", *more, "--fuse", "2", engine="fused")
-    _search(tmp_path, "alone", *more, engine="sequential")
+    fused_out = _search(capfd, tmp_path, "fused", *more, "--fuse", "2", engine="fused")
+    _search(capfd, tmp_path, "alone", *more, engine="sequential")
     assert "2 trials: 2 finished" in fused_out
     (trial,) = [p.parent for p in (tmp_path / "tune" / "fused").glob("*/result.json")]
     reports = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
@@ -281,14 +289,14 @@ def test_fused_members_at_two_seeds_record_what_lone_seeded_trials_record(
 
 @pytest.mark.slow
 def test_fused_members_on_two_objectives_are_each_their_own_pareto_trial(
-    tmp_path: Path, mlflow_runs, on_cluster: list[str]
+    tmp_path: Path, mlflow_runs, on_cluster: list[str], capfd: pytest.CaptureFixture[str]
 ) -> None:
     """``--fuse 6 --objective both`` under ASHA's Pareto form: six configurations in one
     trial, each its own trial of the two-objective study with its own two values (no
     intermediate values: Optuna keeps none for two objectives), stopped at the rung when
     enough members before it dominate it; the summary's Pareto front is Optuna's, by
     member; the progress names the best member on each objective."""
-    out = _search(tmp_path, "both", "--scheduler", "asha", "--objective", "both",
+    out = _search(capfd, tmp_path, "both", "--scheduler", "asha", "--objective", "both",
                   "--num-samples", "6", "--fuse", "6", *on_cluster)  # fmt: skip
     assert "at epoch 1," in out and "Pareto rank" in out
     study = _study(tmp_path, "both")
