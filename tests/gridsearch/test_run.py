@@ -8,8 +8,10 @@ from pathlib import Path
 import optuna
 import pytest
 
+from gridsearch.registry import model_name
 from gridsearch.run import main
 from trainables import names
+from trainables.checkpoint import ENSEMBLE_FILE
 from trainables.config import TrainConfig
 
 SMOKE = ["--smoke-test", "--no-dashboard", "--scheduler", "fifo"]
@@ -67,12 +69,19 @@ def test_smoke_search_records_every_trial_once(
 
     # A search started from this one's trials: the sampler sees them, they train anew.
     # The scheduler left at auto: 2 epochs are too few to stop trials early. Each trial
-    # the mean of 2 seeds.
+    # the mean of 2 seeds. Its models cannot be registered (its experiment's logged-models
+    # folder is taken by a file): one warning, and the search is whole all the same.
+    blocked = tmp_path / "mlartifacts" / "warm" / "models"
+    blocked.parent.mkdir(parents=True)
+    blocked.write_text("not a folder")
     warm = ["--space", "margin_sweep", "--smoke-test", "--no-dashboard", "--runs-dir",
             str(tmp_path), "--experiment", "warm", "--num-samples", "2",
             "--warm-start", "smoke", "--seeds-per-config", "2", *on_cluster]  # fmt: skip
     assert main(warm) == 0
     out = capsys.readouterr().out
+    warnings = [line for line in out.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "were not registered" in warnings[0], out
+    assert "2 trials: 2 finished" in out and "registered models:/" not in out
     assert "warm start: 3 ended trial(s) of 'smoke' start the study" in out
     assert "no early stopping: every trial trains its 2 epochs (--scheduler auto" in out
     assert ", fifo, objective retrieval, each trial the mean of 2 seeds) as 'warm'" in out
@@ -82,14 +91,18 @@ def test_smoke_search_records_every_trial_once(
     )
     copied = [t for t in study.trials if "warm_start_from" in t.user_attrs]
     assert len(copied) == 3 and len(study.trials) == 5
-    _, runs = mlflow_runs(tmp_path, "warm")
+    client, runs = mlflow_runs(tmp_path, "warm")
     assert len([r for r in runs if r.data.tags.get("search.role") == "trial"]) == 2
     [parent] = [r for r in runs if r.data.tags.get("search.role") == "search"]
     assert parent.data.params["scheduler"] == "fifo"  # what ran, not "auto"
     assert parent.data.params["seeds_per_config"] == "2"
+    assert len(runs) == 3 and {r.info.status for r in runs} == {"FINISHED"}
     for run in runs:
         if run.data.tags.get("search.role") == "trial":
             assert names.spread(names.BEST_RETRIEVAL) in run.data.metrics
+            assert ENSEMBLE_FILE in {a.path for a in client.list_artifacts(run.info.run_id)}
+    registered = client.search_model_versions(f"name = '{model_name('margin_sweep')}'")
+    assert registered and {v.run_id for v in registered}.isdisjoint(r.info.run_id for r in runs)
 
 
 def _fails(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
