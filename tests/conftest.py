@@ -17,7 +17,9 @@ from storage.build import build_synthetic
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The modules with the most slow test functions first (ties and the rest in their
     order): under ``--dist loadscope`` a module runs whole on one worker, and a long one
-    started last would leave the other workers idle at the end."""
+    started last would leave the other workers idle at the end. xdist keeps this order only
+    with ``--no-loadscope-reorder`` (pyproject's addopts); by default it starts the modules
+    with the most tests first, which put the fault tests' 5 minutes after 88% of the tests."""
     functions = {
         (item.module, item.originalname) for item in items if item.get_closest_marker("slow")
     }  # type: ignore[attr-defined]
