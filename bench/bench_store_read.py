@@ -94,14 +94,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if min(args.images, args.shard_size, args.repeats) < 1:
         p.error("--images, --shard-size and --repeats: expected at least 1")
     try:
-        _measure(args)
+        if args.dir is not None:
+            _measure(args, args.dir)
+        else:  # removed after, whatever happened in it
+            with tempfile.TemporaryDirectory(prefix="bench-store-") as scratch:
+                _measure(args, Path(scratch))
     except StoreError as e:
         raise BadInput(f"error: {'--store ' if args.store else ''}{e}") from None
     return 0
 
 
-def _measure(args: argparse.Namespace) -> None:
-    scratch = args.dir or Path(tempfile.mkdtemp(prefix="bench-store-"))
+def _measure(args: argparse.Namespace, scratch: Path) -> None:
     scratch.mkdir(parents=True, exist_ok=True)
     stores = {"given": args.store} if args.store else {}
     for codec in [] if args.store else args.compression:
@@ -140,8 +143,6 @@ def _measure(args: argparse.Namespace) -> None:
         print("(cold runs skipped: --warm-only)")
     elif not can_drop:
         print("(cold runs skipped: this process may not drop the page cache)")
-    if args.dir is None:
-        shutil.rmtree(scratch)
 
 
 if __name__ == "__main__":

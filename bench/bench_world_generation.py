@@ -48,14 +48,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="where to build it (default: a temporary folder, removed "
                    "after)")  # fmt: skip
     args = p.parse_args(argv)
-    scratch = args.dir or Path(tempfile.mkdtemp(prefix="bench-world-"))
+    if args.dir is not None:
+        return _generate(args.images, args.dir)
+    with tempfile.TemporaryDirectory(prefix="bench-world-") as scratch:  # removed after
+        return _generate(args.images, Path(scratch))
+
+
+def _generate(images: int, scratch: Path) -> int:
     out = scratch / "store"
     shutil.rmtree(out, ignore_errors=True)
     timer = _StageTimer()
     logging.basicConfig(level=logging.INFO, handlers=[timer])
     started = time.perf_counter()
     try:
-        manifest = build_synthetic(out, images=args.images, seed=0)
+        manifest = build_synthetic(out, images=images, seed=0)
     except StoreError as e:
         raise BadInput(f"error: {e}") from None
     total = time.perf_counter() - started
@@ -71,8 +77,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     verify_started = time.perf_counter()
     shards = open_store(out).verify()
     print(f"inspect verified {shards} shards in {time.perf_counter() - verify_started:.1f} s")
-    if args.dir is None:
-        shutil.rmtree(scratch)
     return 0
 
 

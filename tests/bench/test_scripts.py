@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -73,12 +74,16 @@ def test_every_script_shows_its_help_run_as_a_file() -> None:
         assert text.startswith("usage: ") and "--help" in text, (script, text[:500])
 
 
-def test_a_script_runs_as_a_module_with_its_errors_on_one_line() -> None:
+def test_a_script_runs_as_a_module_with_its_errors_on_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     done = _python("-m", "bench.bench_world_generation", "--images", "3")
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         "error: --images: expected an integer from 10 to 1000000, got 3"
     ]
+    assert not list(tmp_path.iterdir())  # its temporary folder removed, though it failed
     assert _python("-m", "bench.bench_rnn", "--help").returncode == 0
 
 
@@ -97,7 +102,9 @@ def test_world_generation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert "built 10 images" in out and "of the 120 s goal" in out and "verified" in out
 
 
-def test_store_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_store_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from bench import bench_store_read
 
     argv = ["--images", "40", "--shard-size", "16", "--repeats", "1", "--compression", "lz4",
@@ -105,8 +112,12 @@ def test_store_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert bench_store_read.main(argv) == 0
     out = capsys.readouterr().out
     assert "[warm] store   lz4 " in out and "ratio vs np.load" in out and "[cold]" not in out
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
     assert bench_store_read.main(["--store", str(tmp_path / "nothing")]) == 2
     assert _error_line(capsys).startswith(f"error: --store {tmp_path / 'nothing'}")
+    assert not list(temporary.iterdir())  # its temporary folder removed, though it failed
 
 
 def test_scale(small_store: str, capsys: pytest.CaptureFixture[str]) -> None:
