@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -448,11 +449,17 @@ _TUNE_RUN_LOGGER = "ray.tune.tune"
 
 def quiet_libraries() -> None:
     """Keep the libraries' noise out of the terminal through their own settings: Tune's
-    warnings that a loop step was slow (``TUNE_WARN_THRESHOLD_S``, read when Tune is
-    imported: ``gridsearch.run`` sets it, this checks it), and the grid sampler's
-    ``Study.stop`` error (``_GridSamplerStop``), Tune's advice on restoring an
+    warnings that a loop step was slow (``TUNE_WARN_THRESHOLD_S``, which ``gridsearch.run``
+    sets before Tune is imported, and this applies where Tune was imported earlier), and
+    the grid sampler's ``Study.stop`` error (``_GridSamplerStop``), Tune's advice on restoring an
     interrupted experiment (``_TuneRestoreAdvice``). Ray's token-authentication notice
     is answered where Ray starts (``cluster.start_ray``). Idempotent."""
+    # Tune reads its threshold once, when first imported: where that came before
+    # gridsearch.run (a notebook, a test process), its 0.5 s default stands; raise it here
+    from ray.tune.utils.util import warn_if_slow
+
+    threshold = float(os.environ.get("TUNE_WARN_THRESHOLD_S", "0.5"))
+    warn_if_slow.DEFAULT_THRESHOLD = max(warn_if_slow.DEFAULT_THRESHOLD, threshold)
     for name, kind in ((_OPTUNA_SEARCH_LOGGER, _GridSamplerStop),
                        (_TUNE_RUN_LOGGER, _TuneRestoreAdvice)):  # fmt: skip
         logger = logging.getLogger(name)

@@ -265,6 +265,7 @@ def test_quiet_prints_the_summary_only(
 def test_tunes_slow_step_warning_is_raised_past_a_busy_machines_mlflow_writes() -> None:
     """Tune reads its "may be a performance bottleneck" threshold when imported, so
     gridsearch.run sets it first (a fresh interpreter: these tests imported Tune already)."""
+    import os
     import subprocess
     import sys
 
@@ -273,5 +274,23 @@ def test_tunes_slow_step_warning_is_raised_past_a_busy_machines_mlflow_writes() 
         "from ray.tune.utils.util import warn_if_slow\n"
         "print(warn_if_slow.DEFAULT_THRESHOLD)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    # (without the setting this process inherited from its own import of gridsearch.run)
+    env = {k: v for k, v in os.environ.items() if k != "TUNE_WARN_THRESHOLD_S"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
     assert float(done.stdout.strip()) == 10.0
+    # Tune imported first (a notebook, a test process): the progress display's set-up
+    # raises it all the same
+    code = (
+        "from ray.tune.utils.util import warn_if_slow\n"
+        "import gridsearch.run\n"
+        "from gridsearch.progress import quiet_libraries\n"
+        "print(warn_if_slow.DEFAULT_THRESHOLD)\n"
+        "quiet_libraries()\n"
+        "print(warn_if_slow.DEFAULT_THRESHOLD)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    )
+    assert [float(x) for x in done.stdout.split()] == [0.5, 10.0]
