@@ -4,6 +4,7 @@ by the plain training loop, in this run, on the same data and threads.
 Goal (BENCHMARKS.md, "Training and evaluation speed"): <= 5% of trial time for trials of >= 30 s.
 
     python bench/bench_tune_overhead.py [--trials 3] [--epochs 5] [--hidden-size 32]
+                                        [--address ADDR]
 
 The search is the real CLI (`python -m gridsearch.run`) in a subprocess: a grid space
 file with one margin per trial, FIFO, one trial at a time with every CPU (so it does the
@@ -77,6 +78,7 @@ def search(store: str, args: argparse.Namespace, folder: Path) -> tuple[float, f
         "--epochs", str(args.epochs), "--scheduler", "fifo", "--max-concurrent", "1",
         "--cpus-per-trial", str(os.cpu_count()), "--no-dashboard",
         "--runs-dir", str(folder / "runs"), "--experiment", "overhead",
+        *(["--address", args.address] if args.address else []),
     ]  # fmt: skip
     started = time.perf_counter()
     out = subprocess.run(command, capture_output=True, text=True, cwd=REPO)
@@ -113,6 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=64, help="captions per step")
     p.add_argument("--images", type=int, default=2000, help="embedded world size")
     p.add_argument("--store", default=None, help="an existing store instead")
+    p.add_argument("--address", default=None,
+                   help="join this Ray cluster (default: the search starts its own; its "
+                   "end to end then leaves Ray's start out)")  # fmt: skip
     args = p.parse_args(argv)
     if not 1 <= args.trials <= len(MARGINS):
         p.error(f"--trials: expected 1 to {len(MARGINS)}")

@@ -210,11 +210,13 @@ def test_families(small_store: str, capsys: pytest.CaptureFixture[str], tmp_path
 
 
 @pytest.mark.slow
-def test_tune_overhead(small_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_tune_overhead(
+    small_store: str, capsys: pytest.CaptureFixture[str], on_cluster: list[str]
+) -> None:
     from bench import bench_tune_overhead
 
     argv = ["--store", small_store, "--trials", "1", "--epochs", "1", "--hidden-size", "8",
-            "--batch-size", "16"]  # fmt: skip
+            "--batch-size", "16", *on_cluster]  # fmt: skip
     assert bench_tune_overhead.main(argv) == 0
     out = capsys.readouterr().out
     assert "| search, trial span |" in out and "Tune's overhead per trial:" in out
