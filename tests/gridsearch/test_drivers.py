@@ -1,7 +1,7 @@
 """Real drivers (the CLI in subprocesses, real Ray, real MLflow sqlite) meeting each other
 and their environment: one driver per experiment, two experiments side by side on a fresh
-runs directory, and a disk that fills mid-search (SIGTERM as a graceful stop:
-test_interrupted.py)."""
+runs directory (the first then extended: test_resume_extend.py's checks), and a disk that
+fills mid-search (SIGTERM as a graceful stop: test_interrupted.py)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pytest
 
 import gridsearch.driver  # noqa: F401  (imported now: the in-process drivers below start at once)
 from gridsearch.run import main
+from tests.gridsearch.test_resume_extend import extends_a_finished_search
 from tests.processes import finish
 
 pytestmark = pytest.mark.slow
@@ -63,10 +64,14 @@ def _trial_runs(mlflow_runs, runs_dir: Path, experiment: str) -> list:
 def test_one_driver_per_experiment_and_two_experiments_side_by_side(
     tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str], on_cluster: list[str]
 ) -> None:
+    """A second driver of a running experiment is refused (a new search and a --resume),
+    naming the one that runs it; two experiments run side by side on a runs directory that
+    neither had set up; each lock is released. The first, finished, is then extended."""
     runs = str(tmp_path / "runs")  # fresh: the first two drivers set up its stores at once
-    # a runs long enough (4 trials, one at a time) to still hold its lock while the two
-    # refused drivers below start in this process
-    a = Driver(*SEARCH, "--num-samples", "4", "--runs-dir", runs, "--experiment", "a", *on_cluster)
+    # a runs long enough (2 trials, one at a time: after the first's epoch 1 another epoch,
+    # then a whole trial) to still hold its lock while the two refused drivers below run
+    # in this process (no imports left to them: a few milliseconds each)
+    a = Driver(*SEARCH, "--num-samples", "2", "--runs-dir", runs, "--experiment", "a", *on_cluster)
     b = Driver(*SEARCH, "--num-samples", "1", "--runs-dir", runs, "--experiment", "b", *on_cluster)
     a.wait_for("epoch 1/2")
     assert main([*SEARCH, "--runs-dir", runs, "--experiment", "a", *on_cluster]) == 2  # a new one
@@ -76,13 +81,19 @@ def test_one_driver_per_experiment_and_two_experiments_side_by_side(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --experiment a is being run by")
     assert f"pid {a.process.pid}" in err[0] and "since" in err[0]
-    for driver, trials in ((a, 4), (b, 1)):
-        code, out = driver.finish()
-        assert code == 0, out
-        assert f"{trials} trials: {trials} finished" in out
-    assert len(_trial_runs(mlflow_runs, Path(runs), "a")) == 4
+    finished = {}
+    for driver, trials in ((a, 2), (b, 1)):
+        code, finished[driver] = driver.finish()
+        assert code == 0, finished[driver]
+        assert f"{trials} trials: {trials} finished" in finished[driver]
+    assert len(_trial_runs(mlflow_runs, Path(runs), "a")) == 2
     assert len(_trial_runs(mlflow_runs, Path(runs), "b")) == 1
     assert not list((Path(runs) / "locks").glob("*.lock"))  # every lock released
+    # a, a search that ran to its end at once: its closing lines, then extended to 3 trials
+    # in this process, then nothing left to run
+    extends_a_finished_search(
+        Path(runs).resolve(), "a", finished[a], capsys, mlflow_runs, on_cluster
+    )
 
 
 def _mount_tmpfs(where: Path, megabytes: int) -> bool:

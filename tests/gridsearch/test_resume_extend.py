@@ -2,7 +2,9 @@
 real MLflow sqlite store, a real Optuna study) resumed with a larger `--num-samples` runs
 the extra trials in the same study and keeps the new number in its record; resumed again
 it has nothing to run (exit 0, one line); a smaller number is one `error:` line. Also the
-search's closing lines: the exact report and optuna-dashboard commands."""
+search's closing lines: the exact report and optuna-dashboard commands. The finished search
+extended is test_drivers.py's first experiment, a search that ran to its end at once
+(``extends_a_finished_search`` here checks it): one of its own would cost another search."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from gridsearch._record import STARTED
 from gridsearch.run import main
 from gridsearch.settings import SearchError, SearchSettings
 from gridsearch.summary import closing_commands, dashboard_command, report_command
-from tests.gridsearch.test_run import SMOKE, check_runs
+from tests.gridsearch.test_run import check_runs
 
 
 def _study(runs: Path, name: str) -> optuna.Study:
@@ -28,43 +30,43 @@ def _study(runs: Path, name: str) -> optuna.Study:
     return optuna.load_study(study_name=name, storage=storage)
 
 
-@pytest.mark.slow
-def test_resume_extends_a_finished_search_then_has_nothing_to_run(
-    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str], on_cluster: list[str]
-) -> None:
-    runs = tmp_path.resolve()
-    where = ["--runs-dir", str(runs), "--experiment", "grow", *on_cluster]
-    assert main(["--space", "margin_sweep", *SMOKE, "--num-samples", "2", *where]) == 0
-    out = capsys.readouterr().out
+def extends_a_finished_search(
+    runs: Path, experiment: str, out: str, capsys: pytest.CaptureFixture[str], mlflow_runs,
+    on_cluster: list[str],
+) -> None:  # fmt: skip
+    """A search of ``experiment`` in ``runs`` (its real path) that has just finished its 2
+    trials and printed ``out``: its closing lines say how to go on; resumed with fewer trials
+    it is refused, with 3 it runs one more in the same study; then it has nothing to run."""
     assert "2 trials: 2 finished" in out
     lines = out.splitlines()
-    report = f"python -m analysis.report --runs-dir {runs} --experiment grow"
+    report = f"python -m analysis.report --runs-dir {runs} --experiment {experiment}"
     assert f"write its report:  {report}" in lines
-    dashboard = f"optuna-dashboard sqlite:///{runs / 'tune' / 'grow.optuna.db'}"
+    dashboard = f"optuna-dashboard sqlite:///{runs / 'tune' / f'{experiment}.optuna.db'}"
     # with the install hint where optuna-dashboard (an optional extra) is missing
     hint = (
         "" if importlib.util.find_spec("optuna_dashboard") else "   (pip install optuna-dashboard)"
     )
     assert f"its Optuna study:  {dashboard}{hint}" in lines
-    resume = (f"python -m gridsearch.run --experiment grow --resume --runs-dir {runs} "
+    resume = (f"python -m gridsearch.run --experiment {experiment} --resume --runs-dir {runs} "
               f"--address {on_cluster[1]}")  # fmt: skip
     assert any(line.endswith(f"{resume} --num-samples N") for line in lines)
-    record_path = RunsLayout.at(runs).record("grow")
+    record_path = RunsLayout.at(runs).record(experiment)
     record = json.loads(record_path.read_text())
     assert record["num_samples"] == 2 and record[STARTED]
 
     resume_argv = [*shlex.split(resume)[3:], "--no-dashboard"]  # the command it printed
     assert main([*resume_argv, "--num-samples", "1"]) == 2  # fewer than it ran: refused
     err = capsys.readouterr().err
-    assert err.startswith("error: --num-samples 1: the search 'grow' was asked for 2 trials")
+    expected = f"error: --num-samples 1: the search '{experiment}' was asked for 2 trials"
+    assert err.startswith(expected), err
     assert err.count("\n") == 1 and json.loads(record_path.read_text()) == record
 
     assert main([*resume_argv, "--num-samples", "3"]) == 0  # extended by one trial
     out = capsys.readouterr().out
-    assert "resuming 'grow' up to 3 trials" in out and "3 trials: 3 finished" in out
-    client, found = mlflow_runs(runs, "grow")
+    assert f"resuming '{experiment}' up to 3 trials" in out and "3 trials: 3 finished" in out
+    client, found = mlflow_runs(runs, experiment)
     check_runs(client, found, trials=3, epochs=2)
-    study = _study(runs, "grow")
+    study = _study(runs, experiment)
     assert sorted(t.number for t in study.trials) == [0, 1, 2]  # the same study, continued
     assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
     extended = json.loads(record_path.read_text())
@@ -74,10 +76,11 @@ def test_resume_extends_a_finished_search_then_has_nothing_to_run(
         assert main([*resume_argv, *again]) == 0
         out, err = capsys.readouterr()
         assert out == "" and err.count("\n") == 1, err
-        assert err.startswith("the search 'grow' has run all its 3 trials: nothing to run")
+        nothing = f"the search '{experiment}' has run all its 3 trials: nothing to run"
+        assert err.startswith(nothing), err
         assert report in err
-    assert len(_study(runs, "grow").trials) == 3
-    assert len(mlflow_runs(runs, "grow")[1]) == 4  # the search's run and three trials'
+    assert len(_study(runs, experiment).trials) == 3
+    assert len(mlflow_runs(runs, experiment)[1]) == 4  # the search's run and three trials'
 
 
 def _recorded(runs: Path, num_samples: int | None) -> None:
