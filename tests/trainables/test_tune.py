@@ -1,11 +1,11 @@
 """The one Tune trainable (``trainables.tune.trial``) on the session's real Ray cluster: a
 lone group and a fused one through the same function, each reporting every epoch with a
 checkpoint and resuming from it after a crash as if it had not stopped; a member stopped
-through the signals actor leaves, and ends as it was stopped."""
+through the signals actor leaves, and ends as it was stopped. All of them trials of one
+Tune run, its workers reused as a search reuses them (a new one only after a crash)."""
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 from typing import Any
 
@@ -47,42 +47,82 @@ def local_ray(ray_address: str):
     ray.shutdown()
 
 
-def _flaky(config: dict[str, Any], data: TrainingData, marker: str, **more: Any) -> None:
-    """The real trainable; its first attempt dies after epoch 1, instead of reporting
-    epoch 2: the report of epoch 1 had a whole epoch to reach the driver (raising right
-    after a report races Tune's delivery of it, and a loaded machine loses that race).
-    Every epoch reported, by either attempt, is a line of ``MARKER.reported``."""
+# the trials of the one Tune run below: each case's group, its seeds, and what befalls it
+CASES = {
+    "lone": (LONE, 1, "straight"),
+    "lone/crashed": (LONE, 1, "crashed"),
+    "fused": (FUSED, 2, "straight"),
+    "fused/crashed": (FUSED, 2, "crashed"),
+    "stop": (FUSED, 1, "stopped"),
+}
+
+
+def _case(config: dict[str, Any], data: TrainingData, folder: str, signals: Any) -> None:
+    """The real trainable as ``CASES[config["case"]]`` says; every attempt a line of
+    ``CASE.attempts``, every epoch reported a line of ``CASE.reported`` (by either attempt,
+    read from the trainable, not from Tune's result.json: a restarted trial's copy is the
+    one last synced to the storage path, which can lack an epoch on a loaded machine).
+
+    - straight: as a search runs it;
+    - crashed: its first attempt dies after epoch 1, instead of reporting epoch 2: the
+      report of epoch 1 had a whole epoch to reach the driver (raising right after a report
+      races Tune's delivery of it, and a loaded machine loses that race);
+    - stopped: the driver's searcher stops member 1 after epoch 1, told before the trial
+      starts (as a resumed search tells its restored stops)."""
     import ray.tune as ray_tune
 
+    group, seeds, fate = CASES[config["case"]]
+    marker = Path(folder) / config["case"].replace("/", "-")
+    with open(f"{marker}.attempts", "a") as attempts:
+        attempts.write("1\n")
     real_report = ray_tune.report
 
     def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
-        if metrics.get("epoch") == 2 and not Path(marker).exists():
-            Path(marker).touch()
+        if fate == "crashed" and metrics.get("epoch") == 2 and not marker.exists():
+            marker.touch()
             raise RuntimeError("injected failure after epoch 1")
         real_report(metrics, checkpoint=checkpoint)
         with open(f"{marker}.reported", "a") as reported:
             reported.write(f"{int(metrics['epoch'])}\n")
 
+    if fate == "stopped":
+        ray.get(signals.stop.remote(tune.get_context().get_trial_id(), 1, 1))
     ray_tune.report = report
     try:
-        trial(config, data, **more)
+        trial(group, data, seeds_per_config=seeds, signals=signals if fate == "stopped" else None)
     finally:
         ray_tune.report = real_report
 
 
-def _fit(trainable: Any, config: dict, tmp_path: Path, name: str, max_failures: int = 0) -> Any:
+@pytest.fixture(scope="module")
+def fitted(
+    local_ray: None, tiny_world: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[dict[str, Any], Path, Any]:
+    """Every case of ``CASES`` a trial of one Tune run, which may restart each once, its
+    workers reused as a search's are: each case's result, the folder of its marker files
+    (``_case``), and the signals actor."""
+    folder = tmp_path_factory.mktemp("tune")
+    data = TrainingData.from_store(str(tiny_world))
+    signals = start_signals()
     tuner = tune.Tuner(
-        tune.with_resources(trainable, {"cpu": 1}),
-        param_space=config,
-        run_config=tune.RunConfig(
-            storage_path=str(tmp_path),
-            name=name,
-            verbose=0,
-            failure_config=tune.FailureConfig(max_failures=max_failures),
+        tune.with_resources(
+            tune.with_parameters(_case, data=data, folder=str(folder), signals=signals),
+            {"cpu": 1},
         ),
-    )
-    return tuner.fit()[0]
+        param_space={"case": tune.grid_search(list(CASES))},
+        tune_config=tune.TuneConfig(reuse_actors=True),  # as gridsearch.run's searches
+        run_config=tune.RunConfig(
+            storage_path=str(folder), name="cases", verbose=0,
+            failure_config=tune.FailureConfig(max_failures=1),
+        ),
+    )  # fmt: skip
+    results = {result.config["case"]: result for result in tuner.fit()}
+    assert sorted(results) == sorted(CASES)
+    return results, folder, signals
+
+
+def _lines(folder: Path, case: str, what: str) -> list[str]:
+    return (folder / f"{case.replace('/', '-')}.{what}").read_text().split()
 
 
 def _measured(metrics: dict[str, Any]) -> dict[str, Any]:
@@ -91,16 +131,16 @@ def _measured(metrics: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("config", "seeds", "fused"), [(LONE, 1, 0), (FUSED, 2, 1)],
-    ids=["lone", "fused-two-members-at-two-seeds"],
-)  # fmt: skip
+    ("case", "fused"), [("lone", 0), ("fused", 1)], ids=["lone", "fused-two-members-at-two-seeds"]
+)
 def test_a_group_reports_every_epoch_and_resumes_from_its_checkpoint(
-    local_ray: None, tiny_world: Path, tmp_path: Path, config: dict, seeds: int, fused: int
+    fitted: tuple[dict[str, Any], Path, Any], case: str, fused: int
 ) -> None:
-    data = TrainingData.from_store(str(tiny_world))
-    trainable = functools.partial(trial, seeds_per_config=seeds)
-    straight = _fit(tune.with_parameters(trainable, data=data), config, tmp_path, "straight")
+    results, folder, _ = fitted
+    config, seeds, _ = CASES[case]
+    straight = results[case]
     assert straight.error is None and straight.checkpoint is not None
+    assert _lines(folder, case, "attempts") == ["1"]  # it ran through, once
     history = straight.metrics_dataframe
     assert history["epoch"].tolist() == [0, 1, 2, 3]
     assert history[MEMBERS_FUSED].tolist() == [fused] * 4  # a CPU fuses only several members
@@ -118,39 +158,27 @@ def test_a_group_reports_every_epoch_and_resumes_from_its_checkpoint(
         and lead
     )
 
-    marker = tmp_path / "crashed"
-    resumed = _fit(
-        tune.with_parameters(_flaky, data=data, marker=str(marker), seeds_per_config=seeds),
-        config, tmp_path, "resumed", max_failures=1,
-    )  # fmt: skip
-    assert marker.exists() and resumed.error is None
-    # continued from its checkpoint after epoch 1, not trained again from the start. Read
-    # from the trainable, not from Tune's result.json: a restarted trial's copy is the one
-    # last synced to the storage path, which can lack epoch 1 on a loaded machine
-    reported = Path(f"{marker}.reported").read_text().split()
-    assert reported == ["0", "1", "2", "3"]
+    crashed = f"{case}/crashed"
+    resumed = results[crashed]
+    assert (folder / crashed.replace("/", "-")).exists() and resumed.error is None
+    assert _lines(folder, crashed, "attempts") == ["1", "1"]  # restarted once
+    # continued from its checkpoint after epoch 1, not trained again from the start
+    assert _lines(folder, crashed, "reported") == ["0", "1", "2", "3"]
     assert resumed.metrics_dataframe["epoch"].tolist()[-2:] == [2, 3]
     assert _measured(resumed.metrics) == pytest.approx(_measured(straight.metrics))
 
 
 @pytest.mark.slow
 def test_a_member_stopped_through_the_signals_actor_leaves_its_group(
-    local_ray: None, tiny_world: Path, tmp_path: Path
+    fitted: tuple[dict[str, Any], Path, Any],
 ) -> None:
     """The driver's searcher stops member 1 after epoch 1 (told before the trial starts,
     as a resumed search tells its restored stops): it reports epochs 0 and 1 and leaves;
     member 0 trains to its end."""
-    data = TrainingData.from_store(str(tiny_world))
-    signals = start_signals()
-
-    def stopped(config: dict[str, Any], data: TrainingData, signals: Any) -> None:
-        trial_id = tune.get_context().get_trial_id()
-        ray.get(signals.stop.remote(trial_id, 1, 1))
-        trial(config, data, signals=signals)
-
-    trainable = tune.with_parameters(stopped, data=data, signals=signals)
-    result = _fit(trainable, FUSED, tmp_path, "stop")
+    results, folder, signals = fitted
+    result = results["stop"]
     assert result.error is None
+    assert _lines(folder, "stop", "attempts") == ["1"]
     frame = result.metrics_dataframe
     assert frame[member_key(0, "epoch")].tolist() == [0, 1, 2, 3]
     assert frame[member_key(1, "epoch")].dropna().tolist() == [0, 1]
