@@ -2,7 +2,8 @@
 copy whose every test set is shuffled (the test split's image-caption pairing and every
 test gold score of the semantic sets), and it samples the same configurations, makes
 the same ASHA decisions, keeps the same ensemble snapshots and crowns the same trials.
-Also: a corrupt shard stops the search before anything starts."""
+The shuffled copy's search runs with --quiet, which must change none of that and print
+the summary only. Also: a corrupt shard stops the search before anything starts."""
 
 from __future__ import annotations
 
@@ -105,17 +106,24 @@ def _best(out: str, configs: dict[str, tuple[str, str]]) -> list[tuple[str, str]
 
 @pytest.mark.slow
 def test_shuffled_test_sets_select_the_same_trials(
-    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str], on_cluster: list[str]
+    tmp_path: Path, mlflow_runs, capfd: pytest.CaptureFixture[str], on_cluster: list[str]
 ) -> None:
+    """The shuffled copy's search also runs with --quiet (for scripts): the summary and
+    nothing else (no progress lines, no closing commands, no library warnings, not even on
+    the file descriptors); the exit status as without it."""
     world = tmp_path / "world"
     build_synthetic(world, images=120, seed=0)
     copies = {"honest": world, "shuffled": shuffled_test_copy(world, tmp_path / "shuffled")}
-    found, best = {}, {}
+    found, best, outs = {}, {}, {}
     for name, store in copies.items():
         runs_dir = tmp_path / f"runs-{name}"
         argv = [*SEARCH, "--data", str(store), "--runs-dir", str(runs_dir), "--experiment", name]
-        assert main([*argv, *on_cluster]) == 0
-        out = capsys.readouterr().out
+        quiet = ["--quiet"] if name == "shuffled" else []
+        assert main([*argv, *quiet, *on_cluster]) == 0
+        out, err = capfd.readouterr()
+        outs[name] = out
+        if quiet:
+            assert err.strip() == ""
         found[name] = _trials(mlflow_runs, runs_dir, name)
         _, runs = mlflow_runs(runs_dir, name)
         configs = {
@@ -137,6 +145,13 @@ def test_shuffled_test_sets_select_the_same_trials(
     finished = [m for m, t in honest.items() if t["outcome"] == "finished"]
     assert any(honest[m]["test"] != shuffled[m]["test"] for m in finished)  # test data moved
     assert names.key(names.TEST, "sts12_16_pearson") in next(iter(honest.values()))["test"]
+    # --quiet: its summary first, the same as without it; nothing else of the screen
+    counts = next(line for line in outs["honest"].splitlines() if line.startswith("4 trials: "))
+    assert outs["shuffled"].splitlines()[0] == counts and "best retrieval" in outs["shuffled"]
+    assert "start 1/" in outs["honest"] and "trials done" in outs["honest"]  # what it drops
+    assert "mlflow ui" in outs["honest"]
+    for noise in ("start 1/", "trials done", "mlflow ui"):
+        assert noise not in outs["shuffled"], noise
 
 
 def test_a_corrupt_shard_stops_the_search_before_it_starts(
