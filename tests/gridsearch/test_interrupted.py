@@ -3,7 +3,8 @@
 MLflow parent run KILLED with outcome "interrupted", no run left RUNNING, and trials
 that ran out "finished" (never "stopped_early": FIFO stops no trial). Every signal at
 several phases of a real search (the CLI in a subprocess, a real local Ray, a real
-MLflow sqlite store); two of them are then resumed to their end."""
+MLflow sqlite store); two of them are then resumed to their end with the command they
+printed (in this process: nothing to signal there)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from gridsearch.run import main
 from tests.gridsearch.test_drivers import Driver
 from tests.gridsearch.test_run import check_runs
 
@@ -36,29 +38,14 @@ def _interrupted(mlflow_runs, runs: Path, experiment: str) -> Counter[str]:
     return Counter(r.data.tags["outcome"] for r in trials)
 
 
-@pytest.mark.parametrize(
-    ("signals", "when", "more"),
-    [
-        # one Ctrl+C mid-trial: Tune's graceful stop; then resumed to the trials asked for
-        (["SIGINT"], "epoch 1/2", ["--max-concurrent", "1"]),
-        (["SIGINT", "SIGINT"], "epoch 1/2", []),  # twice: the driver stops at once
-        (["SIGTERM"], "start 1/", []),  # before the first result
-        (["SIGTERM"], "done  1/", ["--max-concurrent", "1"]),  # at a trial's end
-    ],
-    ids=["sigint-once", "sigint-twice", "sigterm-at-start", "sigterm-at-a-trial-end"],
-)
-def test_a_signal_is_an_interruption_everywhere(
-    tmp_path: Path, mlflow_runs, signals: list[str], when: str, more: list[str],
-    on_cluster: list[str],
-) -> None:  # fmt: skip
-    runs = tmp_path / "runs"
-    # Ctrl+C twice meets a Ray the driver started itself (a local one, the default); the
-    # other cases, the session's cluster (tests/conftest.py)
-    joined = [] if signals == ["SIGINT", "SIGINT"] else on_cluster
-    args = [*SEARCH, "--num-samples", "2", *more, "--runs-dir", str(runs), "--experiment", "x",
-            *joined]  # fmt: skip
-    driver = Driver(*args)
-    driver.wait_for(when)
+def stopped_by(
+    driver: Driver, signals: list[str], mlflow_runs, runs: Path, experiment: str,
+    joined: list[str],
+) -> tuple[Counter[str], str, str]:  # fmt: skip
+    """``signals`` sent to ``driver`` (a search of ``experiment`` in ``runs``, sent to a
+    cluster by ``joined``) once it printed what the test waited for; everything a
+    stopped search says checked. Returns the trials' outcomes, the "the search stopped"
+    line and the resume command it printed."""
     for name in signals:
         driver.process.send_signal(getattr(signal, name))
         time.sleep(0.3)
@@ -74,28 +61,57 @@ def test_a_signal_is_an_interruption_everywhere(
     assert len(stopped) == 1 and "not finished" in stopped[0], out
     resume = " ".join(
         [
-            "python -m gridsearch.run --experiment x --resume --runs-dir",
+            f"python -m gridsearch.run --experiment {experiment} --resume --runs-dir",
             str(runs.resolve()),
             *joined,
         ]
     )  # on the cluster it ran on
     assert f"continue it:  {resume}" in lines, out
-    outcomes = _interrupted(mlflow_runs, runs, "x")
+    outcomes = _interrupted(mlflow_runs, runs, experiment)
     assert set(outcomes) <= {"finished", "search_ended"}
     assert _summary_counts(counts[0]) == dict(outcomes)  # the summary says what MLflow holds
-    assert not (runs / "locks" / "x.lock").exists()
+    assert not (runs / "locks" / f"{experiment}.lock").exists()
+    return outcomes, stopped[0], resume
+
+
+@pytest.mark.parametrize(
+    ("signals", "when", "more"),
+    [
+        # one Ctrl+C mid-trial: Tune's graceful stop; then resumed to the trials asked for
+        (["SIGINT"], "epoch 1/2", ["--max-concurrent", "1"]),
+        (["SIGINT", "SIGINT"], "epoch 1/2", []),  # twice: the driver stops at once
+        (["SIGTERM"], "start 1/", []),  # before the first result
+        (["SIGTERM"], "done  1/", ["--max-concurrent", "1"]),  # at a trial's end
+    ],
+    ids=["sigint-once", "sigint-twice", "sigterm-at-start", "sigterm-at-a-trial-end"],
+)
+def test_a_signal_is_an_interruption_everywhere(
+    tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str], signals: list[str],
+    when: str, more: list[str], on_cluster: list[str],
+) -> None:  # fmt: skip
+    runs = tmp_path / "runs"
+    # Ctrl+C twice meets a Ray the driver started itself (a local one, the default); the
+    # other cases, the session's cluster (tests/conftest.py)
+    joined = [] if signals == ["SIGINT", "SIGINT"] else on_cluster
+    args = [*SEARCH, "--num-samples", "2", *more, "--runs-dir", str(runs), "--experiment", "x",
+            *joined]  # fmt: skip
+    driver = Driver(*args)
+    driver.wait_for(when)
+    outcomes, stopped, resume = stopped_by(driver, signals, mlflow_runs, runs, "x", joined)
     if signals == ["SIGTERM"] and when.startswith("done"):
         assert outcomes["finished"] == 1  # the trial that had ended keeps its end
-        assert "with 1 trial(s) not finished" in stopped[0]
+        assert "with 1 trial(s) not finished" in stopped
     elif signals == ["SIGINT"]:  # the first of two trials cut short, the other not started
-        assert outcomes == {"search_ended": 1} and "with 2 trial(s) not finished" in stopped[0]
+        assert outcomes == {"search_ended": 1} and "with 2 trial(s) not finished" in stopped
     else:  # trials were running: cut short, and said so
         assert outcomes["search_ended"] >= 1
-        assert "with 2 trial(s) not finished" in stopped[0]
+        assert "with 2 trial(s) not finished" in stopped
         return
-    resumed = Driver(*resume.split()[3:], "--no-dashboard")  # the command it printed
-    code, out = resumed.finish()  # the trials left are run; the parent finished
-    assert code == 0 and "2 trials: 2 finished" in out, out
+    # the command it printed, run in this process (nothing to signal): the trials left are
+    # run; the parent finished
+    assert main([*resume.split()[3:], "--no-dashboard"]) == 0
+    out = capsys.readouterr().out
+    assert "2 trials: 2 finished" in out, out
     client, found = mlflow_runs(runs, "x")
     (parent,) = [r for r in found if r.data.tags.get("search.role") == "search"]
     assert parent.info.status == "FINISHED" and parent.data.tags["outcome"] == "finished"
