@@ -21,8 +21,6 @@ import itertools
 import json
 import re
 import signal
-import subprocess
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,6 +68,15 @@ def _search(
     out, err = capfd.readouterr()
     assert code == 0, out + err
     return out
+
+
+def _driver(capfd: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """``gridsearch.run ARGS`` in this process: its exit status and its output (stdout,
+    then stderr), as ``Driver.finish`` gives a driver's of its own."""
+    capfd.readouterr()
+    code = main(list(args))
+    out, err = capfd.readouterr()
+    return code, out + err
 
 
 def _trial_runs(mlflow_runs, runs: Path, experiment: str) -> tuple[Any, dict[str, Any]]:
@@ -178,13 +185,14 @@ def _last_status(out: str) -> str:
 
 @pytest.mark.slow
 def test_a_fused_search_stopped_at_a_trials_end_resumes_then_extends_by_configurations(
-    tmp_path: Path, mlflow_runs, on_cluster: list[str]
+    tmp_path: Path, mlflow_runs, on_cluster: list[str], capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Two fused trials of two, one at a time; SIGTERM when the first has ended: two
     configurations are done and two are not (not four: the ended trial's members are
     done); --resume runs the other two, once. The search, now finished, extended by
     --num-samples 6 (configurations, not fused trials) runs one more fused trial of two;
-    resumed again, it says it has run all six and exits 0 without Ray."""
+    resumed again, it says it has run all six and exits 0 without Ray. Only the first
+    driver, the one signalled, is a process of its own; the others run in this one."""
     runs = tmp_path / "runs"
     first = Driver(*SEARCH, "--scheduler", "fifo", "--num-samples", "4", "--fuse", "2",
                    "--max-concurrent", "1", "--runs-dir", str(runs),
@@ -197,7 +205,7 @@ def test_a_fused_search_stopped_at_a_trials_end_resumes_then_extends_by_configur
     assert _summary_counts(out)["finished"] == 2
     assert "2 of 4 trials done, 0 running, 2 left" in out, out
     resume = ["--experiment", "y", "--resume", "--runs-dir", str(runs), *on_cluster]
-    code, out = Driver(*resume).finish()
+    code, out = _driver(capfd, *resume)
     assert code == 0, out
     assert "start 3-4/4" in out  # numbered after the trial an earlier driver ran
     assert _summary_counts(out) == Counter({"finished": 4})
@@ -206,16 +214,17 @@ def test_a_fused_search_stopped_at_a_trials_end_resumes_then_extends_by_configur
     client, members = _trial_runs(mlflow_runs, runs, "y")
     assert set(_check_members(client, members, _study(runs, "y"), 4).values()) == {"finished"}
 
-    code, out = Driver(*resume, "--num-samples", "6").finish()
+    code, out = _driver(capfd, *resume, "--num-samples", "6")
     assert code == 0, out
     assert "start 5-6/6" in out and _summary_counts(out) == Counter({"finished": 6}), out
     assert len(list((runs / "tune" / "y").glob("*/result.json"))) == 3  # one more fused trial
     client, members = _trial_runs(mlflow_runs, runs, "y")
     assert set(_check_members(client, members, _study(runs, "y"), 6).values()) == {"finished"}
-    again = subprocess.run([sys.executable, "-m", "gridsearch.run", *resume],
-                           capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert again.stderr.startswith("the search 'y' has run all its 6 trials: nothing to run")
+    capfd.readouterr()
+    code = main(resume)
+    out, err = capfd.readouterr()
+    assert code == 0, out + err
+    assert err.startswith("the search 'y' has run all its 6 trials: nothing to run"), err
 
 
 # -- --seeds-per-config ----------------------------------------------------------------
