@@ -225,6 +225,7 @@ def test_a_member_at_two_seeds_reports_the_mean_of_trainers_at_consecutive_seeds
 # -- the two engines report the same ----------------------------------------------------
 
 
+@pytest.mark.slow  # its fixture runs both engines
 def test_fused_seeds_report_what_seeds_one_after_the_other_report(
     seeded: dict[str, Seeded],
 ) -> None:
@@ -249,7 +250,7 @@ def test_fused_seeds_report_what_seeds_one_after_the_other_report(
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("float64")
+@pytest.mark.usefixtures("float64")  # tests/trainables/conftest.py
 def test_fused_members_report_what_they_report_alone_and_leave_at_their_own_end(
     float64_data: TrainingData, lone: list[list[dict[str, float]]]
 ) -> None:
