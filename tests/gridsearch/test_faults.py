@@ -36,6 +36,7 @@ from tests.gridsearch.test_fused_edges import (  # noqa: E402
     RETRIEVAL,
     SEARCH,
     _check_members,
+    _driver,
     _last_status,
     _replayed_stops,
     _steps,
@@ -174,11 +175,14 @@ def test_worker_node_killed_mid_trial(
         assert logged == pytest.approx(expected, rel=1e-5, abs=1e-6), key
 
 
-def test_driver_killed_then_resumed(cluster: Cluster, world: str, tmp_path: Path) -> None:
+def test_driver_killed_then_resumed(
+    cluster: Cluster, world: str, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
     """SIGKILL of the driver with one trial done and others running; ``--resume`` ends
     with exactly the requested trials, no duplicate, nothing RUNNING, in MLflow and in
     the Optuna study. The Tune experiment lives behind a pyarrow filesystem URI
-    (``file://`` here, the code path of ``s3://`` and ``gs://``)."""
+    (``file://`` here, the code path of ``s3://`` and ``gs://``). Only the killed driver
+    is a process of its own; the resume, which nothing signals, runs in this one."""
     args = _search(
         cluster, world, tmp_path, "killed", "--epochs", "2", "--num-samples", "3",
         "--max-concurrent", "2", "--storage-path", (tmp_path / "shared").as_uri(),
@@ -188,12 +192,12 @@ def test_driver_killed_then_resumed(cluster: Cluster, world: str, tmp_path: Path
     driver.process.kill()
     driver.finish()
 
-    resumed = Driver(
-        ["--experiment", "killed", "--resume", "--runs-dir", str(tmp_path), "--address",
-         cluster.address]
+    code, out = _driver(
+        capfd, "--experiment", "killed", "--resume", "--runs-dir", str(tmp_path), "--address",
+        cluster.address,
     )  # fmt: skip
-    assert resumed.finish() == 0, resumed.text
-    assert "3 trials: 3 finished" in resumed.text
+    assert code == 0, out
+    assert "3 trials: 3 finished" in out
     assert (tmp_path / "shared" / "killed").is_dir() and not (tmp_path / "tune").exists()
 
     client = _local_client(tmp_path)
