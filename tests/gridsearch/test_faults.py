@@ -389,14 +389,15 @@ def test_load_16_trials_8_at_a_time(
 
 
 def test_a_fused_trial_on_a_worker_node_stops_its_members_and_resumes_them_as_they_ended(
-    cluster: Cluster, world: str, tmp_path: Path, mlflow_runs
+    cluster: Cluster, world: str, tmp_path: Path, mlflow_runs, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Four configurations in one fused trial under ASHA, on a worker node (the head has
     no CPUs): the members below the median at the rung (epoch 1) are stopped there, told
     through the search's signals actor, never through the driver's folder; Ctrl+C after
     epoch 1, then --resume finishes it with a new actor: the restored searcher tells the
     stops again, so the stopped members stay stopped at their rung, as Optuna was told,
-    though the trial resumes from an earlier checkpoint."""
+    though the trial resumes from an earlier checkpoint. The interrupted driver is a
+    process of its own; the resume, which nothing signals, runs in this one."""
     runs = tmp_path / "runs"
     on_cluster = ["--address", cluster.address, "--data", world]
     first = LineDriver(*SEARCH, "--scheduler", "asha", "--num-samples", "4", "--fuse", "4",
@@ -408,8 +409,8 @@ def test_a_fused_trial_on_a_worker_node_stops_its_members_and_resumes_them_as_th
     _, interrupted = _trial_runs(mlflow_runs, runs, "x")
     assert _summary_counts(out) == Counter(r.data.tags["outcome"] for r in interrupted.values())
     assert "the search stopped (SIGINT) with 4 trial(s) not finished" in out, out
-    resumed = LineDriver("--experiment", "x", "--resume", "--runs-dir", str(runs), *on_cluster)
-    code, out = resumed.finish()
+    code, out = _driver(capfd, "--experiment", "x", "--resume", "--runs-dir", str(runs),
+                        *on_cluster)  # fmt: skip
     assert code == 0 and "start 1-4/4" in out, out
     assert len(list((runs / "tune" / "x").glob("*/result.json"))) == 1  # the one trial, resumed
     client, members = _trial_runs(mlflow_runs, runs, "x")
