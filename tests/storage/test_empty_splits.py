@@ -81,21 +81,20 @@ def test_ingest_refuses_an_empty_split_before_writing(tmp_path: Path) -> None:
     assert sorted(p.name for p in (tmp_path / "store").iterdir()) == [BUILD_STATE]
 
 
-@pytest.mark.parametrize("how", ["missing", "corrupt"])
 @pytest.mark.slow
 def test_skip_unreadable_that_empties_a_split_is_refused_and_recoverable(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str], how: str
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
+    """Every val image unreadable, both ways at once (missing and corrupt: the split is
+    judged by what its shards hold, not by why an image was left out)."""
     splits = ("train", "val", "val", "val", "test")
     json_path, images = flickr_set(tmp_path, splits)
-    for k in (1, 2, 3):  # every val image
-        if how == "missing":
-            (images / image_name(k)).unlink()
-        else:
-            (images / image_name(k)).write_bytes(b"GIF89a broken")
+    (images / image_name(1)).unlink()  # missing
+    for k in (2, 3):  # corrupt
+        (images / image_name(k)).write_bytes(b"GIF89a broken")
     out = tmp_path / "store"
     argv = karpathy_args(json_path, images, out, "--skip-unreadable", "--shard-size", "2")
-    # val's shards: images 1-2, then image 3
+    # val's shards: images 1-2 (a missing and a corrupt one), then image 3 (corrupt)
     line = assert_refused(
         run_main(build.main, argv, capfd),
         f"{json_path}, field 'images': split 'val' would be empty: none of its 3 images",
