@@ -85,7 +85,7 @@ def test_a_special_file_named_like_an_image_stops_the_build_naming_it(
 ) -> None:
     json_path, images = flickr_set(tmp_path, ("train", "val", "test"))
     make, says = SPECIAL[kind]
-    special = _replace(images, 1, make)
+    special = _replace(images, 0, make)  # the first image: no forward pass before it
     out = tmp_path / "store"
     argv = [*karpathy_args(json_path, images, out), "--workers", workers]
     line = assert_refused(run_main(build.main, argv, capfd), f"{special}: image listed in the")
@@ -99,7 +99,7 @@ def test_a_socket_named_like_an_image_stops_the_build_naming_it(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], unix_socket: Callable[[Path], None]
 ) -> None:
     json_path, images = flickr_set(tmp_path / "s", ("train", "val", "test"))
-    special = _replace(images, 2, unix_socket)
+    special = _replace(images, 0, unix_socket)  # the first image: no forward pass before it
     outcome = run_main(build.main, karpathy_args(json_path, images, tmp_path / "o"), capfd)
     assert_refused(outcome, f"{special}: image listed in the JSON is not a regular file: it is a")
 
