@@ -11,6 +11,7 @@ of each atomic writer, a caption shard without its image shard, a missing image)
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -23,7 +24,9 @@ import numpy as np
 import pytest
 
 from storage import StoreError, build, open_store
+from storage import inspect as inspect_cli
 from storage._schema import BUILD_STATE, MANIFEST, SPLITS
+from tests.storage.cli_runs import run_main
 
 REPO = Path(__file__).resolve().parents[2]
 # 600 scenes in shards of 4: 150 shard pairs, written over ~2 s after ~1 s of world
@@ -100,7 +103,9 @@ def _leave_what_a_kill_inside_a_write_leaves(out: Path) -> list[Path]:
 
 
 @pytest.mark.slow
-def test_build_killed_mid_way_then_run_again_is_complete_and_valid(tmp_path: Path) -> None:
+def test_build_killed_mid_way_then_run_again_is_complete_and_valid(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     straight = tmp_path / "straight"
     assert build.main([*BUILD_ARGS, "--out", str(straight)]) == 0
 
@@ -111,20 +116,16 @@ def test_build_killed_mid_way_then_run_again_is_complete_and_valid(tmp_path: Pat
         open_store(out)
     temporary = _leave_what_a_kill_inside_a_write_leaves(out)
 
-    rerun = subprocess.run(
-        _command(out), cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S
-    )
-    assert rerun.returncode == 0, rerun.stderr
-    assert "resuming the unfinished build" in rerun.stderr
-    inspect = subprocess.run(
-        [sys.executable, "-m", "storage.inspect", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_S,
-    )
-    assert inspect.returncode == 0, inspect.stderr
-    assert f"verified   {2 * TOTAL_SHARDS} shards" in inspect.stdout
+    # The rerun and the inspection run in this process (only the kill needs a process of
+    # its own); the killed build's stderr shows that its log reaches a user's terminal.
+    assert "generated a world of 600 images" in out.with_suffix(".log").read_text()
+    caplog.set_level(logging.INFO, logger="storage")
+    rerun = run_main(build.main, [*BUILD_ARGS, "--out", str(out)], capfd)
+    assert rerun.status == 0, rerun.err
+    assert "resuming the unfinished build" in caplog.text
+    inspect = run_main(inspect_cli.main, [str(out)], capfd)
+    assert inspect.status == 0, inspect.err
+    assert f"verified   {2 * TOTAL_SHARDS} shards" in inspect.out
 
     # Nothing left over: no temporary file anywhere, no build state, every image back.
     assert [p for p in out.rglob("*") if p.name.endswith(".tmp")] == []
