@@ -296,6 +296,7 @@ def test_the_stock_searcher_trains_every_draw_as_ray_s_does(tmp_path: Path) -> N
     from gridsearch import quiet
 
     quiet()
+
     def two(trial: optuna.Trial) -> None:
         trial.suggest_categorical("rnn", ["gru", "lstm"])
 
