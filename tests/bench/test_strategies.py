@@ -3,6 +3,7 @@ config it would pick, and how that pick does at the training seeds it never saw.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,25 +126,33 @@ def test_an_optuna_pruner_judges_tune_s_trials_as_in_its_own_study() -> None:
     assert [t.value for t in pruning.study.trials[:2]] == [30.0, 3.0]
 
 
-def _replayed(
-    name: str, table: tabular.RecordedTable, scratch: Path, address: str, **options: Any
-) -> strategies.Events:
-    """One real search of strategy ``name`` (search seed 0) on the session's Ray cluster."""
+@pytest.fixture(scope="module")
+def joined(ray_address: str) -> Iterator[None]:
+    """This process joined to the session's Ray cluster once, for every replay of the
+    module: one driver's start and shutdown instead of one per search."""
     import ray
 
-    ray.init(address=address, log_to_driver=False, configure_logging=False)
+    ray.init(address=ray_address, log_to_driver=False, configure_logging=False)
     try:
-        return strategies.run_one(name, table, 0, time_scale=0.0, scratch=scratch, **options)
+        yield
     finally:
         ray.shutdown()
 
 
+def _replayed(
+    name: str, table: tabular.RecordedTable, scratch: Path, **options: Any
+) -> strategies.Events:
+    """One real search of strategy ``name`` (search seed 0) on the session's Ray cluster,
+    which this process has joined (``joined``)."""
+    return strategies.run_one(name, table, 0, time_scale=0.0, scratch=scratch, **options)
+
+
 @pytest.mark.slow
 def test_a_two_seed_replay_reports_the_seeds_mean_and_pays_for_both(
-    tmp_path: Path, ray_address: str
+    tmp_path: Path, joined: None
 ) -> None:
     table = _table(seeds=2)
-    events = _replayed("ours-k2", table, tmp_path, ray_address, budget=8, concurrent=1)
+    events = _replayed("ours-k2", table, tmp_path, budget=8, concurrent=1)
     assert events.cost == 2
     trained = [r for r in events.reports if r[1] >= 1]
     assert len(trained) == 4  # budget 8 trial-epochs = 2 trials x 2 epochs x 2 seeds
@@ -213,10 +222,10 @@ def test_the_parts_form_needs_every_model_x_parameter_combination() -> None:
 
 @pytest.mark.slow
 def test_a_parts_form_search_replays_the_recorded_configs_it_decodes(
-    tmp_path: Path, ray_address: str
+    tmp_path: Path, joined: None
 ) -> None:
     table = tabular.RecordedTable.read(RECORDED / "lr_batch")
-    events = _replayed("ours", table, tmp_path, ray_address, budget=12, form="parts")
+    events = _replayed("ours", table, tmp_path, budget=12, form="parts")
     assert sum(r[1] >= 1 for r in events.reports) >= 12
     assert len(set(events.configs.values())) >= 3
     for trial, epoch, value, _ in events.reports:
@@ -226,13 +235,13 @@ def test_a_parts_form_search_replays_the_recorded_configs_it_decodes(
 
 @pytest.mark.slow
 def test_a_replayed_search_stops_what_optuna_s_median_pruner_prunes(
-    tmp_path: Path, ray_address: str
+    tmp_path: Path, joined: None
 ) -> None:
     """Real Tune on the replay, one trial at a time: a trial stops exactly where its value
     falls below the median of the trials completed before it at that epoch (Optuna's
     MedianPruner, 5 completed trials before it prunes anything)."""
     table = tabular.RecordedTable.read(RECORDED / "lr_batch")
-    events = _replayed("optuna-median", table, tmp_path, ray_address, budget=60, concurrent=1)
+    events = _replayed("optuna-median", table, tmp_path, budget=60, concurrent=1)
     by_trial: dict[str, list[float]] = {}
     for trial, epoch, value, _ in events.reports:
         assert epoch == len(by_trial.setdefault(trial, []))  # in order, one at a time
