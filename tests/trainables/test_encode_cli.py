@@ -1,6 +1,11 @@
 """python -m trainables.encode: text, Parquet and stdin in; .npy, Parquet and text out;
 every bad input one error line, and an output file written whole or not at all.
 
+Each test runs the command's ``main`` in the test's process (stdin, stdout and stderr as
+a shell gives them) but for two that start ``python -m trainables.encode`` as a user
+does: the embeddings printed for piped text, and a bad option's one error line and exit
+status; a fresh interpreter is what those two add.
+
 The command runs on its default device (``--device auto``: the GPU where one is visible)
 and is compared with CPU embeddings within ``tests.tolerances``' bound for the two."""
 
@@ -45,6 +50,7 @@ def model(tiny_world: Path, tmp_path_factory) -> Path:
 
 
 def encode(*args: str | Path, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    """``python -m trainables.encode *args`` in a process of its own."""
     return subprocess.run(
         [sys.executable, "-m", "trainables.encode", *map(str, args)],
         input=stdin,
@@ -54,20 +60,44 @@ def encode(*args: str | Path, stdin: bytes = b"") -> subprocess.CompletedProcess
     )
 
 
+def _in_process(
+    argv: list[str | Path], capfd: pytest.CaptureFixture[str], stdin: bytes = b""
+) -> tuple[int, str, str]:
+    """``trainables.encode.main(argv)`` with ``stdin`` as its standard input: its exit
+    status (argparse's too), stdout and stderr."""
+    from trainables.encode import main
+
+    capfd.readouterr()
+    saved, sys.stdin = sys.stdin, io.TextIOWrapper(io.BytesIO(stdin))  # as encode() gives it
+    try:
+        status = main([str(a) for a in argv])
+    except SystemExit as exit_:  # argparse's own exit for a bad command line
+        status = exit_.code if isinstance(exit_.code, int) else 1
+    finally:
+        sys.stdin = saved
+    out, err = capfd.readouterr()
+    return status, out, err
+
+
 @pytest.mark.slow
-def test_text_in_npy_parquet_and_text_out(model: Path, tmp_path: Path) -> None:
+def test_text_in_npy_parquet_and_text_out(
+    model: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The files in and out through ``main``; text piped in and printed out by the
+    command in its own process, as a user runs it."""
     expected = SentenceEncoder.load(model, device="cpu").encode(SENTENCES)
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
-    done = encode("--model", model, "--input", sentences, "--output", tmp_path / "e.npy")
-    assert done.returncode == 0, done.stderr
+    argv = ["--model", model, "--input", sentences, "--output", tmp_path / "e.npy"]
+    status, _, err = _in_process(argv, capfd)
+    assert status == 0, err
     assert_close(np.load(tmp_path / "e.npy"), expected, devices=DEFAULT_AGAINST_CPU)
 
     table_in = tmp_path / "in.parquet"
     pq.write_table(pa.table({"id": range(4), "text": SENTENCES}), table_in)
-    args = ("--model", model, "--input", table_in, "--column", "text")
-    done = encode(*args, "--output", tmp_path / "e.parquet")
-    assert done.returncode == 0, done.stderr
+    argv = ["--model", model, "--input", table_in, "--column", "text"]
+    status, _, err = _in_process([*argv, "--output", tmp_path / "e.parquet"], capfd)
+    assert status == 0, err
     table = pq.read_table(tmp_path / "e.parquet")
     assert table.column("sentence").to_pylist() == SENTENCES
     embeddings = np.array(table.column("embedding").to_pylist(), dtype=np.float32)
@@ -85,9 +115,9 @@ def test_text_in_npy_parquet_and_text_out(model: Path, tmp_path: Path) -> None:
     )
 
 
-def test_a_progress_line_when_asked(model: Path) -> None:
-    done = encode("--model", model, "--progress", "always", stdin=b"a\nb\n")
-    assert done.returncode == 0 and b"encoding [" in done.stderr and b"2/2" in done.stderr
+def test_a_progress_line_when_asked(model: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    status, _, err = _in_process(["--model", model, "--progress", "always"], capfd, b"a\nb\n")
+    assert status == 0 and "encoding [" in err and "2/2" in err
 
 
 BAD_INPUTS = {
@@ -97,26 +127,13 @@ BAD_INPUTS = {
 
 
 @pytest.mark.parametrize("case", sorted(BAD_INPUTS))
-def test_bad_text_is_one_error_line(model: Path, case: str) -> None:
+def test_bad_text_is_one_error_line(
+    model: Path, case: str, capfd: pytest.CaptureFixture[str]
+) -> None:
     data, message = BAD_INPUTS[case]
-    done = encode("--model", model, stdin=data)
-    assert done.returncode == 2 and done.stdout == b""
-    assert done.stderr.decode().count("\n") == 1 and message in done.stderr.decode()
-
-
-def _in_process(argv: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str]:
-    """``trainables.encode.main(argv)``: its exit status (argparse's too) and stderr."""
-    from trainables.encode import main
-
-    capfd.readouterr()
-    stdin, sys.stdin = sys.stdin, io.TextIOWrapper(io.BytesIO(b""))  # as encode() gives it
-    try:
-        status = main(argv)
-    except SystemExit as exit_:  # argparse's own exit for a bad command line
-        status = exit_.code if isinstance(exit_.code, int) else 1
-    finally:
-        sys.stdin = stdin
-    return status, capfd.readouterr().err
+    status, out, err = _in_process(["--model", model], capfd, data)
+    assert status == 2 and out == ""
+    assert err.count("\n") == 1 and message in err
 
 
 def test_bad_options_are_one_error_line_and_the_old_output_is_kept(
@@ -150,7 +167,7 @@ def test_bad_options_are_one_error_line_and_the_old_output_is_kept(
             done = encode(*args)
             status, err = done.returncode, done.stderr.decode()
         else:  # the same entry point in this process: one interpreter start for the rest
-            status, err = _in_process([str(a) for a in args], capfd)
+            status, _, err = _in_process(args, capfd)
         assert status == 2, (args, err)
         assert err.startswith("error:") and err.count("\n") == 1 and message in err, (args, err)
     assert kept.read_bytes() == b"precious"
@@ -177,7 +194,7 @@ def test_cuda_0_embeds_as_the_cpu_does_within_the_stated_bound(model: Path, tmp_
 
 
 def test_a_cap2img_model_gives_sentence_or_joint_embeddings(
-    tiny_world: Path, tmp_path: Path
+    tiny_world: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     config = TrainConfig(encoder="cap2img", hidden_size=8, word_embedding_dim=8, batch_size=8,
                          epochs=1, ensemble_size=1, device="cpu", semantic_every=0,
@@ -191,8 +208,9 @@ def test_a_cap2img_model_gives_sentence_or_joint_embeddings(
     encoder = SentenceEncoder.load(path, device="cpu")
     for space, dim in (("sentence", 8), ("joint", data.feature_dim)):
         out = tmp_path / f"{space}.npy"
-        done = encode("--model", path, "--input", sentences, "--output", out, "--space", space)
-        assert done.returncode == 0, done.stderr
+        argv = ["--model", path, "--input", sentences, "--output", out, "--space", space]
+        status, _, err = _in_process(argv, capfd)
+        assert status == 0, err
         vectors = np.load(out)
         assert vectors.shape == (2, dim)
         expected = encoder.encode(SENTENCES[:2], space=space)
