@@ -40,8 +40,17 @@ def data(tiny_world: Path) -> TrainingData:
     return TrainingData.from_store(str(tiny_world))
 
 
-def test_run_reports_epoch_zero_every_epoch_and_the_ensemble(data: TrainingData) -> None:
-    reports = list(Trainer(TrainConfig(**SMALL), data).run())
+@pytest.fixture(scope="module")
+def plain(data: TrainingData) -> list[dict[str, float]]:
+    """The reports of one run of SMALL (no semantic battery), shared by the tests that
+    read a run of it that never stopped."""
+    return list(Trainer(TrainConfig(**SMALL), data).run())
+
+
+def test_run_reports_epoch_zero_every_epoch_and_the_ensemble(
+    plain: list[dict[str, float]],
+) -> None:
+    reports = plain
     assert [r["epoch"] for r in reports] == [0.0, 1.0, 2.0, 3.0]
     assert names.LOSS not in reports[0] and names.LOSS in reports[1]
     for report in reports:
@@ -67,7 +76,36 @@ def _with_shuffled_test_data(data: TrainingData, seed: int) -> TrainingData:
     return dataclasses.replace(data, test=shuffled)
 
 
-def test_selection_reads_dev_data_only(tiny_world: Path, data: TrainingData) -> None:
+EVERY_2 = {**SMALL, "semantic_every": 2, "epochs": 3}
+
+
+def _every_2(tiny_world: Path, data: TrainingData, background: bool) -> Trainer:
+    """A Trainer of EVERY_2 whose test battery runs one round of the relatedness
+    classifier (``max_epoch=0``: the rule is the same, the battery quick)."""
+    config = TrainConfig(**EVERY_2)
+    semantic = make_semantic(
+        default_senteval(str(tiny_world)), config.evaluation, config.run, background=background
+    )
+    semantic.test.protocol = RelatednessProtocol(max_epoch=0)
+    return Trainer(config, data, semantic)
+
+
+@pytest.fixture(scope="module")
+def every_2(
+    tiny_world: Path, data: TrainingData
+) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """(reports, history) of one run of ``_every_2`` with the battery in place, shared by
+    the tests that read such a run as it is."""
+    trainer = _every_2(tiny_world, data, background=False)
+    reports = list(trainer.run())
+    return reports, trainer.history
+
+
+def test_selection_reads_dev_data_only(
+    tiny_world: Path,
+    data: TrainingData,
+    every_2: tuple[list[dict[str, float]], list[dict[str, float]]],
+) -> None:
     """Shuffle every test gold score and the test split's image-caption pairing: every
     dev metric, the best-so-far objectives and the ensemble's snapshots stay exactly the
     same; only test and ensemble values move."""
@@ -75,17 +113,12 @@ def test_selection_reads_dev_data_only(tiny_world: Path, data: TrainingData) -> 
     from tests.trainables.test_semantic import shuffled_test_golds
 
     bench = load_senteval(default_senteval(str(tiny_world)))
-    config = TrainConfig(**{**SMALL, "semantic_every": 2, "epochs": 3})
-    fast = RelatednessProtocol(max_epoch=0)
-    runs = []
-    for benchmark, train_data in (
-        (bench, data),
-        (shuffled_test_golds(bench, seed=1), _with_shuffled_test_data(data, seed=1)),
-    ):
-        semantic = make_semantic(benchmark, config.evaluation, config.run)
-        semantic.test.protocol = fast  # one round of the classifier: the rule is the same
-        runs.append(list(Trainer(config, train_data, semantic).run()))
-    honest, shuffled = runs
+    config = TrainConfig(**EVERY_2)
+    shuffled_golds = shuffled_test_golds(bench, seed=1)
+    semantic = make_semantic(shuffled_golds, config.evaluation, config.run, background=False)
+    semantic.test.protocol = RelatednessProtocol(max_epoch=0)  # as in the honest run
+    shuffled_data = _with_shuffled_test_data(data, seed=1)
+    honest, shuffled = every_2[0], list(Trainer(config, shuffled_data, semantic).run())
     for a, b in zip(honest, shuffled, strict=True):
         selection = {
             k: v for k, v in a.items() if k.startswith("dev/") or k.startswith("ensemble/epoch")
@@ -104,15 +137,18 @@ def test_selection_reads_dev_data_only(tiny_world: Path, data: TrainingData) -> 
 
 @pytest.mark.parametrize("background", [False, True])
 def test_the_test_battery_runs_every_semantic_every_epochs(
-    tiny_world: Path, data: TrainingData, background: bool
+    tiny_world: Path,
+    data: TrainingData,
+    background: bool,
+    every_2: tuple[list[dict[str, float]], list[dict[str, float]]],
 ) -> None:
-    config = TrainConfig(**{**SMALL, "semantic_every": 2, "epochs": 3})
-    semantic = make_semantic(
-        default_senteval(str(tiny_world)), config.evaluation, config.run, background=background
-    )
-    semantic.test.protocol = RelatednessProtocol(max_epoch=0)
-    trainer = Trainer(config, data, semantic)
-    reports = list(trainer.run())
+    """With the battery in place, the module's shared run of EVERY_2; in the background,
+    a run of its own."""
+    if background:
+        trainer = _every_2(tiny_world, data, background=True)
+        reports, history = list(trainer.run()), trainer.history
+    else:
+        reports, history = every_2
     battery = names.key(names.TEST, "sts12_16_pearson")
     if background:  # epoch e's battery comes with the report of epoch e + 1
         assert [battery in r for r in reports] == [False, False, False, False]
@@ -121,7 +157,7 @@ def test_the_test_battery_runs_every_semantic_every_epochs(
     else:
         assert [battery in r for r in reports] == [True, False, True, False]
         assert not any(k.startswith("late/") for r in reports for k in r)
-    assert [battery in h for h in trainer.history] == [True, False, True, False]
+    assert [battery in h for h in history] == [True, False, True, False]
     assert all(names.PRIMARY_SEMANTIC in r for r in reports)  # the dev score: every epoch
     assert names.key(names.ENSEMBLE, "semantic") in reports[-1]
     assert set(names.key(names.DEV, k) for k in names.DEV_SEMANTIC) <= set(reports[1])
@@ -166,19 +202,35 @@ def _without_time(history: list[dict[str, float]]) -> list[dict[str, float]]:
     return [_steady(h) for h in history]
 
 
-def test_the_background_battery_records_what_the_synchronous_one_does(
+EVERY_1 = {**SMALL, "semantic_every": 1, "epochs": 3}
+
+
+@pytest.fixture(scope="module")
+def straight(
     tiny_world: Path, data: TrainingData
+) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """(reports, history) of a run of EVERY_1 with its battery in the background that
+    never stopped: what the stopped, resumed and in-place runs are held to."""
+    config = TrainConfig(**EVERY_1)
+    trainer = Trainer(config, data, _semantic(tiny_world, config, True))
+    reports = list(trainer.run())
+    return reports, trainer.history
+
+
+def test_the_background_battery_records_what_the_synchronous_one_does(
+    tiny_world: Path,
+    data: TrainingData,
+    straight: tuple[list[dict[str, float]], list[dict[str, float]]],
 ) -> None:
     """Every epoch (MLflow step) ends up with the same metrics, the same values, in the
     reports as a tracker files them and in the history, whether the battery runs in place
-    or in the background; the last report holds its own battery and the ensemble's."""
-    config = TrainConfig(**{**SMALL, "semantic_every": 1, "epochs": 3})
-    runs = {}
-    for background in (False, True):
-        trainer = Trainer(config, data, _semantic(tiny_world, config, background))
-        reports = list(trainer.run())
-        runs[background] = (reports, trainer.history)
-    (sync_reports, sync_history), (bg_reports, bg_history) = runs[False], runs[True]
+    or in the background (the module's ``straight`` run); the last report holds its own
+    battery and the ensemble's."""
+    config = TrainConfig(**EVERY_1)
+    trainer = Trainer(config, data, _semantic(tiny_world, config, False))
+    sync_reports = list(trainer.run())
+    sync_history = trainer.history
+    bg_reports, bg_history = straight
     assert _recorded(bg_reports) == _recorded(sync_reports)
     assert _without_time(bg_history) == _without_time(sync_history)
     assert _recorded(sync_reports) == dict(enumerate(_without_time(sync_history)))
@@ -218,15 +270,14 @@ def _stop_in_epoch(trainer: Trainer, epoch: int, wait_for_battery: bool) -> None
 
 
 def test_a_stopped_run_keeps_the_batteries_that_finished(
-    tiny_world: Path, data: TrainingData
+    tiny_world: Path,
+    data: TrainingData,
+    straight: tuple[list[dict[str, float]], list[dict[str, float]]],
 ) -> None:
     """Ctrl+C while epoch 2 trains, after epoch 1's battery finished: that battery is
     in the history (and the checkpoint written then), as in a run that went on."""
-    config = TrainConfig(**{**SMALL, "semantic_every": 1, "epochs": 3})
-    straight = Trainer(config, data, _semantic(tiny_world, config, True))
-    for _ in straight.run():
-        pass
-    expected = _without_time(straight.history)
+    config = TrainConfig(**EVERY_1)
+    expected = _without_time(straight[1])
     trainer = Trainer(config, data, _semantic(tiny_world, config, True))
     _stop_in_epoch(trainer, 2, wait_for_battery=True)
     reports = []
@@ -240,13 +291,14 @@ def test_a_stopped_run_keeps_the_batteries_that_finished(
 
 
 def test_a_run_stopped_while_its_battery_runs_goes_on_with_it(
-    tiny_world: Path, data: TrainingData
+    tiny_world: Path,
+    data: TrainingData,
+    straight: tuple[list[dict[str, float]], list[dict[str, float]]],
 ) -> None:
     """Ctrl+C at the start of epoch 2, epoch 1's battery perhaps still running: the same
     Trainer run again collects that battery first and ends as a run that never stopped."""
-    config = TrainConfig(**{**SMALL, "semantic_every": 1, "epochs": 3})
-    straight = Trainer(config, data, _semantic(tiny_world, config, True))
-    straight_reports = list(straight.run())
+    config = TrainConfig(**EVERY_1)
+    straight_reports, straight_history = straight
     trainer = Trainer(config, data, _semantic(tiny_world, config, True))
     train = trainer.train_batches
     _stop_in_epoch(trainer, 2, wait_for_battery=False)
@@ -258,18 +310,19 @@ def test_a_run_stopped_while_its_battery_runs_goes_on_with_it(
     reports += list(trainer.run())
     assert [r["epoch"] for r in reports] == [0.0, 1.0, 2.0, 3.0]
     assert _recorded(reports) == _recorded(straight_reports)
-    assert _without_time(trainer.history) == _without_time(straight.history)
+    assert _without_time(trainer.history) == _without_time(straight_history)
 
 
 def test_a_battery_lost_with_its_run_is_computed_again_on_resume(
-    tiny_world: Path, data: TrainingData
+    tiny_world: Path,
+    data: TrainingData,
+    straight: tuple[list[dict[str, float]], list[dict[str, float]]],
 ) -> None:
     """A checkpoint written while epoch 1's battery ran (as after every report) lacks
     it; the run resumed from it computes it from the checkpoint's weights and delivers
     it with the next report: the same record as a run that never stopped."""
-    config = TrainConfig(**{**SMALL, "semantic_every": 1, "epochs": 3})
-    straight = Trainer(config, data, _semantic(tiny_world, config, True))
-    straight_reports = list(straight.run())
+    config = TrainConfig(**EVERY_1)
+    straight_reports, straight_history = straight
     first = Trainer(config, data, _semantic(tiny_world, config, True))
     checkpoint = None
     for report in first.run():
@@ -285,7 +338,7 @@ def test_a_battery_lost_with_its_run_is_computed_again_on_resume(
         later = list(resumed.run())
         assert later[0]["epoch"] == 2.0 and later[0][names.LATE_EPOCH] == 1.0
         assert _recorded(straight_reports[:2] + later) == _recorded(straight_reports)
-        assert _without_time(resumed.history) == _without_time(straight.history)
+        assert _without_time(resumed.history) == _without_time(straight_history)
 
 
 def _counted(trainer: Trainer) -> dict[str, int]:
@@ -332,9 +385,11 @@ def test_the_ensemble_reuses_its_snapshots_embeddings_with_the_same_numbers(
     assert counts == {"splits": 10, "sentences": 5 + batteries + without_battery}
 
 
-def test_resume_from_a_checkpoint_gives_the_same_metrics(data: TrainingData) -> None:
+def test_resume_from_a_checkpoint_gives_the_same_metrics(
+    data: TrainingData, plain: list[dict[str, float]]
+) -> None:
     config = TrainConfig(**SMALL)
-    straight = list(Trainer(config, data).run())
+    straight = plain
     first = Trainer(config, data)
     run = first.run()
     for _ in range(3):  # epoch 0, 1, 2
