@@ -379,15 +379,15 @@ def test_each_family_trains_resumes_and_encodes_raw_text(
     data: TrainingData, family: str, tmp_path: Path
 ) -> None:
     config = TrainConfig(**RUN, **FAMILIES[family])
-    straight = list(Trainer(config, data).run())
+    trainer, straight, saved = Trainer(config, data), [], b""
+    for report in trainer.run():
+        straight.append(report)
+        if report["epoch"] == 1.0:  # checkpointed after its report, as a trial is
+            saved = trainer.save_checkpoint()  # before another Trainer reseeds torch's generator
     assert [int(r["epoch"]) for r in straight] == [0, 1, 2]
     assert all(math.isfinite(v) for r in straight for v in r.values())
     assert (names.ATTENTION_PENALTY in straight[1]) == (config.attention_penalty > 0)
-    # stopped after epoch 1 and resumed from its checkpoint: the same numbers
-    first = Trainer(config, data)
-    run = first.run()
-    next(run), next(run)
-    saved = first.save_checkpoint()  # before another Trainer reseeds torch's generator
+    # stopped after epoch 1 (its checkpoint then) and resumed from it: the same numbers
     resumed = Trainer(config, data)
     resumed.load_checkpoint(saved)
     rest = list(resumed.run())
