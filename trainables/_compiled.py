@@ -133,7 +133,8 @@ def folder(extension: Extension) -> Path:
 
 def load(extension: Extension) -> ModuleType | None:
     """The built module, or None where it is not built for this key: never compiles,
-    never waits on a lock."""
+    never waits on a lock. A manifest whose module is gone or cannot be loaded (a cache
+    cleaner took the file, a disk damaged it) is no build: the next builder builds again."""
     where = folder(extension)
     try:
         manifest = json.loads((where / MANIFEST).read_text())
@@ -145,8 +146,11 @@ def load(extension: Extension) -> ModuleType | None:
     spec = importlib.util.spec_from_file_location(name, file)
     if spec is None or spec.loader is None:
         return None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    try:
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except ImportError:  # the file is missing or not a loadable module
+        return None
     sys.modules[name] = module
     return module
 

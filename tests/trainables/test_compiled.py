@@ -7,6 +7,7 @@ key."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import site
 import subprocess
@@ -146,6 +147,15 @@ def test_a_reader_never_sees_half_a_build(tiny: _compiled.Extension) -> None:
     assert line.split()[1] == "None"
     built = _run(tiny)
     assert built[-1].startswith(f"module {folder.name} ") and not list(folder.glob("build-*"))
+    # a published build whose module went (a cache cleaner) or was damaged is no build
+    # either: loading finds nothing, the next builder builds it again
+    module = folder / json.loads((folder / _compiled.MANIFEST).read_text())["file"]
+    for damage in (module.unlink, lambda: module.write_bytes(b"not a module")):
+        damage()
+        (line,) = _run(tiny, "load")
+        assert line.split()[1] == "None"
+        assert _run(tiny)[-1].startswith(f"module {folder.name} ")
+    assert len(_builds(folder)) == 3
 
 
 def test_another_clone_in_another_venv_loads_the_build_without_a_word(
