@@ -42,8 +42,12 @@ def _resume(runs: Path, on_cluster: list[str], *more: str) -> list[str]:
 def test_a_copy_a_move_a_link_and_a_read_only_runs_directory(
     tmp_path: Path, mlflow_runs, capsys: pytest.CaptureFixture[str], on_cluster: list[str]
 ) -> None:
+    """One trial, interrupted mid-way: the copy and the moved original each finish it, the
+    copy's resume also runs one more (an extension); one trial is enough to show which
+    study, record and MLflow store each resume wrote (two cost a trial process more in
+    each of the three drivers)."""
     runs = tmp_path / "runs"
-    driver = Driver(*SEARCH, "--num-samples", "2", "--runs-dir", str(runs), "--experiment", "m",
+    driver = Driver(*SEARCH, "--num-samples", "1", "--runs-dir", str(runs), "--experiment", "m",
                     *on_cluster)  # fmt: skip
     driver.wait_for("epoch 1/2")
     driver.process.send_signal(signal.SIGINT)
@@ -67,12 +71,12 @@ def test_a_copy_a_move_a_link_and_a_read_only_runs_directory(
         for path in [frozen, *frozen.rglob("*")]:
             path.chmod(path.stat().st_mode | stat.S_IWUSR)
 
-    assert main(_resume(copy, on_cluster, "--num-samples", "3")) == 0  # the copy, extended
+    assert main(_resume(copy, on_cluster, "--num-samples", "2")) == 0  # the copy, extended
     out = capsys.readouterr().out
-    assert f"the search started in {runs}" in out and "3 trials: 3 finished" in out
+    assert f"the search started in {runs}" in out and "2 trials: 2 finished" in out
     assert _tree(runs) == original  # nothing written into the original
     record = json.loads(RunsLayout.at(copy).record("m").read_text())
-    assert str(runs) not in json.dumps(record) and record["num_samples"] == 3
+    assert str(runs) not in json.dumps(record) and record["num_samples"] == 2
     for state in (copy / "tune" / "m").glob("*.pkl"):
         assert str(runs).encode() not in state.read_bytes(), state
     client, found = mlflow_runs(copy, "m")
@@ -87,10 +91,10 @@ def test_a_copy_a_move_a_link_and_a_read_only_runs_directory(
     )
     assert model.aliases  # registered in the copy's store
     study = optuna.load_study(study_name="m", storage=f"sqlite:///{copy / 'tune' / 'm.optuna.db'}")
-    assert len(study.trials) == 3
+    assert len(study.trials) == 2
     assert len(optuna.load_study(
         study_name="m", storage=f"sqlite:///{runs / 'tune' / 'm.optuna.db'}"
-    ).trials) == 2  # fmt: skip
+    ).trials) == 1  # fmt: skip
 
     moved = tmp_path / "moved"
     runs.rename(moved)  # the original, still interrupted, moved; then reached by a link
@@ -98,7 +102,7 @@ def test_a_copy_a_move_a_link_and_a_read_only_runs_directory(
     link.symlink_to(moved)
     assert main(_resume(link, on_cluster)) == 0
     out = capsys.readouterr().out
-    assert "2 trials: 2 finished" in out
+    assert "1 trials: 1 finished" in out
     assert f"--resume --runs-dir {moved}" in out  # the real path
     assert not runs.exists()  # nothing recreated where it was
     _, found = mlflow_runs(moved, "m")
