@@ -21,7 +21,10 @@
 #   bash bench/gpu_checks.sh --cpu OUT_DIR part1 part2   # the dry run on a CPU, tiny sizes
 #
 # --address ADDR (before OUT_DIR): the searches join that Ray cluster instead of starting
-# a local Ray each (the tests' dry run joins theirs).
+# a local Ray each (the tests' dry run joins theirs). --store DIR (with --cpu, before
+# OUT_DIR): the dry run's benchmarks read the embedded world in DIR (120 images or more,
+# with its semantic sets) instead of the one built once under /tmp (the tests pass the
+# world their session already built).
 #
 # Steps can also be named alone (`gpu fused eval search sweep16`). OUT_DIR receives
 # checks.log (every step's command, output and exit status), figures.txt (the benchmarks'
@@ -35,14 +38,24 @@
 set -u
 cpu=0
 address=()
+store=""
 while [[ "${1:-}" == --* ]]; do
     case "$1" in
     --cpu) cpu=1 && shift ;;
     --address) address=(--address "${2:?--address: expected a Ray address}") && shift 2 ;;
-    *) echo "error: $1: unknown option (expected --cpu or --address ADDR)" >&2 && exit 2 ;;
+    --store) store="${2:?--store: expected a store directory}" && shift 2 ;;
+    *)
+        echo "error: $1: unknown option (expected --cpu, --address ADDR or --store DIR)" >&2
+        exit 2
+        ;;
     esac
 done
-out="${1:?usage: bench/gpu_checks.sh [--cpu] [--address ADDR] OUT_DIR part1|part2|part3|STEP...}"
+if [[ -n "$store" ]] && ! ((cpu)); then
+    echo "error: --store: only with --cpu (the GPU run's benchmarks build their own worlds)" >&2
+    exit 2
+fi
+usage="bench/gpu_checks.sh [--cpu] [--address ADDR] [--store DIR] OUT_DIR part1|part2|part3|STEP..."
+out="${1:?usage: $usage}"
 shift
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
@@ -162,8 +175,8 @@ run_gpu() {
 run_fused() {
     local size=(--device cuda --hidden-size 1024 --batch-size 32 128 --k 1 4 16 --steps 10
         --warmup 2)
-    ((cpu)) && size=(--device cpu --hidden-size 16 --batch-size 8 16 --k 1 2 --steps 2
-        --warmup 1 --images 96 --store "$(world 120)")
+    ((cpu)) && world && size=(--device cpu --hidden-size 16 --batch-size 8 16 --k 1 2
+        --steps 2 --warmup 1 --images 96 --store "$store")
     local authors=()
     [[ -d .gpu/caption2image ]] && authors=(--authors-repo .gpu/caption2image)
     step fused 200 python3 bench/bench_fused.py "${authors[@]}" "${size[@]}"
@@ -172,16 +185,18 @@ run_fused() {
 
 run_eval() {
     local size=(--device cuda --repeats 2)
-    ((cpu)) && size=(--device cpu --hidden-size 16 --steps 2 --repeats 1 --train-images 96
-        --dev-images 12 --store "$(world 120)")
+    ((cpu)) && world && size=(--device cpu --hidden-size 16 --steps 2 --repeats 1
+        --train-images 96 --dev-images 12 --store "$store")
     step eval 130 python3 bench/bench_eval.py --part epoch "${size[@]}"
     figure eval
 }
 
-# world IMAGES: the embedded world of that size for the --cpu dry run, built once
+# world: the store the --cpu dry run's benchmarks read: --store, or the 120-image embedded
+# world built once under /tmp (found there by later runs), asked for once per run
 world() {
-    python3 -c "from bench import _common; print(_common.world(None, $1, scratch='/tmp'))" |
-        tail -n 1
+    [[ -n "$store" ]] || store="$(python3 -c \
+        "from bench import _common; print(_common.world(None, 120, scratch='/tmp'))" |
+        tail -n 1)"
 }
 
 run_search() {

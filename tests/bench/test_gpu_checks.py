@@ -107,21 +107,30 @@ def test_the_command_verifies_or_names_what_is_missing(
 
 
 def _checks(
-    out: Path, *parts: str, deadline: float | None = None, joined: Sequence[str] = ()
+    out: Path,
+    store: str,
+    *parts: str,
+    deadline: float | None = None,
+    joined: Sequence[str] = (),
 ) -> int:
+    """The dry run of ``parts`` into ``out``, its benchmarks reading ``store`` (the
+    session's world: no interpreter start to build or find one under /tmp)."""
     env = dict(os.environ)
     env.pop("GPU_CHECKS_DEADLINE", None)
     if deadline is not None:
         env["GPU_CHECKS_DEADLINE"] = str(int(deadline))
-    script = ["bash", str(BENCH / "gpu_checks.sh"), "--cpu", *joined, str(out), *parts]
+    flags = ["--cpu", *joined, "--store", store]
+    script = ["bash", str(BENCH / "gpu_checks.sh"), *flags, str(out), *parts]
     done = subprocess.run(script, env=env, capture_output=True, text=True, timeout=600)
     return done.returncode
 
 
 @pytest.mark.slow
-def test_the_dry_run_runs_both_parts_on_the_cpu(tmp_path: Path, on_cluster: list[str]) -> None:
+def test_the_dry_run_runs_both_parts_on_the_cpu(
+    tmp_path: Path, on_cluster: list[str], small_store: str
+) -> None:
     """Both parts, the searches joining the session's cluster (--address)."""
-    checks = _checks(tmp_path, "part1", "part2", joined=on_cluster)
+    checks = _checks(tmp_path, small_store, "part1", "part2", joined=on_cluster)
     assert checks == 0, (tmp_path / "checks.log").read_text()
     log = (tmp_path / "checks.log").read_text()
     figures = (tmp_path / "figures.txt").read_text()
@@ -141,12 +150,16 @@ def test_the_dry_run_runs_both_parts_on_the_cpu(tmp_path: Path, on_cluster: list
 
 
 @pytest.mark.slow
-def test_a_part_stops_at_its_deadline(tmp_path: Path) -> None:
+def test_a_part_stops_at_its_deadline(tmp_path: Path, small_store: str) -> None:
     """One run (one start of the script and its environment step): part1 past its deadline,
-    then a part it does not know, each a failed step."""
+    then a part it does not know, each a failed step; and --store refused without --cpu."""
     # three steps skipped, one unknown
-    assert _checks(tmp_path, "part1", "nonsense", deadline=time.time() + 10) == 4
+    assert _checks(tmp_path, small_store, "part1", "nonsense", deadline=time.time() + 10) == 4
     log = (tmp_path / "checks.log").read_text()
     assert log.count("s left before the deadline") == 3
     assert "python bench/bench_fused.py" not in log  # nothing was started
     assert "unknown part or step nonsense" in log and ", 4 failed step(s)" in log
+    # --store is the dry run's alone: the GPU run's benchmarks build their own worlds
+    script = ["bash", str(BENCH / "gpu_checks.sh"), "--store", small_store, str(tmp_path)]
+    refused = subprocess.run(script, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "--store: only with --cpu" in refused.stderr
