@@ -33,7 +33,7 @@ regression loop (``bench/_relatedness_loop.py``: one 64-row step per Python iter
 task at a time: the first path) and with the batched one (the two tasks stacked, on the device, CUDA
 graphs on a GPU); both on the same seed and shuffles, so their SICK-R / STS-B numbers
 agree to rounding. On a CPU the sentences are embedded both ways: padded (the earlier
-paths) and packed (``trainables.embedding.PACKED``: no padding, the training
+paths) and packed (the library's own path: no padding, the training
 recurrence, each fixed set packed once). Then ``--epochs`` epochs (and the snapshot
 ensemble at the end) four ways, each from the same fresh model: training only (no
 evaluation at all), the first path (the battery in place, the reference loop; its
@@ -259,13 +259,15 @@ def _semantic(
 
 @contextlib.contextmanager
 def _embedding_path(packed: bool) -> Iterator[None]:
-    """``trainables.embedding.PACKED`` set to ``packed`` for the block."""
-    before = embedding.PACKED
-    embedding.PACKED = packed
+    """The CPU's embeddings packed (the library's path) or, ``packed`` False, padded (the
+    reference, as on a GPU) for the block: the library's own choice, narrowed."""
+    choose = embedding._packs
+    if not packed:
+        embedding._packs = lambda models, precision: False
     try:
         yield
     finally:
-        embedding.PACKED = before
+        embedding._packs = choose
 
 
 def _timed_run(

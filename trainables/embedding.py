@@ -16,14 +16,14 @@ Sentences are encoded by the models' own input (``caption_encoder.tokenizer``: t
 alphabet of a character model, the vocabulary of a word model); every model of an
 ensemble shares it.
 
-On the CPU the RNN families (``char_rnn``, ``word_rnn``) embed without padding
-(``PACKED``): the captions sorted by length once, each batch packed once, through the
-training recurrence (``CaptionEncoder.encode_packed``). A fixed set (a split's tensors,
-the semantic sets' sentences) is sorted, encoded and packed the first time it is embedded
-and kept for the next (a few sets, the most recent; a tensor changed in place is packed
-again); a sentence set seen again is not encoded again, its unknown symbols counted
-again as if it were. The embeddings are those of the padded path up to the order of
-the sums (tests/tolerances.py's ``REORDERED`` bound).
+On the CPU the RNN families (``char_rnn``, ``word_rnn``) embed without padding: the
+captions sorted by length once, each batch packed once, through the training recurrence
+(``CaptionEncoder.encode_packed``). A fixed set (a split's tensors, the semantic sets'
+sentences) is sorted, encoded and packed the first time it is embedded and kept for the
+next (a few sets, the most recent; a tensor changed in place is packed again); a
+sentence set seen again is not encoded again, its unknown symbols counted again as if it
+were. The embeddings are those of the padded path up to the order of the sums
+(tests/tolerances.py's ``REORDERED`` bound).
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from trainables.model import CaptionEncoder, CharEncoding, GroundedEncoder, Pack
 from trainables.vocabulary import Tokenizer
 
 __all__ = [
-    "PACKED",
     "PACKED_BATCH_SIZE",
     "SPACES",
     "default_batch_size",
@@ -51,9 +50,6 @@ __all__ = [
 
 # the two embeddings of a caption: compared with images, or as a sentence embedding
 SPACES = ("joint", "sentence")
-# the CPU's packed inference path for the RNN families (module docstring); False: the
-# padded path everywhere (a benchmark's baseline)
-PACKED = True
 # captions per batch on the packed path (``batch_size`` 0): its rows' attention then stays
 # nearer the cache than at the padded path's 256 (BENCHMARKS.md)
 PACKED_BATCH_SIZE = 128
@@ -199,9 +195,10 @@ _kept_lock = threading.Lock()  # the battery's worker thread embeds beside the t
 
 
 def _packs(models: Sequence[GroundedEncoder], precision: str) -> bool:
-    """Whether ``models`` embed through the packed path: ``PACKED``, on the CPU, float32
-    or float64 weights without autocast, RNN families, and the C++ loop built."""
-    if not PACKED or precision == "bf16" or _device(models).type != "cpu":
+    """Whether ``models`` embed through the packed path: on the CPU, float32 or float64
+    weights without autocast, RNN families, and the C++ loop built. (The padded path, on
+    the CPU too, is the reference the tests and bench/bench_eval.py hold this one to.)"""
+    if precision == "bf16" or _device(models).type != "cpu":
         return False
     for model in models:
         weight = next(model.parameters())

@@ -1,4 +1,4 @@
-"""The CPU's packed inference path (``trainables.embedding.PACKED``,
+"""The CPU's packed inference path (``trainables.embedding``,
 ``CaptionEncoder.encode_packed``): the same embeddings as the padded path within the
 reordered-sums bound, for both cells, both poolings, one head or several, every length
 (one character included); the packing of a fixed set is made once and kept, and remade
@@ -48,9 +48,9 @@ def _model(rnn: str, pooling: str, heads: int, seed: int = 0, **more: object) ->
 
 
 def _both_paths(monkeypatch: pytest.MonkeyPatch, embed) -> tuple[torch.Tensor, torch.Tensor]:
-    monkeypatch.setattr(embedding, "PACKED", False)
-    padded = embed()
-    monkeypatch.setattr(embedding, "PACKED", True)
+    with monkeypatch.context() as patch:  # the padded path, the reference, on the CPU too
+        patch.setattr(embedding, "_packs", lambda models, precision: False)
+        padded = embed()
     return padded, embed()
 
 
@@ -104,7 +104,6 @@ def test_the_packing_is_a_packed_sequence_of_the_sorted_captions() -> None:
 
 def test_a_set_is_packed_once_and_again_when_it_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     model = _model("gru", "attention", 1)
-    monkeypatch.setattr(embedding, "PACKED", True)
     encoding = CharEncoding()
     first = embedding._packing_of_sentences(encoding, SENTENCES, 4)
     assert embedding._packing_of_sentences(encoding, list(SENTENCES), 4) is first
@@ -122,7 +121,7 @@ def test_a_set_is_packed_once_and_again_when_it_changes(monkeypatch: pytest.Monk
     assert embedding._packing_of(chars, lengths, 4) is embedding._packing_of(chars, lengths, 4)
     chars[0, :3] = chars[3, :3]
     after = embed_captions([model], chars, lengths, batch_size=4)
-    monkeypatch.setattr(embedding, "PACKED", False)
+    monkeypatch.setattr(embedding, "_packs", lambda models, precision: False)  # padded
     assert_close(after, embed_captions([model], chars, lengths, batch_size=4), same_kernels=False)
     assert not torch.allclose(after[0], before[0])
     np.testing.assert_array_equal(after[1:].numpy(), before[1:].numpy())
