@@ -10,6 +10,12 @@ search used: its Pareto front (dev R@10 mean best, dev semantic best) against th
         [--cycle-epochs 1] [--margins 0.1,0.2,0.3,0.4] [--asha-trials 16] [--pareto]
         [--out DIR]
     python bench/bench_search_efficiency.py --smoke     # tiny, end to end, 2-3 minutes
+    python bench/bench_search_efficiency.py --smoke --margins 0.1 --asha-trials 2
+
+``--smoke`` is 120 images, the first two models at ``--scale 64``, margins 0.1 and 0.3,
+2 epochs, 4 ASHA trials and ``--pareto``. A size flag given with it (``--images``,
+``--scale``, ``--epochs``, ``--margins``, ``--asha-trials``) wins over the smoke's value,
+so that a test can ask for an even smaller run of the same three searches.
 
 Every search is the package's own (``gridsearch.driver.run_search`` with settings from
 ``gridsearch.settings.parse_args``), in this process, one after another, each with a
@@ -77,6 +83,14 @@ from trainables import names
 WITHIN = 0.99  # "within 1% of the grid's best": >= 0.99 x the grid's best dev R@10 mean
 GOAL = 0.30  # <= 30% of the grid's compute
 BATCH_SIZE = 64
+# The size flags' values where not given: the full bench, and --smoke's (which also keeps
+# the first two models and adds --pareto).
+FULL: dict[str, Any] = {
+    "images": 2000, "scale": 16, "epochs": 4, "margins": [0.1, 0.2, 0.3, 0.4], "asha_trials": 16
+}  # fmt: skip
+SMOKE: dict[str, Any] = {
+    "images": 120, "scale": 64, "epochs": 2, "margins": [0.1, 0.3], "asha_trials": 4
+}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -352,16 +366,20 @@ def compare_fronts(grid: SearchResult, pareto: SearchResult) -> None:
     )
 
 
-@entry
-def main(argv: Sequence[str] | None = None) -> int:
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, with every size flag not given filled in from ``SMOKE`` (with
+    ``--smoke``) or ``FULL``; a bad one is argparse's one error line (exit 2)."""
     p = parser(__doc__)
-    p.add_argument("--images", type=int, default=2000, help="embedded world size")
-    p.add_argument("--scale", type=int, default=16, help="divides the paper's n")
-    p.add_argument("--epochs", type=int, default=4, help="epochs per trial (the cap)")
+    # Size flags default to None: what was not given comes from SMOKE or FULL below, so
+    # that a flag given with --smoke wins over the smoke's value.
+    p.add_argument("--images", type=int, help="embedded world size (default: 2000)")
+    p.add_argument("--scale", type=int, help="divides the paper's n (default: 16)")
+    p.add_argument("--epochs", type=int, help="epochs per trial, the cap (default: 4)")
     p.add_argument("--cycle-epochs", type=int, default=1,
                    help="learning-rate cycle (and snapshot interval)")  # fmt: skip
-    p.add_argument("--margins", type=floats, default="0.1,0.2,0.3,0.4", help="comma-separated")
-    p.add_argument("--asha-trials", type=int, default=16, help="the ASHA + TPE search's trials")
+    p.add_argument("--margins", type=floats, help="comma-separated (default: 0.1,0.2,0.3,0.4)")
+    p.add_argument("--asha-trials", type=int,
+                   help="the ASHA + TPE search's trials (default: 16)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="sampler and training seed")
     p.add_argument("--pareto", action="store_true", help="also --objective both")
     p.add_argument("--store", default=None, help="an existing store instead")
@@ -371,15 +389,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--address", default=None,
                    help="join this Ray cluster (default: each search starts its own)")  # fmt: skip
     p.add_argument("--smoke", action="store_true",
-                   help="tiny: 120 images, 2 models, 2 margins, 2 epochs, 4 ASHA "
-                   "trials")  # fmt: skip
+                   help="tiny: 120 images, 2 models, 2 margins, 2 epochs, 4 ASHA trials, "
+                   "--pareto; a size flag given with it wins")  # fmt: skip
     args = p.parse_args(argv)
-    if args.smoke:
-        args.images, args.epochs, args.margins, args.asha_trials = 120, 2, [0.1, 0.3], 4
-        args.scale, args.pareto = 64, True
-    margins = tuple(sorted(set(args.margins)))
+    for name, value in (SMOKE if args.smoke else FULL).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    args.pareto = args.pareto or args.smoke
     if min(args.epochs, args.asha_trials, args.scale, args.cycle_epochs) < 1:
         p.error("--epochs, --cycle-epochs, --asha-trials and --scale must be positive")
+    return args
+
+
+@entry
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
+    margins = tuple(sorted(set(args.margins)))
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     for noisy in ("mlflow", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -8,6 +8,22 @@ from pathlib import Path
 import pytest
 
 
+def test_smoke_alone_is_the_documented_smoke_and_a_size_flag_given_with_it_wins() -> None:
+    from bench.bench_search_efficiency import parse
+
+    sizes = ("images", "scale", "epochs", "margins", "asha_trials", "pareto")
+
+    def of(argv: list[str]) -> tuple[object, ...]:
+        args = parse(argv)
+        return tuple(getattr(args, name) for name in sizes)
+
+    assert of(["--smoke"]) == (120, 64, 2, [0.1, 0.3], 4, True)
+    assert of(["--smoke", "--margins", "0.2", "--asha-trials", "2", "--images", "60"]) == (
+        60, 64, 2, [0.2], 2, True
+    )  # fmt: skip
+    assert of(["--epochs", "3"]) == (2000, 16, 3, [0.1, 0.2, 0.3, 0.4], 16, False)
+
+
 @pytest.mark.slow
 def test_the_smoke_benchmark_runs_all_three_searches(
     small_store: str,
