@@ -1,5 +1,5 @@
-"""bench_search_efficiency.py end to end at its smoke size: the three searches run through
-the package's own driver and the report reads them back from MLflow."""
+"""bench_search_efficiency.py end to end below its smoke size: the three searches run
+through the package's own driver and the report reads them back from MLflow."""
 
 from __future__ import annotations
 
@@ -38,9 +38,11 @@ def test_the_smoke_benchmark_runs_all_three_searches(
     # the benchmark registers its two spaces in the driver's registry: not for later tests
     monkeypatch.setattr(spaces, "SPACES", dict(spaces.SPACES))
 
+    # The smoke with one margin and 2 ASHA trials: fewer trials, the same three searches.
     code = bench_search_efficiency.main(
-        ["--smoke", "--store", small_store, "--out", str(tmp_path / "out"), *on_cluster]
-    )
+        ["--smoke", "--margins", "0.1", "--asha-trials", "2", "--store", small_store,
+         "--out", str(tmp_path / "out"), *on_cluster]
+    )  # fmt: skip
     assert code == 0
     out = capsys.readouterr().out
     rows = {
@@ -48,9 +50,10 @@ def test_the_smoke_benchmark_runs_all_three_searches(
         for line in out.splitlines()
         if line.startswith("| ") and "(" in line.split(" | ")[0]
     }
-    # 2 models x 2 margins, every trial to both epochs; ASHA + TPE 4 trials, no more epochs
-    assert rows["grid (grid)"][1:3] == ["4", "8 (100%)"]
-    assert rows["asha-tpe (TPE)"][1] == "4"
-    assert int(rows["asha-tpe (TPE)"][2].split()[0]) <= 8
+    # 2 models x 1 margin, every trial to both epochs; ASHA + TPE 2 trials, none past the
+    # epoch cap: no more trial-epochs than the grid's 2 x 2
+    assert rows["grid (grid)"][1:3] == ["2", "4 (100%)"]
+    assert rows["asha-tpe (TPE)"][1] == "2"
+    assert int(rows["asha-tpe (TPE)"][2].split()[0]) <= 4
     assert "pareto-tpe (TPE)" in rows
     assert "verdict:" in out and "hypervolume ratio pareto-tpe / grid" in out
