@@ -108,12 +108,13 @@ def test_the_replay_gives_live_training_s_metrics_and_a_live_search_s_decisions(
         assert [k for k in now if now[k] != then[k]] == []
 
     # 2. A live ASHA search and its replay, one trial at a time, decide the same: the same
-    # configs drawn, the same trials stopped at the same epochs.
+    # configs drawn, the same trials stopped at the same epochs. In the recording's runs
+    # folder, as a user's next search would be: its MLflow database is made once, not twice.
     argv = [
         "--space", "bench_tpe", "--data", str(tiny_world), "--epochs", "2", "--seed", "0",
         "--scheduler", "asha", "--num-samples", "4", "--max-concurrent", "1",
         "--cpus-per-trial", "1", "--no-dashboard", "--no-baselines",
-        "--runs-dir", str(tmp_path / "live"), "--experiment", "live", *on_cluster,
+        "--runs-dir", str(tmp_path / "record"), "--experiment", "live", *on_cluster,
     ]  # fmt: skip
     settings = SearchSettings.from_args(parse_args(argv))
     run_search(settings)
