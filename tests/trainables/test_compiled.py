@@ -137,6 +137,7 @@ def test_what_it_is_compiled_from_makes_the_key(
     assert _compiled.key_parts(extension)["compiler"] != parts["compiler"]
 
 
+@pytest.mark.slow  # six interpreters with torch and three builds: 10-17 s
 def test_a_reader_never_sees_half_a_build(tiny: _compiled.Extension) -> None:
     """Until the manifest names the module, there is nothing to load (a builder that
     died mid-way leaves a work folder and no manifest; the next builder removes it)."""
