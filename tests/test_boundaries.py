@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 LIBRARY_MODULES = [
     "storage",
     "storage.build",
@@ -167,6 +169,7 @@ def test_the_public_faces_resolve_and_list_what_they_export() -> None:
     assert _python(code) == "ok"
 
 
+@pytest.mark.slow  # 5 s or more in the fast tier (BENCHMARKS.md)
 def test_loading_a_model_by_run_imports_neither_cli() -> None:
     # SentenceEncoder.load("models:/..." or a run id) goes through analysis.models, which
     # once imported the compare CLI (and, through it, the report)

@@ -135,6 +135,7 @@ def test_one_family_keeps_what_varies_or_what_the_space_defines() -> None:
     assert one.kinds == {"margin": CONTINUOUS}
 
 
+@pytest.mark.slow  # 5 s or more in the fast tier (BENCHMARKS.md)
 def test_the_report_of_an_encoders_search(runs: Path, tmp_path: Path, capsys, monkeypatch) -> None:
     page, figures = _report(runs, "encoders", tmp_path, capsys, monkeypatch)
     sections = re.findall(r'<h2 id="([^"]+)"', page)

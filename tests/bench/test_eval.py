@@ -53,6 +53,7 @@ def test_the_battery_part_runs_at_tiny_sizes(
     assert pairs[1] == pairs[3] and pairs[5] == pairs[7], pairs
 
 
+@pytest.mark.slow  # 5 s or more in the fast tier (BENCHMARKS.md)
 def test_the_parts_baseline_and_the_cpu_sizes(small_store: str, capsys) -> None:
     from gridsearch.settings import CPU_SIZED
 

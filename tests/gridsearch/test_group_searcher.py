@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import pytest
 import ray
 from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import Searcher
@@ -64,6 +65,7 @@ def _study(tmp_path: Path) -> optuna.Study:
     return optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 'study.db'}")
 
 
+@pytest.mark.slow  # 5 s or more in the fast tier (BENCHMARKS.md)
 def test_configurations_of_different_shapes_never_share_a_trial(
     tmp_path: Path, signals: Any
 ) -> None:

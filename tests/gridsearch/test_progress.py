@@ -50,6 +50,7 @@ def _report(trial: Trial, epoch: int, r10: float, finished: bool = False) -> dic
     return result
 
 
+@pytest.mark.slow  # 5 s or more in the fast tier (BENCHMARKS.md)
 def test_status_line_counts_trials_names_the_best_and_estimates(signals: Any) -> None:
     lines: list[str] = []
     clock = Clock()
@@ -250,6 +251,7 @@ def test_a_smoke_search_of_seeds_presets_is_small_and_shows_its_progress(
 # one of its two searches with it, and holds it to the same decisions as the other
 
 
+@pytest.mark.slow  # 5 s or more in the fast tier (BENCHMARKS.md)
 def test_tunes_slow_step_warning_is_raised_past_a_busy_machines_mlflow_writes() -> None:
     """Tune reads its "may be a performance bottleneck" threshold when imported, so
     gridsearch.run sets it first (a fresh interpreter: these tests imported Tune already)."""

@@ -60,6 +60,7 @@ def _answer(model, body: object) -> tuple[int, str]:
     return done.status, done.response
 
 
+@pytest.mark.slow  # 5 s or more in the fast tier (BENCHMARKS.md)
 def test_sentences_in_each_form_are_embedded(served) -> None:
     model, expected = served
     for body in (

@@ -50,6 +50,7 @@ def test_every_baseline_has_dev_and_test_values_under_the_trials_names(
     assert computed["ngram_ridge"][TEST_R10] > computed["chance"][TEST_R10]
 
 
+@pytest.mark.slow  # 5 s or more in the fast tier (BENCHMARKS.md)
 def test_the_cache_is_read_back_while_the_store_and_sets_are_unchanged(
     store: Path, computed: dict[str, dict[str, float]]
 ) -> None:

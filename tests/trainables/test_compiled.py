@@ -159,6 +159,7 @@ def test_a_reader_never_sees_half_a_build(tiny: _compiled.Extension) -> None:
     assert len(_builds(folder)) == 3
 
 
+@pytest.mark.slow  # 5 s or more in the fast tier (BENCHMARKS.md)
 def test_another_clone_in_another_venv_loads_the_build_without_a_word(
     tiny: _compiled.Extension, tmp_path: Path
 ) -> None:

@@ -86,6 +86,7 @@ def test_without_a_compiler_the_build_says_why_once_and_training_uses_python(
     assert "RuntimeWarning" not in done.stderr  # said once, by the build
 
 
+@pytest.mark.slow  # 5 s or more in the fast tier (BENCHMARKS.md)
 def test_a_config_saying_python_runs_the_python_loop_without_looking(
     tmp_path: Path, tiny_world: Path
 ) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
+import pytest
 from mlflow.tracking import MlflowClient
 
 from gridsearch.tracking import TrialTracker
@@ -54,6 +55,7 @@ def _recorded(client: MlflowClient, run_id: str) -> dict[str, list[tuple[int, fl
     }
 
 
+@pytest.mark.slow  # 5 s or more in the fast tier (BENCHMARKS.md)
 def test_a_late_battery_is_logged_at_its_own_epoch_by_the_tracker_and_by_reconcile(
     tiny_world: Path, tmp_path: Path
 ) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from mlflow.tracking import MlflowClient
 
 from analysis import load_search
@@ -214,6 +215,7 @@ def test_the_summary_step_without_the_epochs_parameter_is_the_best_trials_last_e
     assert summary_step({}, {"epoch": float("nan")}) == 0 == summary_step({}, {})
 
 
+@pytest.mark.slow  # 5 s or more in the fast tier (BENCHMARKS.md)
 def test_the_runs_table_names_the_selected_and_the_reported_metric_and_the_search_row(
     tmp_path: Path,
 ) -> None:
