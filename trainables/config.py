@@ -246,6 +246,16 @@ class _Config:
     def replace(self: _C, **changes: Any) -> _C:
         return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
+    def __post_init__(self) -> None:
+        """Every field's declared checks, then the rules of each part this config is made
+        of (its ``_rules``, in the order of the parts: a ``TrainConfig`` runs all five
+        parts' and its own, with no list to keep by hand)."""
+        self._check_fields()
+        for part in reversed(type(self).__mro__):
+            rules = part.__dict__.get("_rules")
+            if rules is not None:
+                rules(self)
+
     def _check_fields(self) -> None:
         """Each field of its kind and choices, within the bounds it declares."""
         for field in dataclasses.fields(self):  # type: ignore[arg-type]
@@ -316,11 +326,7 @@ class ModelConfig(_Config):
     rnn_layers: int = setting(1, "vete_rnn: stacked RNN layers (one direction)", low=1)
     dropout: float = setting(0.0, "cap2img: dropout on the sentence encoding (GroundSent: 0.5)")
 
-    def __post_init__(self) -> None:
-        self._check_fields()
-        self._check_model()
-
-    def _check_model(self) -> None:
+    def _rules(self) -> None:
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError("dropout", f"got {self.dropout!r}, expected a number in [0, 1)")
         _check_applies(self)
@@ -379,9 +385,6 @@ class LossConfig(_Config):
         low=0.0, member=True,
     )  # fmt: skip
 
-    def __post_init__(self) -> None:
-        self._check_fields()
-
 
 @dataclass(frozen=True)
 class OptimConfig(_Config):
@@ -420,11 +423,7 @@ class OptimConfig(_Config):
         2, "snapshots with the best dev R@10 mean summed into the ensemble", low=1, member=True
     )
 
-    def __post_init__(self) -> None:
-        self._check_fields()
-        self._check_optim()
-
-    def _check_optim(self) -> None:
+    def _rules(self) -> None:
         if self.lr_min > self.lr_max:
             raise ConfigError(
                 "lr_min",
@@ -449,9 +448,6 @@ class EvalConfig(_Config):
         0, "sentences encoded at once in evaluation; 0 = by device: 1024 on a GPU, 256 on a "
         "CPU (whose activations then stay in cache; BENCHMARKS.md)", low=0,
     )  # fmt: skip
-
-    def __post_init__(self) -> None:
-        self._check_fields()
 
 
 @dataclass(frozen=True)
@@ -484,8 +480,7 @@ class RunConfig(_Config):
         "equations either way",
     )  # fmt: skip
 
-    def __post_init__(self) -> None:
-        self._check_fields()
+    def _rules(self) -> None:
         check_device(self.device)
 
 
@@ -499,14 +494,7 @@ class TrainConfig(RunConfig, EvalConfig, OptimConfig, LossConfig, ModelConfig):
     them. ``evaluation`` and ``run`` give those parts alone (what the evaluation is made
     from)."""
 
-    def __post_init__(self) -> None:
-        self._check_fields()
-        self._check_model()
-        self._check_optim()
-        check_device(self.device)
-        self._check_between()
-
-    def _check_between(self) -> None:
+    def _rules(self) -> None:
         """The rules that tie a loss weight or a clip to the encoder family."""
         if self.pooling == "max" and self.attention_penalty != 0.0:
             raise ConfigError(
