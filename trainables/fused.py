@@ -56,7 +56,7 @@ from trainables._fused_optim import FusedAdam, clip_per_member
 from trainables.config import ConfigError, TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches
 from trainables.device import resolve_device
-from trainables.loss import HingeLoss, at_least_float32
+from trainables.loss import at_least_float32, make_loss
 from trainables.model import GroundedEncoder
 from trainables.schedule import cyclic_cosine_lr
 from trainables.word_vectors import PretrainedVectors
@@ -305,11 +305,7 @@ class FusedTrainer:
         if not self.members:
             raise RuntimeError("no members left in the group")
         configs = [m.config for m in self.members]
-        loss_fn = HingeLoss(
-            [c.margin for c in configs],
-            [c.reduction for c in configs],
-            [c.negatives for c in configs],
-        )
+        loss_fn = make_loss(configs)
         limits = {
             "image": torch.tensor([c.clip_image for c in configs], dtype=torch.float64),
             "caption": torch.tensor([c.clip_caption for c in configs], dtype=torch.float64),

@@ -97,7 +97,17 @@ class PearsonLoss(nn.Module):
         return -(x * y).sum() / (x.norm() * y.norm()).clamp(min=1e-12)
 
 
-def make_loss(config: LossConfig) -> nn.Module:
-    if config.loss == "pearson":
-        return PearsonLoss()
-    return HingeLoss(config.margin, config.reduction, config.negatives)
+# HingeLoss's arguments: each is the LossConfig field of the same name
+_HINGE_FIELDS = ("margin", "reduction", "negatives")
+
+
+def make_loss(config: LossConfig | Sequence[LossConfig]) -> nn.Module:
+    """The objective of one config, or (a sequence of k) the hinge losses of a fused
+    group's members: ``(k,)`` losses, each with its member's own values."""
+    if isinstance(config, LossConfig):
+        if config.loss == "pearson":
+            return PearsonLoss()
+        return HingeLoss(**{name: getattr(config, name) for name in _HINGE_FIELDS})
+    if not config or any(member.loss != "hinge" for member in config):
+        raise ValueError("a fused group trains the hinge loss only, one member or more")
+    return HingeLoss(**{name: [getattr(m, name) for m in config] for name in _HINGE_FIELDS})

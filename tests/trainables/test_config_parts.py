@@ -5,11 +5,13 @@ differ in it; the training config holds them all, flat, and the rules between tw
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import typing
 
 import pytest
 import torch
 
+from trainables import loss as loss_module
 from trainables.config import (
     CHOICES,
     ConfigError,
@@ -139,6 +141,21 @@ def test_components_take_their_concern_alone() -> None:
     hinge = make_loss(LossConfig(margin=0.3, negatives="hardest"))
     assert isinstance(hinge, HingeLoss)
     assert isinstance(make_loss(LossConfig(loss="pearson")), PearsonLoss)
+
+
+def test_the_hinge_loss_takes_its_member_fields_from_the_loss_config() -> None:
+    """``HingeLoss``'s arguments are ``LossConfig``'s fields of the same names, each one
+    a member of a fused group may set for itself; a group is refused a loss it cannot
+    train per member."""
+    arguments = set(inspect.signature(HingeLoss).parameters)
+    fields = {f.name: f for f in dataclasses.fields(LossConfig)}
+    assert arguments == set(loss_module._HINGE_FIELDS)
+    assert all(fields[name].metadata["member"] for name in arguments)
+    group = make_loss([LossConfig(margin=0.1), LossConfig(margin=0.3, reduction="mean")])
+    assert group.margin.tolist() == [0.1, 0.3] and group.mean.tolist() == [False, True]
+    assert make_loss([LossConfig()]).margin.shape == (1,)  # a group of one keeps its axis
+    with pytest.raises(ValueError, match="hinge loss only"):
+        make_loss([LossConfig(), LossConfig(loss="pearson")])
 
 
 def test_a_trial_inherits_the_run_level_settings_its_family_has() -> None:

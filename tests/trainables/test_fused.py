@@ -23,7 +23,7 @@ from trainables.data import EncodedSplit, TrainingData, epoch_batches
 from trainables.families import build_tokenizer
 from trainables.fused import MEMBER_FIELDS, SHARED_FIELDS
 from trainables.loop import Trainer
-from trainables.loss import HingeLoss
+from trainables.loss import make_loss
 from trainables.model import GroundedEncoder
 
 F64 = REORDERED[torch.float64]
@@ -102,18 +102,14 @@ def test_the_fused_encoder_embeds_and_differentiates_as_each_member_alone(
     features, tokens, lengths = _batches(data.train, cfgs)
     assert len(set(lengths.amax(dim=1).tolist())) > 1  # the members' widths differ
     images, captions = fused(features, tokens, lengths)
-    losses = HingeLoss(
-        [c.margin for c in cfgs], [c.reduction for c in cfgs], [c.negatives for c in cfgs]
-    )(images, captions)
+    losses = make_loss(cfgs)(images, captions)
     losses.sum().backward()
     for m, (model, config) in enumerate(zip(models, cfgs, strict=True)):
         width = int(lengths[m].max())
         lone_images, lone_captions = model(features[m], tokens[m, :, :width], lengths[m])
         assert_f64(images[m], lone_images, f"member {m} images")
         assert_f64(captions[m], lone_captions, f"member {m} captions")
-        lone_loss = HingeLoss(config.margin, config.reduction, config.negatives)(
-            lone_images, lone_captions
-        )
+        lone_loss = make_loss(config)(lone_images, lone_captions)
         assert_f64(losses[m], lone_loss, f"member {m} loss")
         lone_loss.backward()
         for name, p in model.named_parameters():
