@@ -6,6 +6,7 @@ row i is image i, column j caption j, and pair (i, i) matches.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 
 import torch
@@ -97,8 +98,9 @@ class PearsonLoss(nn.Module):
         return -(x * y).sum() / (x.norm() * y.norm()).clamp(min=1e-12)
 
 
-# HingeLoss's arguments: each is the LossConfig field of the same name
-_HINGE_FIELDS = ("margin", "reduction", "negatives")
+# HingeLoss's arguments, each the LossConfig field of the same name: a new one is read
+# from every config without another edit
+_HINGE_FIELDS = tuple(inspect.signature(HingeLoss).parameters)
 
 
 def make_loss(config: LossConfig | Sequence[LossConfig]) -> nn.Module:
