@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Metric, RunTag
+from mlflow.entities import RunTag
 from mlflow.tracking import MlflowClient
 
 from gridsearch._space import SearchSpace
@@ -33,7 +33,7 @@ from gridsearch.settings import SearchSettings
 from gridsearch.summary import TrialOutcome, best_trial
 from gridsearch.tracking._artifacts import CURVE_KEYS
 from gridsearch.tracking._curves import charts_view, curve_scale, tradeoff_curve
-from gridsearch.tracking._store import objective_metrics
+from gridsearch.tracking._store import log_metrics, objective_metrics
 from gridsearch.tracking._tags import (
     CHARTS_VIEW,
     PARENT_TAG,
@@ -52,8 +52,6 @@ __all__ = [
     "rescale_charts_view",
     "summary_step",
 ]
-
-BATCH_LIMIT = 1000  # MLflow's limit on metrics per log_batch call
 
 
 def parent_params(
@@ -127,11 +125,8 @@ def close_parent(
     run = client.get_run(parent)
     objective = run.data.params.get("objective", "retrieval")
     values, tags = best_values(client, run.info.experiment_id, objective, outcomes)
-    stamp, step = int(time.time() * 1000), summary_step(run.data.params, values)
-    metrics = [Metric(k, v, stamp, step) for k, v in values.items()]
-    metrics.append(Metric("search/elapsed_s", elapsed_s, stamp, step))
-    for start in range(0, len(metrics), BATCH_LIMIT):
-        client.log_batch(parent, metrics=metrics[start : start + BATCH_LIMIT])
+    step = summary_step(run.data.params, values)
+    log_metrics(client, parent, {**values, "search/elapsed_s": elapsed_s}, step)
     client.log_batch(parent, tags=[RunTag(k, v) for k, v in tags.items()])
     rescale_charts_view(client, run.info.experiment_id, parent, objective)
     failed_all = bool(outcomes) and all(o.status == "failed" for o in outcomes)

@@ -12,18 +12,17 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Metric, Param
+from mlflow.entities import Param
 from mlflow.tracking import MlflowClient
 
 from gridsearch._outcome import Outcome
 from gridsearch.tracking._artifacts import CURVE_KEYS, write_trial_artifacts
 from gridsearch.tracking._lineage import copy_inputs
-from gridsearch.tracking._store import param_value
+from gridsearch.tracking._store import log_metrics, param_value
 from gridsearch.tracking._tags import (
     ERROR_TAG,
     OUTCOME_RUNNING,
@@ -41,7 +40,6 @@ __all__ = ["TrialRuns", "split_trial_config", "trial_name"]
 
 logger = logging.getLogger(__name__)
 ERROR_LIMIT = 5000  # characters of an error kept in its tag (the end, where it says why)
-BATCH_LIMIT = 1000  # MLflow's limit on metrics per log_batch call
 
 
 def split_trial_config(config: Mapping[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
@@ -158,11 +156,7 @@ class TrialRuns:
         run_id = self.run_of(trial_id, config)
         if epoch in self._logged[run_id]:
             return False
-        stamp = int(time.time() * 1000)
-        metrics = [Metric(k, v, stamp, epoch) for k, v in values.items()]
-        metrics.append(Metric("epoch", float(epoch), stamp, epoch))
-        for start in range(0, len(metrics), BATCH_LIMIT):
-            self.client.log_batch(run_id, metrics=metrics[start : start + BATCH_LIMIT])
+        log_metrics(self.client, run_id, {**values, "epoch": float(epoch)}, epoch)
         self._logged[run_id].add(epoch)
         return True
 
@@ -183,10 +177,7 @@ class TrialRuns:
             }
         if epoch in self._late[run_id]:
             return False
-        stamp = int(time.time() * 1000)
-        metrics = [Metric(k, v, stamp, epoch) for k, v in values.items()]
-        for start in range(0, len(metrics), BATCH_LIMIT):
-            self.client.log_batch(run_id, metrics=metrics[start : start + BATCH_LIMIT])
+        log_metrics(self.client, run_id, values, epoch)
         self._late[run_id].add(epoch)
         return True
 

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Param
+from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from gridsearch.settings import OBJECTIVES
@@ -45,6 +45,7 @@ __all__ = [
     "TrackingError",
     "check_reachable",
     "ensure_experiment",
+    "log_metrics",
     "objective_metrics",
     "param_value",
     "parent_name",
@@ -57,6 +58,7 @@ __all__ = [
 ]
 
 PARAM_LIMIT = 6000  # MLflow's limit on a parameter value, in characters
+BATCH_LIMIT = 1000  # MLflow's limit on metrics per log_batch call
 LOCAL_UI = "http://127.0.0.1:5000"  # where `mlflow ui` serves a local store by default
 # The columns of the results view after the two objectives: the test values of the
 # ensemble (finished trials) and of the last epoch's model (every trial), and the epoch a
@@ -189,6 +191,15 @@ def param_value(value: Any) -> str:
     MLflow's limit."""
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     return text[:PARAM_LIMIT]
+
+
+def log_metrics(client: MlflowClient, run_id: str, values: Mapping[str, float], step: int) -> None:
+    """``values`` logged into the run at ``step``, with one timestamp, in as few calls as
+    MLflow's limit per call allows."""
+    stamp = int(time.time() * 1000)
+    metrics = [Metric(k, v, stamp, step) for k, v in values.items()]
+    for start in range(0, len(metrics), BATCH_LIMIT):
+        client.log_batch(run_id, metrics=metrics[start : start + BATCH_LIMIT])
 
 
 def objective_metrics(objective: str) -> tuple[str, ...]:
