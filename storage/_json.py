@@ -32,9 +32,9 @@ import re
 import sys
 from typing import Any
 
-from storage._errors import StoreError
+from storage._errors import StoreError, describe
 
-__all__ = ["MAX_DEPTH", "parse_json"]
+__all__ = ["MAX_DEPTH", "parse_json", "utf8_text"]
 
 # Every file this package reads nests at most 6 levels; 64 leaves room for extra
 # fields while keeping any later walk of a value far from Python's recursion limit.
@@ -59,13 +59,21 @@ def _finite_float(text: str) -> float:
     return value
 
 
-def parse_json(data: bytes, where: str) -> Any:
-    """The value the JSON document ``data`` holds; ``where`` names it in errors."""
+def utf8_text(data: bytes, where: str) -> str:
+    """``data`` as UTF-8 text (a byte order mark dropped); else a StoreError naming
+    ``where`` and the line of the first byte that is not UTF-8."""
     try:
-        text = data.decode("utf-8-sig")
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
-        raise StoreError(f"{where}, line {line}: expected UTF-8 text ({err.reason})") from None
+        raise StoreError(
+            f"{describe(where, line=line)}: expected UTF-8 text ({err.reason})"
+        ) from None
+
+
+def parse_json(data: bytes, where: str) -> Any:
+    """The value the JSON document ``data`` holds; ``where`` names it in errors."""
+    text = utf8_text(data, where)
     try:
         value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except RecursionError:

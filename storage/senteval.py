@@ -41,6 +41,7 @@ import numpy as np
 
 from storage._errors import MissingFileError, StoreError, describe
 from storage._files import read_regular
+from storage._json import utf8_text
 from storage._suite import HINT, OFFICIAL_STS, OFFICIAL_SUPERVISED, Suite, check_root, load_suite
 
 __all__ = [
@@ -127,12 +128,7 @@ def _read_lines(path: Path, needed_by: str, *, keep_empty_tail: bool = False) ->
         data = read_regular(path, f"a file {needed_by} needs")
     except MissingFileError:
         raise StoreError(f"{describe(path)}: missing file, needed by {needed_by}; {HINT}") from None
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        where = describe(path, line=line)
-        raise StoreError(f"{where}: expected UTF-8 text ({err.reason})") from None
+    text = utf8_text(data, describe(path))
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if lines[-1] == "":  # the final terminator
         lines.pop()
