@@ -21,6 +21,7 @@ from gridsearch.tracking import (
     EPOCH_ZERO_AT,
     NOTE_BOX,
     AxisRange,
+    CurveScale,
     TradeoffCurve,
     curve_scale,
     epoch_axis,
@@ -88,13 +89,8 @@ def draw_tradeoff_overlay(
             if curve.best_semantic_epoch is not None:
                 at = curve.epochs.index(curve.best_semantic_epoch)
                 ax.plot(x[at], values[at], "*", color=colour, markersize=12, markeredgecolor="k")
-    for (ax, field, axis), label in zip(
-        panels, ("dev R@10 mean (%)", "dev semantic score (r)"), strict=True
-    ):
-        epoch_axis(ax, scale)
-        ax.set_ylim(axis.low, axis.high)
-        ax.set_ylabel(label)
-        mark_untrained(ax, axis, "0.3")
+    _frame_panels(panels, scale)
+    for ax, field, axis in panels:
         far = [
             f"{r.label} {getattr(r, field):.3g}"
             for r in references
@@ -118,6 +114,17 @@ def draw_tradeoff_overlay(
                    ncol=max(1, min(4, 150 // (widest + 8))), frameon=False, fontsize=7,
                    title="trials (what each tried) and baselines", title_fontsize=8)  # fmt: skip
     return _save(fig, path, tight=False)
+
+
+def _frame_panels(panels: Sequence[tuple[Axes, str, AxisRange]], scale: CurveScale) -> None:
+    """The two trade-off panels' epoch axis, value range, label and untrained mark."""
+    for (ax, _, axis), label in zip(
+        panels, ("dev R@10 mean (%)", "dev semantic score (r)"), strict=True
+    ):
+        epoch_axis(ax, scale)
+        ax.set_ylim(axis.low, axis.high)
+        ax.set_ylabel(label)
+        mark_untrained(ax, axis, "0.3")
 
 
 def _with_references(axis: AxisRange, values: Mapping[str, float]) -> AxisRange:
@@ -217,13 +224,7 @@ def draw_family_overlay(
             epochs, medians = _family_median(trials.values(), field)
             ax.plot(_epoch_x(epochs), [axis.clip(v) for v in medians], "-o", color=colour,
                     linewidth=2.5, markersize=3, label=f"{family} ({len(trials)})")  # fmt: skip
-    for (ax, _, axis), label in zip(
-        panels, ("dev R@10 mean (%)", "dev semantic score (r)"), strict=True
-    ):
-        epoch_axis(ax, scale)
-        ax.set_ylim(axis.low, axis.high)
-        ax.set_ylabel(label)
-        mark_untrained(ax, axis, "0.3")
+    _frame_panels(panels, scale)
     retrieval_ax.set_title("retrieval by family (thick: median over its trials)", fontsize=10)
     semantic_ax.set_title("semantic score by family", fontsize=10)
     _legend_below(retrieval_ax, ncol=4, title="family (trials)", title_fontsize=8)
