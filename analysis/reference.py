@@ -23,7 +23,6 @@ from trainables import names
 from trainables.stats import pearson_ci
 
 __all__ = [
-    "COCO_1K",
     "MARGIN_STABLE_RANGE",
     "OFFICIAL_LABELS",
     "OFFICIAL_PAIRS",
@@ -82,11 +81,6 @@ RETRIEVAL: dict[str, RetrievalReference] = {
         "20.2±1.1 46.9±1.4 60.9±1.4 6.0 25.7±1.2 54.3±1.4 68.8±1.3 4.0",
     ),
 }
-COCO_1K = _retrieval(  # for completeness: our report evaluates the 5k split only
-    "char-GRU (paper, 1k)",
-    "Merkx & Frank 2019, Table 3 (MSCOCO test, mean of five 1k folds)",
-    "41.4±1.4 76.8±1.2 88.0±0.9 2.0 51.2±1.4 83.5±1.0 92.1±0.7 1.2",
-)
 
 # Table 5, char-GRU columns: (subtask as SentEval names it, Flickr8k model, MSCOCO model),
 # each "r +plus -minus". The paper prints "OnWN"/"SMTnews" for STS12's surprise.* sets,

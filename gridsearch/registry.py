@@ -93,7 +93,6 @@ BEST_ALIASES = {"best-retrieval": names.BEST_RETRIEVAL, "best-semantic": names.B
 PARETO_ALIAS = "pareto-{}"  # 1-based, by dev R@10 mean, best first
 _ARTIFACT = "ensemble"  # the key of ensemble.pt among the model's artifacts
 _MODEL_CODE = Path(__file__).with_name("_encoder_model.py")  # builds the model on loading
-_PROGRESS_BAR = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
 _DISTRIBUTION = "grounded-gridsearch"  # this package, whose dependencies the model needs
 _EXAMPLE = ["A small red circle.", "Two blue squares next to a green triangle."]
 # A version's tags: the values it was chosen on (dev) and its ensemble's test values.

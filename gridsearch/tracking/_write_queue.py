@@ -79,11 +79,6 @@ class WriteQueue:
         """Writes not yet accepted by the store."""
         return len(self._pending)
 
-    @property
-    def store_away(self) -> bool:
-        """The store did not take the last write tried (not answering, or a full disk)."""
-        return self._down_since is not None
-
     def submit(self, what: str, write: Write) -> None:
         """Queue ``write`` (``what`` names it in log lines) and try everything queued."""
         self._pending.append((what, write))

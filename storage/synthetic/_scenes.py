@@ -39,13 +39,6 @@ SIZE_RADIUS: tuple[float, ...] = (0.075, 0.11, 0.15)  # half-width as a fraction
 TEXTURES: tuple[str, ...] = ("plain", "stripes", "checks", "dots", "grain")
 TEXTURE_VARIANTS = 4  # orientation/phase variants of each texture
 RELATIONS: tuple[str, ...] = ("left of", "right of", "above", "below", "next to")
-INVERSE_RELATION: dict[str, str] = {
-    "left of": "right of",
-    "right of": "left of",
-    "above": "below",
-    "below": "above",
-    "next to": "next to",
-}
 MAX_OBJECTS = 3
 _OBJECT_COUNT_P = (0.2, 0.4, 0.4)  # probability of 1, 2, 3 objects
 _GRID = 3  # objects sit in distinct cells of a 3x3 grid, so they rarely overlap
