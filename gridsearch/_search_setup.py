@@ -20,7 +20,7 @@ from gridsearch._scheduler import cycle_epochs, describe_rungs, make_scheduler
 from gridsearch._scheduler_choice import FIFO_BELOW_EPOCHS, resolve_scheduler
 from gridsearch.cluster import Resources
 from gridsearch.progress import ProgressPrinter, shown_keys
-from gridsearch.settings import SearchError, SearchSettings
+from gridsearch.settings import SearchError, SearchSettings, first_objective
 from gridsearch.spaces import SearchSpace
 from gridsearch.tracking import TrialTracker, ensure_experiment, parent_params, start_parent_run
 from storage.senteval import SemanticBenchmark
@@ -204,6 +204,7 @@ class SearchRun:
         scheduler = make_scheduler(
             settings.scheduler, self.epochs, self.cycle, settings.metric, settings.mode
         )
+        metric, mode = first_objective(settings.objective)
         # every trial a group (of up to --fuse configurations of one shape), its members
         # stopped one by one by the search's scheduler
         self.searcher, scheduler = group_search(
@@ -215,8 +216,8 @@ class SearchRun:
                 search_alg=self.searcher,
                 scheduler=scheduler,
                 num_samples=self.num_samples,
-                metric=_first(settings.metric),
-                mode=_first(settings.mode),
+                metric=metric,
+                mode=mode,
                 time_budget_s=settings.time_budget_s,
                 # A finished trial's worker process takes the next trial: no new process,
                 # no second import of torch, and the data already in its memory.
@@ -246,11 +247,6 @@ def _local_paths(settings: SearchSettings) -> list[Path]:
 
 def _as_list(value: str | list[str]) -> list[str]:
     return list(value) if isinstance(value, list) else [value]
-
-
-def _first(value: Any) -> Any:
-    """Tune's own metric/mode: the first objective (the searcher handles both)."""
-    return value[0] if isinstance(value, list) else value
 
 
 class _Ended(Callback):

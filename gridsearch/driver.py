@@ -43,7 +43,7 @@ from gridsearch.cluster import (
     start_ray,
     token_auth_enabled,
 )
-from gridsearch.settings import SearchError, SearchSettings
+from gridsearch.settings import SearchError, SearchSettings, first_objective
 from gridsearch.spaces import SearchSpace, load_space
 from storage.cli import error_line
 from storage.senteval import SemanticBenchmark
@@ -186,6 +186,7 @@ def _trainable(
     each node that runs trials) and its resources attached. ``complete_at``: where ASHA
     may stop a member, its report holds its own test battery (trainables.loop);
     ``signals``: the trials' ``TrialSignals`` actor."""
+    metric, mode = first_objective(settings.objective)
     return tune.with_resources(
         tune.with_parameters(
             trial,
@@ -197,13 +198,8 @@ def _trainable(
             seeds_per_config=settings.seeds_per_config,
             complete_at=tuple(complete_at),
             signals=signals,
-            metric=_first(settings.metric),
-            mode=_first(settings.mode),
+            metric=metric,
+            mode=mode,
         ),
         {"cpu": resources.cpu, "gpu": resources.gpu},
     )
-
-
-def _first(value: Any) -> Any:
-    """The first objective (a fused trial reports its best member on it)."""
-    return value[0] if isinstance(value, list) else value

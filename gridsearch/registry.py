@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
-import re
 import tempfile
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -70,7 +69,7 @@ import storage
 import trainables
 from gridsearch._outcome import Outcome
 from gridsearch._space_file import SPACE_NAME
-from gridsearch.summary import TrialOutcome, best_trial, pareto_front
+from gridsearch.summary import TrialOutcome, best_trial, pareto_front, without_password
 from gridsearch.tracking import TRIAL_TAG, using_tracking_uri
 from storage.cli import error_line
 from trainables import names
@@ -251,7 +250,7 @@ def register_best(
     except Exception as err:  # MLflow raises many kinds for a store that is away
         write(
             f"warning: the best models were not registered as {name!r} in "
-            f"{_without_password(tracking_uri)} ({error_line(err, 200)}); the search is "
+            f"{without_password(tracking_uri)} ({error_line(err, 200)}); the search is "
             f"recorded all the same, every trial's {ENSEMBLE_FILE} in its run"
         )
         return {}
@@ -352,11 +351,6 @@ class _Search:
             "chosen_as": ", ".join(aliases),
             **values,
         }
-
-
-def _without_password(uri: str) -> str:
-    """``postgresql://user:secret@host/db`` -> ``postgresql://user:***@host/db``."""
-    return re.sub(r"^([a-z0-9+.-]+://[^:/@]*:)[^@/]*@", r"\1***@", uri, flags=re.IGNORECASE)
 
 
 def _ours(alias: str) -> bool:

@@ -32,6 +32,7 @@ __all__ = [
     "NothingToRun",
     "SearchError",
     "SearchSettings",
+    "first_objective",
     "parse_args",
 ]
 
@@ -44,6 +45,16 @@ OBJECTIVES: dict[str, tuple[Any, Any]] = {
     "both": ([_RETRIEVAL, _SEMANTIC], ["max", "max"]),
 }
 SMOKE_WORLD_IMAGES = 120
+
+
+def first_objective(objective: str) -> tuple[str, str]:
+    """The metric and mode of ``--objective``'s first metric (for ``both``, retrieval's:
+    the paper's selection): what Tune itself is told (the searcher handles both of
+    ``both``; a fused trial reports its best member on it)."""
+    metric, mode = OBJECTIVES[objective]
+    return (metric[0], mode[0]) if isinstance(metric, list) else (metric, mode)
+
+
 DEFAULT_MIN_FREE_DISK_MB = 256.0
 
 

@@ -26,6 +26,7 @@ __all__ = [
     "pareto_front",
     "ray_dashboard_line",
     "report_command",
+    "without_password",
 ]
 
 
@@ -174,7 +175,7 @@ def report_command(settings: SearchSettings, *, partial: bool = False) -> str:
         f"--experiment {settings.experiment}",
     ]
     if settings.tracking_uri != settings.layout.tracking_uri:
-        words.append(f"--tracking-uri {shlex.quote(_without_password(settings.tracking_uri))}")
+        words.append(f"--tracking-uri {shlex.quote(without_password(settings.tracking_uri))}")
     if partial:
         words.append("--partial")
     return " ".join(words)
@@ -183,7 +184,7 @@ def report_command(settings: SearchSettings, *, partial: bool = False) -> str:
 def dashboard_command(settings: SearchSettings) -> str:
     """The exact ``optuna-dashboard`` command that shows the search's Optuna study (a
     password in a database URL shown as ``***``)."""
-    return f"optuna-dashboard {shlex.quote(_without_password(settings.optuna_storage))}"
+    return f"optuna-dashboard {shlex.quote(without_password(settings.optuna_storage))}"
 
 
 def closing_commands(settings: SearchSettings, *, partial: bool = False) -> list[tuple[str, str]]:
@@ -192,7 +193,7 @@ def closing_commands(settings: SearchSettings, *, partial: bool = False) -> list
     dashboard = dashboard_command(settings)
     if importlib.util.find_spec("optuna_dashboard") is None:
         dashboard += "   (pip install optuna-dashboard)"
-    tracking = _without_password(settings.tracking_uri)
+    tracking = without_password(settings.tracking_uri)
     runs = (
         f"open {tracking} (the MLflow server)"
         if tracking.startswith(("http://", "https://"))
@@ -219,6 +220,6 @@ def ray_dashboard_line(settings: SearchSettings, url: str) -> str:
     )
 
 
-def _without_password(url: str) -> str:
+def without_password(url: str) -> str:
     """``postgresql://user:secret@host/db`` -> ``postgresql://user:***@host/db``."""
     return re.sub(r"^([a-z0-9+.-]+://[^:/@]*:)[^@/]*@", r"\1***@", url, flags=re.IGNORECASE)

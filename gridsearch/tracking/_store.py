@@ -23,7 +23,7 @@ from typing import Any
 from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
-from gridsearch.settings import OBJECTIVES
+from gridsearch.settings import first_objective
 from gridsearch.tracking._curves import charts_url
 from gridsearch.tracking._lineage import log_store_input
 from gridsearch.tracking._tags import (
@@ -205,8 +205,7 @@ def log_metrics(client: MlflowClient, run_id: str, values: Mapping[str, float], 
 def objective_metrics(objective: str) -> tuple[str, ...]:
     """Both objective metrics (``dev/..._best``), the search's own first (for ``both``,
     retrieval's: the paper's selection)."""
-    metric = OBJECTIVES[objective][0]
-    first = metric[0] if isinstance(metric, list) else metric
+    first = first_objective(objective)[0]
     return (first, *(m for m in (names.BEST_RETRIEVAL, names.BEST_SEMANTIC) if m != first))
 
 
