@@ -235,11 +235,8 @@ def _rebase_rows(connection: sqlite3.Connection, old: Path, new: Path) -> None:
 
 
 def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as handle:
-        while chunk := handle.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _read_json(path: Path) -> Any:
