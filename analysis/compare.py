@@ -32,9 +32,9 @@ from pathlib import Path
 
 import pandas as pd
 from mlflow.entities import Run
-from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from analysis._cli import run_cli
 from analysis._comparison import (
     ALPHA,
     FAMILY_REF,
@@ -58,7 +58,7 @@ from analysis._data import (
     tracking_uri_for,
 )
 from storage import write_text_atomic
-from storage.cli import OneLineParser, error_line
+from storage.cli import OneLineParser
 from trainables import names
 from trainables.config import DEVICE_FORMS, ConfigError, check_device
 
@@ -171,28 +171,22 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        _check_options(args)
-        comparison = _run(args)
-        if args.csv:
-            frames = {"retrieval": comparison.retrieval, "semantic": comparison.semantic}
-            rows = pd.concat([f.assign(kind=k) for k, f in frames.items() if not f.empty])
-            write_text_atomic(args.csv, rows.to_csv(index=False))
-    except AnalysisError as err:
-        message = str(err)
-    except MlflowException as err:  # the store failed while being read
-        message = f"the MLflow tracking store failed ({error_line(err)})"
-    except OSError as err:  # only the CSV is written
-        message = f"--csv {args.csv}: cannot be written ({err.strerror or err})"
-    except KeyboardInterrupt:
-        print("interrupted: nothing was compared or written", file=sys.stderr)
-        return 130
-    else:
+
+    def body() -> int:
+        try:
+            _check_options(args)
+            comparison = _run(args)
+            if args.csv:
+                frames = {"retrieval": comparison.retrieval, "semantic": comparison.semantic}
+                rows = pd.concat([f.assign(kind=k) for k, f in frames.items() if not f.empty])
+                write_text_atomic(args.csv, rows.to_csv(index=False))
+        except OSError as err:  # only the CSV is written
+            raise AnalysisError(
+                f"--csv {args.csv}: cannot be written ({err.strerror or err})"
+            ) from None
         return print_out(comparison.text())
-    print(f"error: {' '.join(message.splitlines())}", file=sys.stderr)
-    return 2
+
+    return run_cli(body, "interrupted: nothing was compared or written")
 
 
 def _check_options(args: argparse.Namespace) -> None:

@@ -32,6 +32,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from analysis import _sections
+from analysis._cli import run_cli
 from analysis._data import (
     OPTUNA_TABLES,
     AnalysisError,
@@ -365,19 +366,9 @@ def _folder(text: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # the family test
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    try:
-        return _report(args)
-    except AnalysisError as err:
-        message = str(err)
-    except MlflowException as err:  # the store failed while being read or written
-        message = f"the MLflow tracking store failed ({error_line(err)})"
-    except KeyboardInterrupt:
-        print("interrupted; run the same command again to write the report", file=sys.stderr)
-        return 130
-    print(f"error: {' '.join(message.splitlines())}", file=sys.stderr)
-    return 2
+    return run_cli(
+        lambda: _report(args), "interrupted; run the same command again to write the report"
+    )
 
 
 def _report(args: argparse.Namespace) -> int:
