@@ -27,6 +27,8 @@ import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gridsearch._layout import sqlite_file
+
 if TYPE_CHECKING:
     from gridsearch.settings import SearchSettings
 
@@ -59,10 +61,10 @@ def check_resume_state(settings: SearchSettings, *, repair: bool = True) -> None
     from gridsearch.settings import SearchError
 
     try:
-        study = _sqlite_path(settings.optuna_storage)
+        study = sqlite_file(settings.optuna_storage)
         if study is not None:
             check_study(study, settings.experiment, settings.experiment)
-        tracking = _sqlite_path(settings.tracking_uri)
+        tracking = sqlite_file(settings.tracking_uri)
         if tracking is not None:
             check_tracking(tracking, settings.experiment)
         if "://" not in settings.storage_path:
@@ -161,11 +163,6 @@ def _check_newest(folder: Path, pattern: str, problem_of: object, experiment: st
             f"backup, or start a new search with `--warm-start {experiment}`, which begins "
             "from its finished trials"
         )
-
-
-def _sqlite_path(url: str) -> Path | None:
-    """The file of a ``sqlite:///`` URL; None for other databases."""
-    return Path(url.removeprefix("sqlite:///")) if url.startswith("sqlite:///") else None
 
 
 def _sqlite_problem(path: Path, content_problem: object) -> str | None:

@@ -8,9 +8,8 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from pathlib import Path
 
-from gridsearch._layout import RunsLayout
+from gridsearch._layout import RunsLayout, sqlite_file
 
 __all__ = [
     "SearchError",
@@ -158,7 +157,7 @@ def check_tracking_uri(uri: str) -> str:
             "http://host:5000)"
         )
     if scheme == "sqlite":
-        path = Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+        path = sqlite_file(uri)
         if path is None or not path.is_absolute():
             raise SearchError(
                 f"--tracking-uri {shorten(uri)}: expected sqlite:////absolute/path/mlflow.db "

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
 
-__all__ = ["RunsLayout", "rebase"]
+__all__ = ["RunsLayout", "local_path", "rebase", "sqlite_file"]
 
 
 def rebase(text: str, old: Path, new: Path) -> str:
@@ -45,10 +45,15 @@ def rebase(text: str, old: Path, new: Path) -> str:
     return text
 
 
+def sqlite_file(uri: str) -> Path | None:
+    """The file of a ``sqlite:///FILE`` URI (absolute with a fourth slash); None for others."""
+    return Path(uri.removeprefix("sqlite:///")) if uri.startswith("sqlite:///") else None
+
+
 def local_path(location: str) -> Path | None:
     """The local path of a path or ``file://``/``sqlite:///`` URI; None for others."""
     if location.startswith("sqlite:///"):
-        return Path(location.removeprefix("sqlite:///"))
+        return sqlite_file(location)
     if location.startswith("file://"):
         return Path(unquote(urlparse(location).path))
     return None if "://" in location else Path(location)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from gridsearch._layout import local_path, rebase
+from gridsearch._layout import local_path, rebase, sqlite_file
 from gridsearch.settings import SearchSettings
 from storage import is_temp_name, write_text_atomic
 
@@ -77,7 +77,7 @@ def _state_files(settings: SearchSettings) -> list[Path]:
 def _databases(settings: SearchSettings) -> list[Path]:
     found = []
     for location in (settings.tracking_uri, settings.optuna_storage):
-        database = local_path(location) if location.startswith("sqlite:///") else None
+        database = sqlite_file(location)
         if (
             database is not None
             and database.is_relative_to(settings.layout.root)

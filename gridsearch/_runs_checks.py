@@ -28,6 +28,7 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from gridsearch._layout import sqlite_file
 from gridsearch._pickles import STATE, TORCH, json_problem, pickle_problem
 from gridsearch.settings import SearchError, SearchSettings
 
@@ -144,8 +145,8 @@ def _sqlite_files(settings: SearchSettings) -> list[tuple[Path, str]]:
     found = []
     for uri, what in ((settings.tracking_uri, "the MLflow store"),
                       (settings.optuna_storage, "the Optuna study")):  # fmt: skip
-        if uri.startswith("sqlite:///"):
-            found.append((Path(uri.removeprefix("sqlite:///")), what))
+        if (path := sqlite_file(uri)) is not None:
+            found.append((path, what))
     return found
 
 

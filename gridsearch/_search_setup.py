@@ -16,6 +16,7 @@ from ray.tune import Callback
 from gridsearch import _extend, _optuna
 from gridsearch._groups import group_search
 from gridsearch._interrupt import DiskGuard, Interruption
+from gridsearch._layout import sqlite_file
 from gridsearch._scheduler import cycle_epochs, describe_rungs, make_scheduler
 from gridsearch._scheduler_choice import FIFO_BELOW_EPOCHS, resolve_scheduler
 from gridsearch.cluster import Resources
@@ -61,8 +62,7 @@ class SearchRun:
             self.auto_fifo = settings.scheduler == "auto" and scheduler == "fifo"
             settings = replace(settings, scheduler=scheduler)
         self.settings, self.space, self.client, self.write = settings, space, inputs.client, write
-        if settings.optuna_storage.startswith("sqlite:///"):  # the study's folder
-            study = Path(settings.optuna_storage.removeprefix("sqlite:///"))
+        if (study := sqlite_file(settings.optuna_storage)) is not None:  # the study's folder
             study.parent.mkdir(parents=True, exist_ok=True)
         default = 2 if settings.smoke_test else (4 if resources.gpu == 0 else 8)
         self.num_samples = settings.num_samples or space.grid_size() or default
@@ -240,8 +240,8 @@ def _local_paths(settings: SearchSettings) -> list[Path]:
     if "://" not in settings.storage_path:
         paths.append(Path(settings.storage_path))
     for uri in (settings.tracking_uri, settings.optuna_storage):
-        if uri.startswith("sqlite:///"):
-            paths.append(Path(uri.removeprefix("sqlite:///")).parent)
+        if (database := sqlite_file(uri)) is not None:
+            paths.append(database.parent)
     return paths
 
 
