@@ -25,7 +25,7 @@ if TYPE_CHECKING:
         searcher,
         warm_start,
     )
-    from gridsearch._record import STARTED, latest_search, started_at, write_record
+    from gridsearch._record import STARTED, latest_search, write_record
     from gridsearch._sampler import SpaceFillingSampler
     from gridsearch._scheduler import make_scheduler
     from gridsearch._scheduler_choice import resolve_scheduler
@@ -52,7 +52,7 @@ _HOMES = {
         "searcher",
         "warm_start",
     ],
-    "gridsearch._record": ["STARTED", "latest_search", "started_at", "write_record"],
+    "gridsearch._record": ["STARTED", "latest_search", "write_record"],
     "gridsearch._sampler": ["SpaceFillingSampler"],
     "gridsearch._scheduler": ["make_scheduler"],
     "gridsearch._scheduler_choice": ["resolve_scheduler"],
@@ -93,7 +93,6 @@ __all__ = [
     "resolve_scheduler",
     "results_url",
     "searcher",
-    "started_at",
     "using_tracking_uri",
     "warm_start",
     "write_record",
