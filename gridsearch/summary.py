@@ -77,7 +77,8 @@ def format_summary(
     counts: dict[str, int] = {}
     for outcome in outcomes:
         counts[outcome.status] = counts.get(outcome.status, 0) + 1
-    lines = [f"{len(outcomes)} trials: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
+    trials = f"{len(outcomes)} trial{'' if len(outcomes) == 1 else 's'}"
+    lines = [f"{trials}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
     for label, metric in (("retrieval", names.BEST_RETRIEVAL), ("semantic", names.BEST_SEMANTIC)):
         best = best_trial(outcomes, metric)
         if best is not None:

@@ -116,7 +116,7 @@ def test_a_disk_that_fills_during_a_trial_is_resumed_not_failed(
     resume = ["--experiment", "full", "--resume", "--runs-dir", str(runs), *on_cluster]
     assert main(resume) == 0
     captured = capsys.readouterr()
-    assert "1 trials: 1 finished" in captured.out and "finished in" in captured.out
+    assert "1 trial: 1 finished" in captured.out and "finished in" in captured.out
     assert "stopped (" not in captured.out and not captured.err.strip()
     for trial in hit:  # restored from its checkpoint: its first epochs are not trained again
         assert f"{trial}  epoch 2/2" in captured.out

@@ -170,7 +170,7 @@ def _replayed_stops(
 
 def _summary_counts(out: str) -> Counter[str]:
     """The summary's ``N trials: 2 finished, 1 stopped_early`` line, as counts."""
-    (line,) = [line for line in out.splitlines() if re.match(r"\d+ trials: ", line)]
+    (line,) = [line for line in out.splitlines() if re.match(r"\d+ trials?: ", line)]
     parts = line.split(": ", 1)[1].split(", ")
     return Counter({part.split(" ", 1)[1]: int(part.split(" ", 1)[0]) for part in parts})
 

@@ -102,7 +102,7 @@ def test_a_copy_a_move_a_link_and_a_read_only_runs_directory(
     link.symlink_to(moved)
     assert main(_resume(link, on_cluster)) == 0
     out = capsys.readouterr().out
-    assert "1 trials: 1 finished" in out
+    assert "1 trial: 1 finished" in out
     assert f"--resume --runs-dir {moved}" in out  # the real path
     assert not runs.exists()  # nothing recreated where it was
     _, found = mlflow_runs(moved, "m")

@@ -84,7 +84,7 @@ def test_smoke_search_records_every_trial_once(
     out = capsys.readouterr().out
     warnings = [line for line in out.splitlines() if line.startswith("warning:")]
     assert len(warnings) == 1 and "were not registered" in warnings[0], out
-    assert "1 trials: 1 finished" in out and "registered models:/" not in out
+    assert "1 trial: 1 finished" in out and "registered models:/" not in out
     assert "warm start: 2 ended trial(s) of 'smoke' start the study" in out
     assert "no early stopping: every trial trains its 2 epochs (--scheduler auto" in out
     assert ", fifo, objective retrieval, each trial the mean of 2 seeds) as 'warm'" in out

@@ -34,6 +34,7 @@ def test_best_trials_and_summary() -> None:
     text = format_summary(outcomes, "both")
     assert text.splitlines()[0] == "3 trials: 1 failed, 2 finished"
     assert "Pareto front" in text and "  b:" in text and "  a:" in text and "  c:" in text
+    assert format_summary(outcomes[:1], "retrieval").splitlines()[0] == "1 trial: 1 finished"
 
 
 def test_the_summary_holds_the_best_trials_against_each_baseline() -> None:
