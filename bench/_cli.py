@@ -41,7 +41,9 @@ class _Help(ExamplesHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        shown = action.default not in (None, False, argparse.SUPPRESS) and action.option_strings
+        # by identity: a default of 0 is shown (0 == False)
+        hidden = action.default is None or action.default is False
+        shown = not hidden and action.default != argparse.SUPPRESS and action.option_strings
         if not shown or "default" in text or text == argparse.SUPPRESS:
             return action.help
         return f"{text} (default: %(default)s)".lstrip()

@@ -96,7 +96,9 @@ def test_help_shows_the_defaults(
 
     monkeypatch.setenv("COLUMNS", "80")
     assert bench_rnn.main(["--help"]) == 0
-    assert "(default: 3)" in capsys.readouterr().out and bench_rnn.main(["--repeats"]) == 2
+    out = capsys.readouterr().out
+    assert "(default: 3)" in out and "seed (default: 0)" in out  # a 0 is a default too
+    assert bench_rnn.main(["--repeats"]) == 2
 
 
 def test_world_generation(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
