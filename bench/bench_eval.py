@@ -22,8 +22,9 @@ evaluation <= 10% of an epoch.
     python bench/bench_eval.py --part epoch --hidden-size 1024   # the paper's n on a CPU
 
 On a CPU part (b) defaults to n=256: at n=1024 one evaluation (42k semantic sentences)
-takes about ten minutes on two cores. Part (b) evaluates in place (the battery is not
-sent to the background), with the default regression engine (``--engine``).
+takes about ten minutes on two cores. Part (b) evaluates in place (the battery computed
+in the training thread, not in the Trainer's background worker:
+``bench/_in_place_battery.py``), with the default regression engine (``--engine``).
 
 (c) The test battery off the critical path (BENCHMARKS.md, "The test battery off the
 critical path"), with today's path as the baseline in the same run. First the battery
@@ -36,9 +37,10 @@ agree to rounding. On a CPU the sentences are embedded both ways: padded (the ea
 paths) and packed (the library's own path: no padding, the training
 recurrence, each fixed set packed once). Then ``--epochs`` epochs (and the snapshot
 ensemble at the end) four ways, each from the same fresh model: training only (no
-evaluation at all), the first path (the battery in place, the reference loop; its
-ensemble sums the embeddings its snapshots got at their epochs, as today's does: the first
-path's embedding them again is counted in ``--baseline parts`` only), today's (the battery
+evaluation at all), the first path (the battery in place, each in its own epoch's
+report, ``bench/_in_place_battery.py``; the reference loop; its ensemble sums the
+embeddings its snapshots got at their epochs, as today's does: the first path's
+embedding them again is counted in ``--baseline parts`` only), today's (the battery
 in a background worker started before the in-place evaluation, batched engine; padded
 embeddings) and the new one (today's with the packed embeddings; on a GPU, where
 nothing is packed, it is today's again). The evaluation's share of a run is (run -
@@ -85,6 +87,7 @@ import torch
 
 from bench import _common
 from bench._cli import entry, parser
+from bench._in_place_battery import evaluate_in_place, in_place
 from bench._relatedness_loop import fit_loop
 from storage import FeatureStore
 from trainables import embedding, names
@@ -170,10 +173,10 @@ def epoch_share(args: argparse.Namespace, device: torch.device) -> None:
     config = TrainConfig(
         hidden_size=args.hidden_size, batch_size=32, device=str(device), semantic_every=every
     )
-    semantic = make_semantic(f"{store}/{senteval}", config.evaluation, config.run, background=False)
+    semantic = make_semantic(f"{store}/{senteval}", config.evaluation, config.run)
     assert semantic is not None
     semantic.test.protocol = PROTOCOLS[args.engine]
-    trainer = Trainer(config, data, semantic)
+    trainer = in_place(Trainer(config, data, semantic))
     plan = epoch_batches(data.train.num_images, config.batch_size, config.seed, 0)
     print(
         f"(b) per-epoch evaluation vs training: n={config.hidden_size}, attention, batch 32, "
@@ -193,7 +196,7 @@ def epoch_share(args: argparse.Namespace, device: torch.device) -> None:
         for name, epoch in (("every epoch", every + 1), ("battery epoch", every)):
             trainer.epoch = epoch  # the battery is due when epoch % semantic_every == 0
             started = time.perf_counter()
-            metrics = trainer.evaluate_epoch({})
+            metrics = evaluate_in_place(trainer, {})
             best[name] = min(best[name], time.perf_counter() - started)
     epoch_s = len(plan) * best["step"]
     battery = best["battery epoch"] - best["every epoch"]
@@ -248,10 +251,8 @@ def _sizes(args: argparse.Namespace, device: torch.device) -> tuple[TrainConfig,
     return config, data, f"{store}/{senteval}"
 
 
-def _semantic(
-    senteval: str, config: TrainConfig, *, background: bool, engine: str
-) -> SemanticEvaluation:
-    semantic = make_semantic(senteval, config.evaluation, config.run, background=background)
+def _semantic(senteval: str, config: TrainConfig, *, engine: str) -> SemanticEvaluation:
+    semantic = make_semantic(senteval, config.evaluation, config.run)
     assert semantic is not None
     semantic.test.protocol = PROTOCOLS[engine]
     return semantic
@@ -277,14 +278,18 @@ def _timed_run(
     device: torch.device,
     *,
     packed: bool = False,
+    battery_in_place: bool = False,
 ) -> tuple[list[float], list[dict[str, float]], float]:
     """A fresh Trainer's epochs: the wall time of each (from the end of the one before;
     epoch 0's is its evaluation alone), its reports, and the process's CPU seconds over
     the run (all threads: the background worker's too). ``semantic`` None: training
-    only, nothing evaluated. ``packed``: the CPU's packed
-    embeddings (False: padded)."""
+    only, nothing evaluated. ``packed``: the CPU's packed embeddings (False: padded).
+    ``battery_in_place``: each battery computed in place, in its own epoch's report
+    (``bench/_in_place_battery.py``; False: the Trainer's background worker)."""
     with _embedding_path(packed):
         trainer = Trainer(config, data, semantic)
+        if battery_in_place:
+            in_place(trainer)
         walls: list[float] = []
         reports: list[dict[str, float]] = []
         _common.sync(device)
@@ -308,7 +313,7 @@ def _timed_run(
 
 def _warm_up(config: TrainConfig, data: TrainingData, senteval: str) -> None:
     """Build the kernels, allocator pools and the like once, on a model thrown away."""
-    trainer = Trainer(config, data, _semantic(senteval, config, background=False, engine="batched"))
+    trainer = Trainer(config, data, _semantic(senteval, config, engine="batched"))
     plan = epoch_batches(data.train.num_images, config.batch_size, config.seed, 0)
     trainer.train_batches(plan[:2]).cpu()
     for packed in (False, True):
@@ -413,7 +418,7 @@ def offpath(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
     baseline = args.baseline or ("parts" if device.type == "cuda" else "run")
     if config.threads:
         torch.set_num_threads(config.threads)
-    probe = _semantic(senteval, config, background=False, engine="batched")
+    probe = _semantic(senteval, config, engine="batched")
     every = config.semantic_every
     print(
         f"(c) the test battery off the critical path: n={config.hidden_size}, "
@@ -458,17 +463,19 @@ def offpath(args: argparse.Namespace, device: torch.device) -> dict[str, float]:
         flush=True,
     )
 
-    def background() -> SemanticEvaluation:
-        return _semantic(senteval, config, background=True, engine="batched")
+    def batched() -> SemanticEvaluation:
+        return _semantic(senteval, config, engine="batched")
 
-    new_walls, new_reports, new_cpu = _timed_run(config, data, background(), device, packed=True)
-    today_walls, today_reports, today_cpu = _timed_run(config, data, background(), device)
+    new_walls, new_reports, new_cpu = _timed_run(config, data, batched(), device, packed=True)
+    today_walls, today_reports, today_cpu = _timed_run(config, data, batched(), device)
     batteries = sum(1 for e in range(config.epochs + 1) if e % every == 0)
     old_cpu = math.nan
     old_reports: list[dict[str, float]] = []
     if baseline == "run":
-        old_semantic = _semantic(senteval, config, background=False, engine="loop")
-        old_walls, old_reports, old_cpu = _timed_run(config, data, old_semantic, device)
+        old_semantic = _semantic(senteval, config, engine="loop")
+        old_walls, old_reports, old_cpu = _timed_run(
+            config, data, old_semantic, device, battery_in_place=True
+        )
         old_s = sum(old_walls)
         how = "measured"
     else:

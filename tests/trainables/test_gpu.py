@@ -376,28 +376,26 @@ def test_bf16_training_steps_stay_near_fp32_on_the_device(
 # -- evaluation, snapshots and the ensemble -------------------------------------------------
 
 
-@pytest.mark.parametrize("background", [True, False], ids=["battery_behind", "battery_in_place"])
+@pytest.mark.parametrize("own_reports", [False, True], ids=["battery_late", "battery_waited"])
 def test_evaluation_snapshots_and_the_ensemble_on_the_device(
-    background: bool,
+    own_reports: bool,
     data: TrainingData,
     benchmark: SemanticBenchmark,
     device: torch.device,
     tmp_path: Path,
 ) -> None:
     """Dev retrieval and the dev semantic score after every epoch, and the test battery
-    (SentEval's protocol on the device): in a background thread, on a GPU on its own CUDA
-    stream, while the next epoch trains (its metrics filed under their own epoch), or in
-    place; bf16 evaluation; two snapshots and their ensemble."""
+    (SentEval's protocol on the device) in a background thread, on a GPU on its own CUDA
+    stream, while the next epoch trains (its metrics filed under their own epoch), each
+    delivered with the next report or waited for in its own (``own_reports``:
+    ``complete_at``); bf16 evaluation; two snapshots and their ensemble."""
     config = tiny(str(device), semantic_every=1, precision="bf16")
     semantic = make_semantic(benchmark, config.evaluation, config.run)
     assert semantic is not None
-    if "background" in {field.name for field in dataclasses.fields(semantic)}:
-        semantic = dataclasses.replace(semantic, background=background)
-    elif background:
-        pytest.skip("the test battery runs in place only here")
     assert torch.device(semantic.test.device).type == device.type
     semantic.test.protocol = FAST
-    trainer = Trainer(config, data, semantic)
+    complete_at = range(config.epochs + 1) if own_reports else ()
+    trainer = Trainer(config, data, semantic, complete_at=complete_at)
     reports = list(trainer.run())
 
     assert [r["epoch"] for r in reports] == [0.0, 1.0, 2.0]
@@ -407,6 +405,7 @@ def test_evaluation_snapshots_and_the_ensemble_on_the_device(
         assert names.PRIMARY_SEMANTIC in report
     battery = names.key(names.TEST, "semantic")
     assert [battery in epoch for epoch in trainer.history] == [True, True, True]
+    assert [battery in r for r in reports] == [own_reports, own_reports, True]
     assert battery in reports[-1]  # the last report waits for its own battery
     for epoch in trainer.history:
         assert all(np.isfinite(v) for v in epoch.values()), epoch

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from bench._in_place_battery import in_place
 from storage import StoreError
 from tests.corrupt import corrupt_copy
 from trainables import names
@@ -79,24 +80,31 @@ def _with_shuffled_test_data(data: TrainingData, seed: int) -> TrainingData:
 EVERY_2 = {**SMALL, "semantic_every": 2, "epochs": 3}
 
 
-def _every_2(tiny_world: Path, data: TrainingData, background: bool) -> Trainer:
+def _every_epoch(config: TrainConfig) -> range:
+    """Every epoch of a run of ``config``: as ``complete_at``, every report waits for
+    its own battery."""
+    return range(config.epochs + 1)
+
+
+def _every_2(tiny_world: Path, data: TrainingData, own_reports: bool) -> Trainer:
     """A Trainer of EVERY_2 whose test battery runs one round of the relatedness
-    classifier (``max_epoch=0``: the rule is the same, the battery quick)."""
+    classifier (``max_epoch=0``: the rule is the same, the battery quick); each battery
+    in its own epoch's report where ``own_reports``, else as the Trainer delivers it by
+    default."""
     config = TrainConfig(**EVERY_2)
-    semantic = make_semantic(
-        default_senteval(str(tiny_world)), config.evaluation, config.run, background=background
-    )
+    semantic = make_semantic(default_senteval(str(tiny_world)), config.evaluation, config.run)
     semantic.test.protocol = RelatednessProtocol(max_epoch=0)
-    return Trainer(config, data, semantic)
+    complete_at = _every_epoch(config) if own_reports else ()
+    return Trainer(config, data, semantic, complete_at=complete_at)
 
 
 @pytest.fixture(scope="module")
 def every_2(
     tiny_world: Path, data: TrainingData
 ) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
-    """(reports, history) of one run of ``_every_2`` with the battery in place, shared by
-    the tests that read such a run as it is."""
-    trainer = _every_2(tiny_world, data, background=False)
+    """(reports, history) of one run of ``_every_2`` with each battery in its own epoch's
+    report, shared by the tests that read such a run as it is."""
+    trainer = _every_2(tiny_world, data, own_reports=True)
     reports = list(trainer.run())
     return reports, trainer.history
 
@@ -115,10 +123,12 @@ def test_selection_reads_dev_data_only(
     bench = load_senteval(default_senteval(str(tiny_world)))
     config = TrainConfig(**EVERY_2)
     shuffled_golds = shuffled_test_golds(bench, seed=1)
-    semantic = make_semantic(shuffled_golds, config.evaluation, config.run, background=False)
+    semantic = make_semantic(shuffled_golds, config.evaluation, config.run)
     semantic.test.protocol = RelatednessProtocol(max_epoch=0)  # as in the honest run
     shuffled_data = _with_shuffled_test_data(data, seed=1)
-    honest, shuffled = every_2[0], list(Trainer(config, shuffled_data, semantic).run())
+    complete_at = _every_epoch(config)  # as in the honest run
+    honest = every_2[0]
+    shuffled = list(Trainer(config, shuffled_data, semantic, complete_at=complete_at).run())
     for a, b in zip(honest, shuffled, strict=True):
         selection = {
             k: v for k, v in a.items() if k.startswith("dev/") or k.startswith("ensemble/epoch")
@@ -135,22 +145,22 @@ def test_selection_reads_dev_data_only(
     assert names.key(names.ENSEMBLE, "sts12_16_pearson") in moved
 
 
-@pytest.mark.parametrize("background", [False, True])
+@pytest.mark.parametrize("own_reports", [True, False])
 def test_the_test_battery_runs_every_semantic_every_epochs(
     tiny_world: Path,
     data: TrainingData,
-    background: bool,
+    own_reports: bool,
     every_2: tuple[list[dict[str, float]], list[dict[str, float]]],
 ) -> None:
-    """With the battery in place, the module's shared run of EVERY_2; in the background,
-    a run of its own."""
-    if background:
-        trainer = _every_2(tiny_world, data, background=True)
-        reports, history = list(trainer.run()), trainer.history
-    else:
+    """With each battery in its own epoch's report, the module's shared run of EVERY_2;
+    as the Trainer delivers them by default, a run of its own."""
+    if own_reports:
         reports, history = every_2
+    else:
+        trainer = _every_2(tiny_world, data, own_reports=False)
+        reports, history = list(trainer.run()), trainer.history
     battery = names.key(names.TEST, "sts12_16_pearson")
-    if background:  # epoch e's battery comes with the report of epoch e + 1
+    if not own_reports:  # epoch e's battery comes with the report of epoch e + 1
         assert [battery in r for r in reports] == [False, False, False, False]
         assert [r.get(names.LATE_EPOCH) for r in reports] == [None, 0.0, None, 2.0]
         assert [names.late(battery) in r for r in reports] == [False, True, False, True]
@@ -166,10 +176,8 @@ def test_the_test_battery_runs_every_semantic_every_epochs(
 # -- the test battery in the background (trainables.loop's module docstring) -----------
 
 
-def _semantic(tiny_world: Path, config: TrainConfig, background: bool):
-    semantic = make_semantic(
-        default_senteval(str(tiny_world)), config.evaluation, config.run, background=background
-    )
+def _semantic(tiny_world: Path, config: TrainConfig):
+    semantic = make_semantic(default_senteval(str(tiny_world)), config.evaluation, config.run)
     assert semantic is not None
     semantic.test.protocol = RelatednessProtocol(max_epoch=50, epochs_per_round=5)
     return semantic
@@ -212,28 +220,30 @@ def straight(
     """(reports, history) of a run of EVERY_1 with its battery in the background that
     never stopped: what the stopped, resumed and in-place runs are held to."""
     config = TrainConfig(**EVERY_1)
-    trainer = Trainer(config, data, _semantic(tiny_world, config, True))
+    trainer = Trainer(config, data, _semantic(tiny_world, config))
     reports = list(trainer.run())
     return reports, trainer.history
 
 
-def test_the_background_battery_records_what_the_synchronous_one_does(
+def test_the_background_battery_records_what_the_battery_in_place_does(
     tiny_world: Path,
     data: TrainingData,
     straight: tuple[list[dict[str, float]], list[dict[str, float]]],
 ) -> None:
     """Every epoch (MLflow step) ends up with the same metrics, the same values, in the
-    reports as a tracker files them and in the history, whether the battery runs in place
-    or in the background (the module's ``straight`` run); the last report holds its own
-    battery and the ensemble's."""
+    reports as a tracker files them and in the history, whether the battery is computed
+    in place, in the training thread and in its own epoch's report (the reference,
+    ``bench/_in_place_battery.py``), or in the background (the module's ``straight``
+    run); the last report holds its own battery and the ensemble's."""
     config = TrainConfig(**EVERY_1)
-    trainer = Trainer(config, data, _semantic(tiny_world, config, False))
+    trainer = in_place(Trainer(config, data, _semantic(tiny_world, config)))
     sync_reports = list(trainer.run())
     sync_history = trainer.history
     bg_reports, bg_history = straight
     assert _recorded(bg_reports) == _recorded(sync_reports)
     assert _without_time(bg_history) == _without_time(sync_history)
     assert _recorded(sync_reports) == dict(enumerate(_without_time(sync_history)))
+    assert not any(k.startswith(f"{names.LATE}/") for r in sync_reports for k in r)
     battery = names.key(names.TEST, "semantic")
     final = bg_reports[-1]
     assert battery in final and names.key(names.ENSEMBLE, "semantic") in final  # waited for
@@ -245,7 +255,7 @@ def test_epochs_where_a_scheduler_may_stop_the_trial_wait_for_their_battery(
     tiny_world: Path, data: TrainingData
 ) -> None:
     config = TrainConfig(**{**SMALL, "semantic_every": 1, "epochs": 4})
-    trainer = Trainer(config, data, _semantic(tiny_world, config, True), complete_at={1, 2})
+    trainer = Trainer(config, data, _semantic(tiny_world, config), complete_at={1, 2})
     reports = list(trainer.run())
     battery = names.key(names.TEST, "semantic")
     assert [battery in r for r in reports] == [False, True, True, False, True]
@@ -278,7 +288,7 @@ def test_a_stopped_run_keeps_the_batteries_that_finished(
     in the history (and the checkpoint written then), as in a run that went on."""
     config = TrainConfig(**EVERY_1)
     expected = _without_time(straight[1])
-    trainer = Trainer(config, data, _semantic(tiny_world, config, True))
+    trainer = Trainer(config, data, _semantic(tiny_world, config))
     _stop_in_epoch(trainer, 2, wait_for_battery=True)
     reports = []
     with pytest.raises(KeyboardInterrupt):
@@ -299,7 +309,7 @@ def test_a_run_stopped_while_its_battery_runs_goes_on_with_it(
     Trainer run again collects that battery first and ends as a run that never stopped."""
     config = TrainConfig(**EVERY_1)
     straight_reports, straight_history = straight
-    trainer = Trainer(config, data, _semantic(tiny_world, config, True))
+    trainer = Trainer(config, data, _semantic(tiny_world, config))
     train = trainer.train_batches
     _stop_in_epoch(trainer, 2, wait_for_battery=False)
     reports = []
@@ -320,10 +330,11 @@ def test_a_battery_lost_with_its_run_is_computed_again_on_resume(
 ) -> None:
     """A checkpoint written while epoch 1's battery ran (as after every report) lacks
     it; the run resumed from it computes it from the checkpoint's weights and delivers
-    it with the next report: the same record as a run that never stopped."""
+    it with the next report (whether or not that report waits for its own): the same
+    record as a run that never stopped."""
     config = TrainConfig(**EVERY_1)
     straight_reports, straight_history = straight
-    first = Trainer(config, data, _semantic(tiny_world, config, True))
+    first = Trainer(config, data, _semantic(tiny_world, config))
     checkpoint = None
     for report in first.run():
         if report["epoch"] == 1.0:
@@ -332,8 +343,8 @@ def test_a_battery_lost_with_its_run_is_computed_again_on_resume(
     assert checkpoint is not None
     state = load_training_state(checkpoint)
     assert names.key(names.TEST, "semantic") not in state["history"][1]
-    for background in (True, False):  # either way the lost battery comes back
-        resumed = Trainer(config, data, _semantic(tiny_world, config, background))
+    for complete_at in ((), _every_epoch(config)):  # either way the lost battery comes back
+        resumed = Trainer(config, data, _semantic(tiny_world, config), complete_at=complete_at)
         resumed.load_checkpoint(checkpoint)
         later = list(resumed.run())
         assert later[0]["epoch"] == 2.0 and later[0][names.LATE_EPOCH] == 1.0
@@ -358,22 +369,24 @@ def _counted(trainer: Trainer) -> dict[str, int]:
     return counts
 
 
-@pytest.mark.parametrize(("background", "every"), [(False, 1), (True, 2)])
+@pytest.mark.parametrize(("own_reports", "every"), [(True, 1), (False, 2)])
 def test_the_ensemble_reuses_its_snapshots_embeddings_with_the_same_numbers(
-    tiny_world: Path, data: TrainingData, background: bool, every: int
+    tiny_world: Path, data: TrainingData, own_reports: bool, every: int
 ) -> None:
     """The ensemble sums the test-split and battery embeddings its snapshots got at their
     own epochs: it reports exactly what embedding them again gives (a trainer restored
     from the run's checkpoint, whose snapshots hold their weights only), with no
     embedding of its own but for a snapshot whose epoch ran no battery (with ``every``
-    2: epochs 1 and 3), which is embedded for it."""
+    2: epochs 1 and 3), which is embedded for it; each battery in its own epoch's report
+    (``own_reports``) or delivered late."""
     config = TrainConfig(**{**SMALL, "semantic_every": every, "epochs": 4})
-    trainer = Trainer(config, data, _semantic(tiny_world, config, background))
+    complete_at = _every_epoch(config) if own_reports else ()
+    trainer = Trainer(config, data, _semantic(tiny_world, config), complete_at=complete_at)
     counts = _counted(trainer)
     final = list(trainer.run())[-1]
     ensemble = {k: v for k, v in final.items() if k.startswith(f"{names.ENSEMBLE}/")}
     assert names.key(names.ENSEMBLE, "semantic") in ensemble
-    again = Trainer(config, data, _semantic(tiny_world, config, background))
+    again = Trainer(config, data, _semantic(tiny_world, config))
     again.load_checkpoint(trainer.save_checkpoint())
     again_counts = _counted(again)
     assert again.ensemble_metrics() == ensemble
@@ -532,7 +545,7 @@ def test_a_background_battery_that_fails_stops_the_run_with_its_own_error(
     """The error a battery raises in the background is raised in the training thread
     when its battery is collected (the next epoch's end), as it was, with a note."""
     config = TrainConfig(**{**SMALL, "semantic_every": 1, "epochs": 2})
-    semantic = _semantic(tiny_world, config, True)
+    semantic = _semantic(tiny_world, config)
 
     class Broken(type(semantic.test)):
         def __call__(self, embed):
@@ -573,17 +586,20 @@ def test_seeds_combine_a_late_battery_as_their_own() -> None:
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_the_background_battery_on_a_gpu_records_what_the_synchronous_one_does(
+def test_the_background_battery_on_a_gpu_records_what_the_battery_in_place_does(
     tiny_world: Path, data: TrainingData
 ) -> None:
     """On a GPU the worker embeds and scores on its own CUDA stream (its regressions
     as CUDA graphs captured there) while the next epoch trains: every epoch records the
-    same metrics as in place; the battery's correlations agree up to the GPU's own
-    run-to-run rounding of training (the two runs train separately)."""
+    same metrics as in place (``bench/_in_place_battery.py``); the battery's
+    correlations agree up to the GPU's own run-to-run rounding of training (the two runs
+    train separately)."""
     config = TrainConfig(**{**SMALL, "device": "cuda", "semantic_every": 1, "epochs": 3})
     recorded = {}
     for background in (False, True):
-        trainer = Trainer(config, data, _semantic(tiny_world, config, background))
+        trainer = Trainer(config, data, _semantic(tiny_world, config))
+        if not background:
+            in_place(trainer)
         recorded[background] = _recorded(list(trainer.run()))
         assert all(names.key(names.TEST, "semantic") in h for h in trainer.history)
     assert {e: set(m) for e, m in recorded[True].items()} == {
@@ -607,7 +623,7 @@ def test_the_ensembles_semantic_scores_are_its_saved_models_by_default(
     from trainables.encoder import SentenceEncoder
 
     config = TrainConfig(**{**SMALL, "epochs": 3, "semantic_every": 3})
-    semantic = _semantic(tiny_world, config, background=False)
+    semantic = _semantic(tiny_world, config)
     trainer = Trainer(config, data, semantic)
     final = list(trainer.run())[-1]
     assert final["ensemble/size"] == 2.0  # a sum of two models' embeddings

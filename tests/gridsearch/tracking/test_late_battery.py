@@ -33,14 +33,16 @@ CONFIG = dict(
 )
 
 
-def _reports(world: Path, background: bool) -> list[dict[str, float]]:
+def _reports(world: Path, own_reports: bool) -> list[dict[str, float]]:
+    """A run's reports, each battery in its own epoch's report where ``own_reports``
+    (every epoch in ``complete_at``), else as the Trainer delivers it by default."""
     config = TrainConfig(**CONFIG)
-    semantic = make_semantic(
-        default_senteval(str(world)), config.evaluation, config.run, background=background
-    )
+    semantic = make_semantic(default_senteval(str(world)), config.evaluation, config.run)
     assert semantic is not None
     semantic.test.protocol = RelatednessProtocol(max_epoch=0)
-    return list(Trainer(config, TrainingData.from_store(str(world)), semantic).run())
+    complete_at = range(config.epochs + 1) if own_reports else ()
+    data = TrainingData.from_store(str(world))
+    return list(Trainer(config, data, semantic, complete_at=complete_at).run())
 
 
 def _recorded(client: MlflowClient, run_id: str) -> dict[str, list[tuple[int, float]]]:
@@ -59,7 +61,7 @@ def _recorded(client: MlflowClient, run_id: str) -> dict[str, list[tuple[int, fl
 def test_a_late_battery_is_logged_at_its_own_epoch_by_the_tracker_and_by_reconcile(
     tiny_world: Path, tmp_path: Path
 ) -> None:
-    background, in_place = _reports(tiny_world, True), _reports(tiny_world, False)
+    background, in_place = _reports(tiny_world, False), _reports(tiny_world, True)
     assert names.LATE_EPOCH in background[1] and names.LATE_EPOCH not in in_place[1]
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
