@@ -2,7 +2,7 @@
 seeds) trained as one fused model.
 
 Each seat keeps its own ``Trainer`` (``FusedMember``): its evaluation, test battery
-(in the background or in place), snapshots, ensemble, history and checkpoint are the
+(in its background worker), snapshots, ensemble, history and checkpoint are the
 ``Trainer``'s own code, unchanged. Only its training epoch is taken over: the first
 member that asks for an epoch trains that epoch of *every* member in one
 ``FusedTrainer`` (``FusedGroup.train_member``); each member then gets its weights

@@ -9,27 +9,29 @@ On a GPU the data live on the device and a step never waits for the host: the ba
 plan of an epoch is uploaded once, losses stay on the device until the epoch ends,
 and the lengths that packing needs are read from a host copy.
 
-The test battery off the critical path (``SemanticEvaluation.background``, on by
-default): nothing selects on the battery, so after an epoch the Trainer evaluates what
-selects (dev retrieval, the dev semantic score) and test retrieval in place, and hands
-the battery to a background worker (``trainables._battery.BatteryWorker``: a thread, on
-a GPU with its own CUDA stream) that embeds and scores with a copy of the epoch's
-weights while the next epoch trains. Its metrics are filed under their own epoch: the
-battery started after epoch e is collected at the end of epoch e + 1 (waiting there only
-if it is not done), merged into ``history[e]`` (so the checkpoint history is as before),
-and delivered with the report of epoch e + 1 as ``names.late(key)`` beside
-``names.LATE_EPOCH`` = e, which the search's tracking callback logs at MLflow step e
-(``gridsearch.tracking``). The same rule for every epoch makes the delivery
-deterministic (a trial's seeds deliver alike). Where a report must hold its own battery
-it waits for it: the last epoch (whose report also holds the ensemble's, computed while
-the battery runs) and the epochs in ``complete_at`` (where a scheduler may stop the
-trial: ASHA's rungs). A run that stops in between (an interrupt, a closed generator)
-files the batteries that finished into ``history``; a battery still running is lost with
-the run, but a run resumed from a checkpoint whose last epoch lacks its battery computes
-it again from the checkpoint's weights (those very weights) and delivers it with the
-next report. With ``background=False`` the battery is computed in place, in the epoch's
-own report (the synchronous path: for debugging, and the benchmarks' baseline); both
-paths give the same metrics at the same epochs (tests/trainables/test_loop.py).
+The test battery off the critical path: nothing selects on the battery, so after an
+epoch the Trainer evaluates what selects (dev retrieval, the dev semantic score) and
+test retrieval in place, and hands the battery to a background worker
+(``trainables._battery.BatteryWorker``: a thread, on a GPU with its own CUDA stream)
+that embeds and scores with a copy of the epoch's weights while the next epoch trains.
+Its metrics are filed under their own epoch: the battery started after epoch e is
+collected at the end of epoch e + 1 (waiting there only if it is not done), merged into
+``history[e]`` (where the checkpoint keeps it), and delivered with the report of epoch
+e + 1 as ``names.late(key)`` beside ``names.LATE_EPOCH`` = e, which the search's
+tracking callback logs at MLflow step e (``gridsearch.tracking``). The same rule for
+every epoch makes the delivery deterministic (a trial's seeds deliver alike). Where a
+report must hold its own battery it waits for it: the last epoch (whose report also
+holds the ensemble's, computed while the battery runs) and the epochs in
+``complete_at`` (where a scheduler may stop the trial: ASHA's rungs; every epoch in it,
+each report holds its own battery). A run that stops in between (an interrupt, a closed
+generator) files the batteries that finished into ``history``; a battery still running
+is lost with the run, but a run resumed from a checkpoint whose last epoch lacks its
+battery computes it again from the checkpoint's weights (those very weights) and
+delivers it with the next report (or, resumed only to finish that last epoch, in its
+report, at once). The Trainer has this one path; the battery computed in place, in the
+training thread, is a reference outside the package (``bench/_in_place_battery.py``),
+which the tests hold the worker's metrics to (tests/trainables/test_loop.py) and
+``bench/bench_eval.py`` times the first path with.
 """
 
 from __future__ import annotations
@@ -132,13 +134,12 @@ class Trainer:
         *,
         complete_at: Collection[int] = (),
     ) -> None:
-        """``complete_at``: epochs whose report must hold their own test battery even when
-        it runs in the background (where a scheduler may stop the trial; see the module
+        """``complete_at``: epochs whose report must hold their own test battery, waiting
+        for the background worker (where a scheduler may stop the trial; see the module
         docstring); the last epoch's always does. The snapshot ensemble sums the
         embeddings its snapshots got at their own epochs (test split, battery sentences)
-        where it has them (a resumed run's snapshots are embedded again), and a
-        background battery starts before the epoch's in-place evaluation when the worker
-        is free."""
+        where it has them (a resumed run's snapshots are embedded again), and a battery
+        starts before the epoch's in-place evaluation when the worker is free."""
         self.config = config
         self.device = resolve_device(config.device)
         if config.threads:
@@ -343,16 +344,16 @@ class Trainer:
     def evaluate_epoch(self, train_metrics: dict[str, float]) -> dict[str, float]:
         """The current model after an epoch: dev retrieval and the dev semantic score
         (selection), test retrieval and, every ``semantic_every`` epochs, the test
-        battery (reporting: computed here with ``background`` off; else only started
-        here, in the background worker, its metrics coming later, see the module
-        docstring); the best dev values so far; and a snapshot at the end of every
+        battery (reporting: only started here, in the background worker, its metrics
+        coming later, see the module docstring); the best dev values so far; and a
+        snapshot at the end of every
         ``snapshot_interval`` epochs, chosen on dev R@10 mean. A battery still running
         from an earlier epoch is collected here first (``time/eval_s`` counts any wait)."""
         started = time.perf_counter()
         metrics: dict[str, float] = {"epoch": float(self.epoch), **train_metrics}
         models = [self.model]
         due = self.battery_due(self.epoch)
-        early = due and self.background and not self._battery.busy
+        early = due and not self._battery.busy
         if early:  # the worker is free: it embeds while the evaluation below runs
             self._start_battery()
         metrics.update(self._retrieval(self.val_split, models, names.DEV))
@@ -366,21 +367,13 @@ class Trainer:
             # the previous epoch's battery: its metrics go with this report
             self._late = self._file_battery(*self._battery.collect())
         if due and not early:
-            if self.background:
-                self._start_battery()
-            else:
-                metrics.update(self._test_battery(models, on_table=self._keeper(self.epoch)))
+            self._start_battery()
         metrics[names.EVAL_SECONDS] = time.perf_counter() - started
         if self.epoch and self.epoch % self.config.snapshot_interval == 0:
             self._keep_snapshot(metrics[names.PRIMARY_RETRIEVAL])
         return metrics
 
     # -- the test battery (see the module docstring) ----------------------------------
-
-    @property
-    def background(self) -> bool:
-        """Whether the test battery runs in the background (``SemanticEvaluation``)."""
-        return self.semantic is not None and self.semantic.background
 
     def battery_due(self, epoch: int) -> bool:
         every = self.config.semantic_every
@@ -402,15 +395,9 @@ class Trainer:
         return self._semantic(models, dev=False, battery=names.TEST, on_table=on_table)
 
     def _start_battery(self) -> None:
-        """The current model's battery: in the background, or (``background`` off) in
-        place, delivered with the next report like a background one."""
-        keeper = self._keeper(self.epoch)
-        if self.background:
-            job = functools.partial(self._test_battery, on_table=keeper)
-            self._battery.start(self.epoch, self.model, job)
-        else:
-            battery = self._test_battery([self.model], on_table=keeper)
-            self._late = self._file_battery(self.epoch, battery)
+        """The current model's battery, started in the background worker."""
+        job = functools.partial(self._test_battery, on_table=self._keeper(self.epoch))
+        self._battery.start(self.epoch, self.model, job)
 
     def _may_join_ensemble(self, epoch: int) -> bool:
         """Whether the model of ``epoch`` may be one of the ensemble's: a snapshot epoch,

@@ -288,14 +288,12 @@ class SemanticEvaluator:
 @dataclass(frozen=True)
 class SemanticEvaluation:
     """What the ``Trainer`` evaluates: ``dev`` after every epoch (selection), ``test``
-    every ``semantic_every`` epochs and for the final ensemble (reporting).
-    ``background``: the Trainer computes the epochs' test battery in a background worker
-    while training goes on, its metrics filed under their own epoch
-    (``trainables.loop``); False computes it in place. The metrics are the same."""
+    every ``semantic_every`` epochs and for the final ensemble (reporting). The Trainer
+    computes the epochs' test battery in a background worker while training goes on, its
+    metrics filed under their own epoch (``trainables.loop``)."""
 
     dev: DevSemanticEvaluator
     test: SemanticEvaluator
-    background: bool = True
 
     @property
     def sentences(self) -> list[str]:
@@ -307,14 +305,11 @@ def make_semantic(
     senteval: str | os.PathLike[str] | SemanticBenchmark | None,
     evaluation: EvalConfig,
     run: RunConfig,
-    *,
-    background: bool = True,
 ) -> SemanticEvaluation | None:
     """The semantic evaluation for ``senteval`` (a SentEval ``data/downstream`` directory,
     or the benchmark already loaded from one) as ``evaluation`` asks, on ``run``'s device
     with its seed; ``None`` when there is nothing to evaluate (no sets, or
-    ``semantic_every == 0``). ``background``: see ``SemanticEvaluation`` (False:
-    in place, the benchmarks' baseline and the tests' reference)."""
+    ``semantic_every == 0``)."""
     if senteval is None or evaluation.semantic_every == 0:
         return None
     benchmark = senteval if isinstance(senteval, SemanticBenchmark) else load_senteval(senteval)
@@ -329,4 +324,4 @@ def make_semantic(
     test = SemanticEvaluator(
         benchmark, device=device, seed=run.seed, stsb_encoding=evaluation.stsb_encoding
     )
-    return SemanticEvaluation(dev, test, background)
+    return SemanticEvaluation(dev, test)
