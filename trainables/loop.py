@@ -27,11 +27,11 @@ each report holds its own battery). A run that stops in between (an interrupt, a
 generator) files the batteries that finished into ``history``; a battery still running
 is lost with the run, but a run resumed from a checkpoint whose last epoch lacks its
 battery computes it again from the checkpoint's weights (those very weights) and
-delivers it with the next report (or, resumed only to finish that last epoch, in its
-report, at once). The Trainer has this one path; the battery computed in place, in the
-training thread, is a reference outside the package (``bench/_in_place_battery.py``),
-which the tests hold the worker's metrics to (tests/trainables/test_loop.py) and
-``bench/bench_eval.py`` times the first path with.
+delivers it with the next report (a run resumed only to finish that last epoch waits
+for it in that epoch's report). The worker is the Trainer's one path; the battery
+computed in place, in the training thread, is a reference outside the package
+(``bench/_in_place_battery.py``), which the tests hold the worker's metrics to
+(tests/trainables/test_loop.py) and ``bench/bench_eval.py`` times the first path with.
 """
 
 from __future__ import annotations
@@ -215,8 +215,11 @@ class Trainer:
         last = self.history[-1] if self.history else None
         missing = last is not None and self._battery_missing(last)
         if last is not None and self.epoch == self.config.epochs and not names.is_finished(last):
-            battery = self._test_battery([self.model]) if missing else {}
-            self.history[-1] = {**last, **battery, **self.ensemble_metrics()}
+            if missing:  # lost with the run that wrote the checkpoint: again, waited for
+                self._start_battery()
+            ensemble = self.ensemble_metrics()  # while the battery runs
+            battery = self._battery.collect()[1] if missing else {}
+            self.history[-1] = {**last, **battery, **ensemble}
             yield self.history[-1]
             return
         if missing and len(self.history) <= self.config.epochs:
@@ -346,9 +349,9 @@ class Trainer:
         (selection), test retrieval and, every ``semantic_every`` epochs, the test
         battery (reporting: only started here, in the background worker, its metrics
         coming later, see the module docstring); the best dev values so far; and a
-        snapshot at the end of every
-        ``snapshot_interval`` epochs, chosen on dev R@10 mean. A battery still running
-        from an earlier epoch is collected here first (``time/eval_s`` counts any wait)."""
+        snapshot at the end of every ``snapshot_interval`` epochs, chosen on dev R@10
+        mean. A battery still running from an earlier epoch is collected here first
+        (``time/eval_s`` counts any wait)."""
         started = time.perf_counter()
         metrics: dict[str, float] = {"epoch": float(self.epoch), **train_metrics}
         models = [self.model]

@@ -352,6 +352,32 @@ def test_a_battery_lost_with_its_run_is_computed_again_on_resume(
         assert _without_time(resumed.history) == _without_time(straight_history)
 
 
+def test_a_run_resumed_to_end_at_its_stopped_epoch_computes_its_lost_battery_there(
+    tiny_world: Path, data: TrainingData
+) -> None:
+    """A checkpoint written while epoch 1's battery ran, resumed with ``epochs`` 1 (to
+    end where it stopped): its one report is epoch 1 again, with that battery, waited
+    for, and the ensemble's, the same numbers as a run of one epoch that never stopped."""
+    config = TrainConfig(**EVERY_1)
+    first = Trainer(config, data, _semantic(tiny_world, config))
+    checkpoint = None
+    for report in first.run():
+        if report["epoch"] == 1.0:
+            checkpoint = first.save_checkpoint()  # epoch 1's battery is still running
+            break
+    assert checkpoint is not None
+    assert names.key(names.TEST, "semantic") not in load_training_state(checkpoint)["history"][1]
+    short = config.replace(epochs=1)
+    resumed = Trainer(short, data, _semantic(tiny_world, short))
+    resumed.load_checkpoint(checkpoint)
+    [final] = list(resumed.run())
+    assert final["epoch"] == 1.0 and names.is_finished(final)
+    whole = Trainer(short, data, _semantic(tiny_world, short))
+    list(whole.run())
+    assert _steady(final) == _steady(whole.history[-1])  # its own battery and the ensemble's
+    assert _without_time(resumed.history) == _without_time(whole.history)
+
+
 def _counted(trainer: Trainer) -> dict[str, int]:
     """Count ``trainer``'s embedding calls: test-split and sentence embeddings."""
     counts = {"splits": 0, "sentences": 0}
