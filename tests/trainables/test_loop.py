@@ -323,6 +323,15 @@ def test_a_run_stopped_while_its_battery_runs_goes_on_with_it(
     assert _without_time(trainer.history) == _without_time(straight_history)
 
 
+def _checkpoint_at_epoch_1(tiny_world: Path, data: TrainingData, config: TrainConfig) -> bytes:
+    """A checkpoint written right after epoch 1's report, while its battery still runs."""
+    first = Trainer(config, data, _semantic(tiny_world, config))
+    for report in first.run():
+        if report["epoch"] == 1.0:
+            return first.save_checkpoint()  # epoch 1's battery is still running
+    raise AssertionError("no epoch 1")
+
+
 def test_a_battery_lost_with_its_run_is_computed_again_on_resume(
     tiny_world: Path,
     data: TrainingData,
@@ -334,13 +343,7 @@ def test_a_battery_lost_with_its_run_is_computed_again_on_resume(
     record as a run that never stopped."""
     config = TrainConfig(**EVERY_1)
     straight_reports, straight_history = straight
-    first = Trainer(config, data, _semantic(tiny_world, config))
-    checkpoint = None
-    for report in first.run():
-        if report["epoch"] == 1.0:
-            checkpoint = first.save_checkpoint()  # epoch 1's battery is still running
-            break
-    assert checkpoint is not None
+    checkpoint = _checkpoint_at_epoch_1(tiny_world, data, config)
     state = load_training_state(checkpoint)
     assert names.key(names.TEST, "semantic") not in state["history"][1]
     for complete_at in ((), _every_epoch(config)):  # either way the lost battery comes back
@@ -359,13 +362,7 @@ def test_a_run_resumed_to_end_at_its_stopped_epoch_computes_its_lost_battery_the
     end where it stopped): its one report is epoch 1 again, with that battery, waited
     for, and the ensemble's, the same numbers as a run of one epoch that never stopped."""
     config = TrainConfig(**EVERY_1)
-    first = Trainer(config, data, _semantic(tiny_world, config))
-    checkpoint = None
-    for report in first.run():
-        if report["epoch"] == 1.0:
-            checkpoint = first.save_checkpoint()  # epoch 1's battery is still running
-            break
-    assert checkpoint is not None
+    checkpoint = _checkpoint_at_epoch_1(tiny_world, data, config)
     assert names.key(names.TEST, "semantic") not in load_training_state(checkpoint)["history"][1]
     short = config.replace(epochs=1)
     resumed = Trainer(short, data, _semantic(tiny_world, short))
