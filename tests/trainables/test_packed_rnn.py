@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -204,3 +207,48 @@ def test_the_public_variant_switch_sets_and_restores_each_knob() -> None:
     with pytest.raises(ValueError, match="loop: got 'fortran'"), packed_rnn_variant(loop="fortran"):
         pass
     assert before[1] == _packed_rnn.LOOP
+
+
+# Two trainings of the side-by-side layer from the same seed, in a process of its own:
+# its helper thread is new there. 16 captions of 45 to 60 characters (840 packed rows):
+# the backward's weight gradient, (64 x 840) @ (840 x 16), is long enough that MKL gives
+# it other low bits on 2 threads than on 1, and the gates' gradient (64 x 840 elements)
+# large enough that its sum sets a new thread's count (torch does it lazily) in the
+# first training, after that product.
+TWO_TRAININGS = """
+import torch
+from torch.nn.utils.rnn import pack_padded_sequence
+from trainables._packed_rnn import packed_bidirectional
+
+torch.set_num_threads(2)  # a direction each, on 1 thread
+
+
+def train():
+    torch.manual_seed(0)
+    rnn = torch.nn.LSTM(8, 16, batch_first=True, bidirectional=True)
+    x, lengths = torch.randn(16, 60, 8), torch.arange(60, 44, -1)
+    for _ in range(2):  # steps of plain gradient descent (torch.optim takes 1 s to import)
+        packed = pack_padded_sequence(x, lengths, batch_first=True)
+        out = packed_bidirectional(packed.data, packed.batch_sizes, rnn, side_by_side=True)
+        grads = torch.autograd.grad(out.square().sum(), list(rnn.parameters()))
+        with torch.no_grad():
+            for parameter, grad in zip(rnn.parameters(), grads, strict=True):
+                parameter -= 1e-3 * grad
+    return list(rnn.parameters())
+
+
+first, second = train(), train()
+print(all(torch.equal(a, b) for a, b in zip(first, second, strict=True)))
+"""
+
+
+def test_a_process_s_first_training_is_bit_identical_to_its_later_ones() -> None:
+    """The helper thread runs its direction with half of torch's threads from its first
+    product on: a new thread's OpenMP and MKL thread counts are its own, every core,
+    until torch sets them (it can only fail on a machine of 2 cores or more)."""
+    done = subprocess.run(
+        [sys.executable, "-c", TWO_TRAININGS], capture_output=True, text=True, timeout=120,
+        check=False, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "True", "the first training's weights differ from the second's"
