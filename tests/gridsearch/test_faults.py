@@ -132,46 +132,74 @@ def _local_client(runs: Path) -> MlflowClient:
     return MlflowClient(f"sqlite:///{runs / 'mlflow.db'}")
 
 
-def test_worker_node_killed_mid_trial(
+def test_worker_node_killed_mid_trial_while_the_tracking_server_is_away(
     cluster: Cluster, world: str, tmp_path: Path, extensions: Path
 ) -> None:
-    """The node running the trial dies after epoch 1; the trial resumes from its last
-    checkpoint on the other node, MLflow holds each epoch once, and every metric equals
-    an uninterrupted run of the plain training loop. The trial ran on both nodes, which
-    share the extensions folder: the C++ recurrence was built once, by a driver (this
-    one, if it was the module's first), and by no trial. Three epochs: the two after the
-    checkpoint leave the node's removal an epoch to spare before the trial could end."""
+    """Two trials at once, one on each worker node. After the first epoch the node of one
+    of them dies and the MLflow server dies too; the server comes back once both trials
+    are done. The node's trial resumes from its last checkpoint on the other node and
+    every metric equals an uninterrupted run of the plain training loop; training never
+    stops for the server, the records wait in the driver, and in the end every epoch is
+    in MLflow exactly once and every run is closed with its (proxied) artifacts. The
+    trials read the store from its path themselves (``--data-via uri``). They ran on both
+    nodes, which share the extensions folder: the C++ recurrence was built once, by a
+    driver (this one, if it was the module's first), and by no trial. Three epochs: the
+    two after the checkpoint leave the node's removal an epoch to spare before the trial
+    could end. (One search where there were two: a node lost, and the server away.)"""
     built_before = _builds(extensions)
-    driver = Driver(
-        _search(cluster, world, tmp_path, "node", "--epochs", "3", "--num-samples", "1")
-    )
-    driver.wait_for("epoch 1/3")
-    cluster.remove_node(node_running(cluster.worker_nodes))
+    server = MlflowServer(tmp_path / "server")
+    server.start()
     try:
+        args = _search(
+            cluster, world, tmp_path / "runs", "node", "--epochs", "3", "--num-samples", "2",
+            "--max-concurrent", "2", "--tracking-uri", server.uri, "--tracking-wait", "240",
+            "--data-via", "uri",  # and the trials read the store themselves
+        )  # fmt: skip
+        driver = Driver(args)
+        driver.wait_for("epoch 1/3")
+        cluster.remove_node(node_running(cluster.worker_nodes))
+        try:
+            server.stop()
+            driver.wait_for("is not answering")
+            driver.wait_for("done  ", count=2)  # both trials trained on while it was away
+        finally:
+            cluster.add_node(num_cpus=1)  # back to two worker nodes for the other tests
+        server.start()
         assert driver.finish() == 0, driver.text
+        assert "is back after" in driver.text
+        assert "node has died" in driver.text and driver.text.count(" start ") == 3
+        starts = Counter(
+            line.split("] start ", 1)[1].split()[1] for line in driver.lines if "] start " in line
+        )
+        (resumed,) = [trial_id for trial_id, count in starts.items() if count == 2]
+        built = _builds(extensions)
+        if built_before:  # an earlier driver of this module built it: found, not a word
+            assert built == built_before and "building the C++" not in driver.text
+        else:  # this driver built it, before any trial, and said so
+            assert len(built) == 1 and f"pid {driver.process.pid} " in built[0], built
+            assert driver.text.count("building the C++ recurrence") == 1, driver.text
+            assert driver.text.index("built in") < driver.text.index(" start ")
+
+        client = MlflowClient(server.uri)
+        runs = _children(client, "node")
+        assert len(runs) == 2
+        for run in runs:
+            assert run.info.status == "FINISHED"
+            _epochs_once(client, run, epochs=3)
+            artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+            assert {"config.json", "tradeoff.png", "ensemble.pt"} <= artifacts
+        (run,) = [r for r in runs if r.data.tags["tune.trial_id"] == resumed]
+        config_file = client.download_artifacts(run.info.run_id, "config.json", str(tmp_path))
+        keys = (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC, names.LOSS)
+        history = {key: client.get_metric_history(run.info.run_id, key) for key in keys}
     finally:
-        cluster.add_node(num_cpus=1)  # back to two worker nodes for the other tests
-    assert "node has died" in driver.text and driver.text.count(" start ") == 2
-    built = _builds(extensions)
-    if built_before:  # an earlier driver of this module built it: found, not a word
-        assert built == built_before and "building the C++" not in driver.text
-    else:  # this driver built it, before any trial, and said so
-        assert len(built) == 1 and f"pid {driver.process.pid} " in built[0], built
-        assert driver.text.count("building the C++ recurrence") == 1, driver.text
-        assert driver.text.index("built in") < driver.text.index(" start ")
-
-    client = _local_client(tmp_path)
-    (run,) = _children(client, "node")
-    assert run.info.status == "FINISHED"
-    _epochs_once(client, run, epochs=3)
-
-    config_file = client.download_artifacts(run.info.run_id, "config.json", str(tmp_path))
+        server.stop()
     config = TrainConfig.from_dict(json.loads(Path(config_file).read_text()))
     data = TrainingData.from_store(world)
     semantic = make_semantic(default_senteval(world), config.evaluation, config.run)
     straight = list(Trainer(config, data, semantic).run())
-    for key in (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC, names.LOSS):
-        logged = {m.step: m.value for m in client.get_metric_history(run.info.run_id, key)}
+    for key in keys:
+        logged = {m.step: m.value for m in history[key]}
         expected = {int(m["epoch"]): m[key] for m in straight if key in m}
         assert logged == pytest.approx(expected, rel=1e-5, abs=1e-6), key
 
@@ -218,40 +246,6 @@ def test_driver_killed_then_resumed(
     states = Counter(t.state for t in study.trials)
     assert states[optuna.trial.TrialState.COMPLETE] == 3
     assert states[optuna.trial.TrialState.RUNNING] == 0
-
-
-def test_tracking_server_away_and_back(cluster: Cluster, world: str, tmp_path: Path) -> None:
-    """The MLflow server dies after the first epochs and comes back after the last:
-    training never stops, the records wait in the driver, and in the end every epoch is
-    in MLflow exactly once and every run is closed with its (proxied) artifacts. The
-    trials read the store from its path themselves (``--data-via uri``)."""
-    server = MlflowServer(tmp_path / "server")
-    server.start()
-    try:
-        args = _search(
-            cluster, world, tmp_path / "runs", "away", "--epochs", "2", "--num-samples", "2",
-            "--max-concurrent", "2", "--tracking-uri", server.uri, "--tracking-wait", "240",
-            "--data-via", "uri",  # and the trials read the store themselves
-        )  # fmt: skip
-        driver = Driver(args)
-        driver.wait_for("epoch 1/2")
-        server.stop()
-        driver.wait_for("is not answering")
-        driver.wait_for("epoch 2/2", count=2)  # trained on while the server was away
-        server.start()
-        assert driver.finish() == 0, driver.text
-        assert "is back after" in driver.text
-
-        client = MlflowClient(server.uri)
-        runs = _children(client, "away")
-        assert len(runs) == 2
-        for run in runs:
-            assert run.info.status == "FINISHED"
-            _epochs_once(client, run, epochs=2)
-            artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-            assert {"config.json", "tradeoff.png", "ensemble.pt"} <= artifacts
-    finally:
-        server.stop()
 
 
 def _fault_trainable(config: dict[str, Any], data: TrainingData, poisoned: TrainingData) -> None:
