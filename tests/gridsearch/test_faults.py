@@ -271,8 +271,19 @@ def _fault_trainable(config: dict[str, Any], data: TrainingData, poisoned: Train
 
 
 def test_diverging_and_raising_trials_fail_and_the_search_goes_on(
-    cluster: Cluster, world: str, tmp_path: Path
+    cluster: Cluster, world: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Tune (2.60) copies the driver's files to the storage path every 10 s (its "auto"
+    # period, TUNE_GLOBAL_CHECKPOINT_S), and a retried trial's restart copies its
+    # result.json back from there over the driver's own: the reports since the last copy
+    # leave Tune's results. The NaN trial fails within milliseconds of its epoch 0; when a
+    # copy fell between its start and that report and none between the report and the
+    # retry's start (a few seconds), the reconcile below found 5 epochs where MLflow held
+    # 6. A copy every 0.5 s leaves no such window (a retry's new process takes longer to
+    # start); and the error.txt of the first attempt is on the storage path when the
+    # tracker reads the trial's error there (Trial.get_error), as with the 10 s period.
+    # (At every step of Tune's loop instead, the copies cost about 10 CPU-s here.)
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "0.5")
     data = TrainingData.from_store(world)
     features = np.full_like(data.train.features, np.nan)
     poisoned = dataclasses.replace(data, train=dataclasses.replace(data.train, features=features))
