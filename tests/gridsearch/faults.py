@@ -1,5 +1,5 @@
-"""What the fault tests drive: the real CLI in a subprocess, a real ``mlflow server``, and
-the processes of a simulated multi-node Ray cluster."""
+"""What the fault tests drive: the real CLI in a subprocess, a real ``mlflow server``, the
+processes of a simulated multi-node Ray cluster, and a trainable that fails on purpose."""
 
 from __future__ import annotations
 
@@ -13,8 +13,12 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import psutil
+
+if TYPE_CHECKING:
+    from trainables.data import TrainingData
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -161,3 +165,29 @@ def node_running(nodes: list, marker: str = "ImplicitFunc") -> object:
         if raylet in ancestors:
             return node
     raise AssertionError(f"no trial process found under the nodes' raylets ({trials})")
+
+
+def fault_trainable(config: dict[str, Any], data: TrainingData, poisoned: TrainingData) -> None:
+    """The real trainable; ``fault`` picks real NaN features (the real Trainer then
+    stops on a non-finite loss) or an exception after any epoch but the untrained one.
+    Here, not in the test module: a trial process imports the module of its trainable,
+    and the test module's imports (MLflow, Optuna, the driver) cost it about 1.4 CPU-s."""
+    from trainables.tune import trial
+
+    config = dict(config)  # Tune records the dict it passed in: leave it whole
+    fault = config.pop("fault")
+    if fault == "raise":
+        import ray.tune as ray_tune
+
+        real_report = ray_tune.report
+
+        def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
+            # fails instead of the last epoch's report, on every attempt (the retry's too):
+            # the report before it had a whole epoch to reach the driver (raising right
+            # after a report races Tune's delivery of it)
+            if metrics.get("epoch", 0) >= 2:
+                raise RuntimeError("injected failure after an epoch")
+            real_report(metrics, checkpoint=checkpoint)
+
+        ray_tune.report = report
+    trial(config, poisoned if fault == "nan" else data)

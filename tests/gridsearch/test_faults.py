@@ -29,7 +29,12 @@ from gridsearch._scheduler import make_scheduler  # noqa: E402
 from gridsearch.settings import SMOKE_WORLD_IMAGES  # noqa: E402
 from gridsearch.tracking import TrialTracker, ensure_experiment, start_parent_run  # noqa: E402
 from storage.build import build_synthetic  # noqa: E402
-from tests.gridsearch.faults import Driver, MlflowServer, node_running  # noqa: E402
+from tests.gridsearch.faults import (  # noqa: E402
+    Driver,
+    MlflowServer,
+    fault_trainable,
+    node_running,
+)
 from tests.gridsearch.test_drivers import Driver as LineDriver  # noqa: E402
 from tests.gridsearch.test_fused_edges import (  # noqa: E402
     EPOCHS,
@@ -49,7 +54,6 @@ from trainables.config import TrainConfig  # noqa: E402
 from trainables.data import TrainingData, default_senteval  # noqa: E402
 from trainables.loop import Trainer  # noqa: E402
 from trainables.semantic import make_semantic  # noqa: E402
-from trainables.tune import trial  # noqa: E402
 
 pytestmark = pytest.mark.slow
 EPOCH_KEYS = (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC, "epoch")
@@ -248,28 +252,6 @@ def test_driver_killed_then_resumed(
     assert states[optuna.trial.TrialState.RUNNING] == 0
 
 
-def _fault_trainable(config: dict[str, Any], data: TrainingData, poisoned: TrainingData) -> None:
-    """The real trainable; ``fault`` picks real NaN features (the real Trainer then
-    stops on a non-finite loss) or an exception after any epoch but the untrained one."""
-    config = dict(config)  # Tune records the dict it passed in: leave it whole
-    fault = config.pop("fault")
-    if fault == "raise":
-        import ray.tune as ray_tune
-
-        real_report = ray_tune.report
-
-        def report(metrics: dict[str, Any], checkpoint: Any = None) -> None:
-            # fails instead of the last epoch's report, on every attempt (the retry's too):
-            # the report before it had a whole epoch to reach the driver (raising right
-            # after a report races Tune's delivery of it)
-            if metrics.get("epoch", 0) >= 2:
-                raise RuntimeError("injected failure after an epoch")
-            real_report(metrics, checkpoint=checkpoint)
-
-        ray_tune.report = report
-    trial(config, poisoned if fault == "nan" else data)
-
-
 def test_diverging_and_raising_trials_fail_and_the_search_goes_on(
     cluster: Cluster, world: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -295,7 +277,7 @@ def test_diverging_and_raising_trials_fail_and_the_search_goes_on(
     try:
         tuner = tune.Tuner(
             tune.with_resources(
-                tune.with_parameters(_fault_trainable, data=data, poisoned=poisoned), {"cpu": 1}
+                tune.with_parameters(fault_trainable, data=data, poisoned=poisoned), {"cpu": 1}
             ),
             param_space={
                 "fault": tune.grid_search(["nan", "raise", "none"]),
