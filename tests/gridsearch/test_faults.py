@@ -139,9 +139,9 @@ def _local_client(runs: Path) -> MlflowClient:
 def test_worker_node_killed_mid_trial_while_the_tracking_server_is_away(
     cluster: Cluster, world: str, tmp_path: Path, extensions: Path
 ) -> None:
-    """Two trials at once, one on each worker node. After the first epoch the node of one
-    of them dies and the MLflow server dies too; the server comes back once both trials
-    are done. The node's trial resumes from its last checkpoint on the other node and
+    """Two trials at once, one on each worker node. After the first epoch the MLflow
+    server dies, and then the node of one of the trials; the server comes back once both
+    trials are done. The node's trial resumes from its last checkpoint on the other node and
     every metric equals an uninterrupted run of the plain training loop; training never
     stops for the server, the records wait in the driver, and in the end every epoch is
     in MLflow exactly once and every run is closed with its (proxied) artifacts. The
