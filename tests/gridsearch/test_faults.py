@@ -265,9 +265,9 @@ def test_diverging_and_raising_trials_fail_and_the_search_goes_on(
     # copy fell between its start and that report and none between the report and the
     # retry's start (a few seconds), the reconcile below found 5 epochs where MLflow held
     # 6. A copy every 0.5 s leaves no such window (a retry's new process takes longer to
-    # start); and the error.txt of the first attempt is on the storage path when the
-    # tracker reads the trial's error there (Trial.get_error), as with the 10 s period.
-    # (At every step of Tune's loop instead, the copies cost about 10 CPU-s here.)
+    # start). (At every step of Tune's loop instead, the copies cost about 10 CPU-s here.)
+    # A search's own --resume meets the same loss only where MLflow was away for the whole
+    # of a retried trial (docs/faults.md).
     monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "0.5")
     data = TrainingData.from_store(world)
     features = np.full_like(data.train.features, np.nan)
