@@ -20,6 +20,7 @@ the trade-off per epoch (``_curves.charts_view``).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -158,8 +159,7 @@ class TrialTracker(Callback):
     def on_trial_error(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
     ) -> None:
-        error = trial.get_error()
-        self._close(trial, Outcome.FAILED, str(error) if error is not None else "the trial failed")
+        self._close(trial, Outcome.FAILED, _trial_error(trial))
 
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
         for trial in trials:
@@ -260,3 +260,16 @@ class TrialTracker(Callback):
             if trial_id and trial_id not in self._linked:
                 self._link(trial_id, dict(result.config or {}))
         return report
+
+
+def _trial_error(trial: Trial) -> str:
+    """The failed ``trial``'s error as Tune wrote it (its ``error.txt``): the driver's own
+    copy, written at once, else the storage path's (``Trial.get_error``), which Tune
+    copies there only every few seconds: a trial that failed soon after a copy has none
+    there yet, and its run would say only that it failed."""
+    local = trial.error_file
+    if local is not None and os.path.isfile(local):
+        with open(local, encoding="utf-8", errors="replace") as handle:
+            return handle.read()
+    error = trial.get_error()
+    return str(error) if error is not None else "the trial failed"
