@@ -84,6 +84,9 @@ class TrialRuns:
         # with a later report, trainables.loop) are logged: found from MLflow once a run
         self._late: dict[str, set[int]] = {}
         self._closed: set[str] = set()  # run ids
+        # (run id, key, step) of writes that failed: MLflow may have applied one before
+        # the failure (a server gone before it answered), so its retry looks first
+        self._failed: set[tuple[str, str, int]] = set()
         self._labels: list[str] | None = None  # the keys that say what a trial tried
 
     def _label_keys(self) -> list[str]:
@@ -154,9 +157,10 @@ class TrialRuns:
         """Log one epoch's metrics at ``step=epoch``; False when it already was (a trial
         restored from its checkpoint reports its last epochs again: the first wins)."""
         run_id = self.run_of(trial_id, config)
-        if epoch in self._logged[run_id]:
+        if epoch in self._logged[run_id] or self._applied(run_id, "epoch", epoch):
+            self._logged[run_id].add(epoch)
             return False
-        log_metrics(self.client, run_id, {**values, "epoch": float(epoch)}, epoch)
+        self._log(run_id, {**values, "epoch": float(epoch)}, epoch, "epoch")
         self._logged[run_id].add(epoch)
         return True
 
@@ -170,16 +174,35 @@ class TrialRuns:
         run_id = self.run_of(trial_id, config)
         if not values:
             return False
+        marker = names.key(names.TEST, "semantic")
         if run_id not in self._late:  # epochs MLflow already holds a battery metric at
-            marker = names.key(names.TEST, "semantic")
             self._late[run_id] = {
                 int(m.step) for m in self.client.get_metric_history(run_id, marker)
             }
-        if epoch in self._late[run_id]:
+        key = marker if marker in values else next(iter(values))
+        if epoch in self._late[run_id] or self._applied(run_id, key, epoch):
+            self._late[run_id].add(epoch)
             return False
-        log_metrics(self.client, run_id, values, epoch)
+        self._log(run_id, values, epoch, key)
         self._late[run_id].add(epoch)
         return True
+
+    def _log(self, run_id: str, values: Mapping[str, float], step: int, key: str) -> None:
+        """``values`` logged at ``step``; on failure, ``key`` at ``step`` is remembered for
+        ``_applied``."""
+        self._failed.add((run_id, key, step))
+        log_metrics(self.client, run_id, values, step)
+        self._failed.discard((run_id, key, step))
+
+    def _applied(self, run_id: str, key: str, step: int) -> bool:
+        """Whether a write that failed had been applied all the same: MLflow holds its
+        ``key`` at ``step``. A report's metrics are one ``log_batch`` (up to MLflow's
+        1,000 a call), which the store applies whole or not at all."""
+        if (run_id, key, step) not in self._failed:
+            return False
+        held = any(int(m.step) == step for m in self.client.get_metric_history(run_id, key))
+        self._failed.discard((run_id, key, step))
+        return held
 
     def close(
         self,

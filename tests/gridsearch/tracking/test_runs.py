@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from gridsearch._outcome import Outcome
@@ -79,3 +81,45 @@ def test_split_trial_config_and_epoch_metrics() -> None:
     reported = {"epoch": 1, "dev/r10_mean": 3, "test/x": float("nan"), "done": True, "pid": 7}
     assert epoch_metrics(reported) == {"dev/r10_mean": 3.0, "test/x": reported["test/x"]}
     assert epoch_metrics(reported, from_table=True) == {"dev/r10_mean": 3.0}
+
+
+class _AnswerLost:
+    """A real client whose next ``log_batch`` is applied and then fails, as when the
+    tracking server dies after writing a request and before answering it."""
+
+    def __init__(self, client: MlflowClient) -> None:
+        self.client, self.lose_next = client, False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.client, name)
+
+    def log_batch(self, *args: object, **kwargs: object) -> None:
+        self.client.log_batch(*args, **kwargs)
+        if self.lose_next:
+            self.lose_next = False
+            raise MlflowException("the connection was reset before the answer")
+
+
+def test_a_write_applied_before_its_failure_is_not_written_twice(tmp_path: Path) -> None:
+    """An epoch's report, or a late test battery, that MLflow applied though its call
+    failed is not logged again when the driver retries it: each step once."""
+    client, experiment, parent = _search(tmp_path)
+    lossy = _AnswerLost(client)
+    runs = TrialRuns(lossy, experiment, parent, {})  # type: ignore[arg-type]
+    late = {names.key(names.TEST, "semantic"): 0.5}
+    run_id = runs.run_of("trial_00001", CONFIG)  # created (its parameters: a log_batch too)
+    for epoch in (0, 1):
+        lossy.lose_next = True
+        with pytest.raises(MlflowException):
+            runs.log_epoch("trial_00001", CONFIG, epoch, {names.PRIMARY_RETRIEVAL: 1.0})
+        assert not runs.log_epoch("trial_00001", CONFIG, epoch, {names.PRIMARY_RETRIEVAL: 1.0})
+    lossy.lose_next = True
+    with pytest.raises(MlflowException):
+        runs.log_late("trial_00001", CONFIG, 0, late)
+    assert not runs.log_late("trial_00001", CONFIG, 0, late)
+    assert runs.log_epoch("trial_00001", CONFIG, 2, {names.PRIMARY_RETRIEVAL: 1.0})
+    for key, steps in (
+        (names.PRIMARY_RETRIEVAL, [0, 1, 2]),
+        (names.key(names.TEST, "semantic"), [0]),
+    ):
+        assert sorted(m.step for m in client.get_metric_history(run_id, key)) == steps, key
