@@ -94,9 +94,9 @@ def test_a_signal_is_an_interruption_everywhere(
     # other cases, the session's cluster (tests/conftest.py)
     joined = [] if signals == ["SIGINT", "SIGINT"] else on_cluster
     # 2 trials, one at a time, in every case: the signal finds the first trial running (or
-    # just ended) and the second not run, so the outcomes below are exact; a second trial's
-    # process running beside the first (its own torch and Tune imports, ~5 CPU-s) would
-    # only be started to be cut short
+    # just ended) and the second not run, so the outcomes below are exact; a second trial
+    # running beside the first would only be started to be cut short (at the start and at
+    # Ctrl+C twice: the module's process tree measured 5-7 CPU-s less without them)
     args = [*SEARCH, "--num-samples", "2", "--max-concurrent", "1", "--runs-dir", str(runs),
             "--experiment", "x", *joined]  # fmt: skip
     driver = Driver(*args)
