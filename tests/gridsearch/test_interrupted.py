@@ -55,7 +55,7 @@ def stopped_by(
     assert "Aborted" not in out  # no Ray abort dump (exit 134) after SIGTERM
     assert "Tuner.restore" not in out and "resume=True" not in out  # not Tune's advice
     lines = out.splitlines()
-    counts = [line for line in lines if re.match(r"\d+ trials: ", line)]
+    counts = [line for line in lines if re.match(r"\d+ trials?: ", line)]
     assert len(counts) == 1 and "stopped_early" not in counts[0], out
     stopped = [line for line in lines if line.startswith(f"the search stopped ({signals[0]})")]
     assert len(stopped) == 1 and "not finished" in stopped[0], out
