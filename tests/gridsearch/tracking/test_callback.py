@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from ray.train._internal.storage import StorageContext
 from ray.tune.experiment import Trial
 
 from gridsearch.tracking._callback import _trial_error
 
 
+@pytest.mark.slow  # 5 s or more in the fast tier (BENCHMARKS.md): it starts the Ray cluster
 def test_a_failed_trial_s_error_is_read_before_tune_copies_it_to_the_storage_path(
     tmp_path: Path, connected: None
 ) -> None:
