@@ -1,13 +1,19 @@
 """The torch device a run asks for, checked once (``storage``'s one device resolver,
-worded for a run's ``device``)."""
+worded for a run's ``device``), and the process set up as a trainer's config says."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 
 from storage import DeviceError, resolve
+from trainables import _packed_rnn_cpp
 
-__all__ = ["resolve_device"]
+if TYPE_CHECKING:
+    from trainables.config import TrainConfig
+
+__all__ = ["resolve_device", "set_up_training"]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -28,3 +34,19 @@ def resolve_device(name: str) -> torch.device:
             f"device: {name!r} requested but only {err.visible} CUDA GPU(s) are visible "
             f"(cuda:0 to cuda:{err.visible - 1})"
         ) from None
+
+
+def set_up_training(config: TrainConfig, train_images: int) -> torch.device:
+    """The device of a trainer of ``config`` (the lone and the fused one alike), with this
+    process's torch threads and recurrence set as the config says; a ``ValueError`` when a
+    batch needs more images than the training split's ``train_images``."""
+    device = resolve_device(config.device)
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    _packed_rnn_cpp.use(config.recurrence)
+    if train_images < config.batch_size:
+        raise ValueError(
+            f"batch_size: got {config.batch_size}, but the training split has "
+            f"only {train_images} images"
+        )
+    return device

@@ -50,12 +50,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from trainables import _packed_rnn_cpp, families
+from trainables import families
 from trainables._fused_model import FusedEncoder
 from trainables._fused_optim import FusedAdam, clip_per_member
 from trainables.config import ConfigError, TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches
-from trainables.device import resolve_device
+from trainables.device import set_up_training
 from trainables.loss import at_least_float32, make_loss
 from trainables.model import GroundedEncoder
 from trainables.schedule import cyclic_cosine_lr
@@ -148,15 +148,7 @@ class FusedTrainer:
     def __init__(self, configs: Sequence[TrainConfig], data: TrainingData) -> None:
         check_fusable(configs)
         shared = configs[0]
-        self.device = resolve_device(shared.device)
-        if shared.threads:
-            torch.set_num_threads(shared.threads)
-        _packed_rnn_cpp.use(shared.recurrence)
-        if data.train.num_images < shared.batch_size:
-            raise ValueError(
-                f"batch_size: got {shared.batch_size}, but the training split has "
-                f"only {data.train.num_images} images"
-            )
+        self.device = set_up_training(shared, data.train.num_images)
         self.shared = shared
         self.members = [_Member(i, config) for i, config in enumerate(configs)]
         self.tokenizer = families.build_tokenizer(shared, data.train.captions)

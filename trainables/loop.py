@@ -50,11 +50,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainables import _packed_rnn_cpp, checkpoint, families, names
+from trainables import checkpoint, families, names
 from trainables._battery import BatteryWorker
 from trainables.config import TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches, partner_rows
-from trainables.device import resolve_device
+from trainables.device import set_up_training
 from trainables.embedding import embed_captions, embed_images, embed_sentences
 from trainables.loss import at_least_float32, make_loss
 from trainables.metrics import retrieval_metrics
@@ -141,15 +141,7 @@ class Trainer:
         where it has them (a resumed run's snapshots are embedded again), and a battery
         starts before the epoch's in-place evaluation when the worker is free."""
         self.config = config
-        self.device = resolve_device(config.device)
-        if config.threads:
-            torch.set_num_threads(config.threads)
-        _packed_rnn_cpp.use(config.recurrence)
-        if data.train.num_images < config.batch_size:
-            raise ValueError(
-                f"batch_size: got {config.batch_size}, but the training split has "
-                f"only {data.train.num_images} images"
-            )
+        self.device = set_up_training(config, data.train.num_images)
         # the model's input: the alphabet, or the vocabulary of the training captions
         self.tokenizer: Tokenizer = families.build_tokenizer(config, data.train.captions)
         pretrained = families.load_pretrained(config, self.tokenizer)
