@@ -50,6 +50,14 @@ SEARCH = ["--space", "margin_sweep", "--smoke-test", "--no-dashboard"]
 EPOCHS = 2  # a smoke test's; its learning-rate cycle is one epoch: ASHA's rung is epoch 1
 
 
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The runs directory of this module's searches, each its own experiment: its MLflow
+    store and embedded world are set up by the first search (about 3 CPU-s of a driver),
+    found by the others."""
+    return tmp_path_factory.mktemp("runs")
+
+
 # -- reading back what a search recorded --------------------------------------------
 
 
@@ -185,7 +193,7 @@ def _last_status(out: str) -> str:
 
 @pytest.mark.slow
 def test_a_fused_search_stopped_at_a_trials_end_resumes_then_extends_by_configurations(
-    tmp_path: Path, mlflow_runs, on_cluster: list[str], capfd: pytest.CaptureFixture[str]
+    runs: Path, mlflow_runs, on_cluster: list[str], capfd: pytest.CaptureFixture[str]
 ) -> None:
     """Two fused trials of two, one at a time; SIGTERM when the first has ended: two
     configurations are done and two are not (not four: the ended trial's members are
@@ -193,7 +201,6 @@ def test_a_fused_search_stopped_at_a_trials_end_resumes_then_extends_by_configur
     --num-samples 6 (configurations, not fused trials) runs one more fused trial of two;
     resumed again, it says it has run all six and exits 0 without Ray. Only the first
     driver, the one signalled, is a process of its own; the others run in this one."""
-    runs = tmp_path / "runs"
     first = Driver(*SEARCH, "--scheduler", "fifo", "--num-samples", "4", "--fuse", "2",
                    "--max-concurrent", "1", "--runs-dir", str(runs),
                    "--experiment", "y", *on_cluster)  # fmt: skip
@@ -232,7 +239,7 @@ def test_a_fused_search_stopped_at_a_trials_end_resumes_then_extends_by_configur
 
 @pytest.mark.slow
 def test_fused_members_at_two_seeds_record_what_lone_seeded_trials_record(
-    tmp_path: Path, mlflow_runs, on_cluster: list[str], capfd: pytest.CaptureFixture[str]
+    runs: Path, mlflow_runs, on_cluster: list[str], capfd: pytest.CaptureFixture[str]
 ) -> None:
     """``--fuse 2 --seeds-per-config 2 --engine fused``: one Tune trial, its four seats
     (two members at two seeds) one fused model; each member records what the same
@@ -242,10 +249,10 @@ def test_fused_members_at_two_seeds_record_what_lone_seeded_trials_record(
     same values to float32 rounding, and its Optuna value and intermediate values; each
     member's seeds checkpointed in its member folder as the lone trial's are."""
     more = ["--scheduler", "fifo", "--num-samples", "2", "--seeds-per-config", "2", *on_cluster]
-    fused_out = _search(capfd, tmp_path, "fused", *more, "--fuse", "2", engine="fused")
-    _search(capfd, tmp_path, "alone", *more, engine="sequential")
+    fused_out = _search(capfd, runs, "fused", *more, "--fuse", "2", engine="fused")
+    _search(capfd, runs, "alone", *more, engine="sequential")
     assert "2 trials: 2 finished" in fused_out
-    (trial,) = [p.parent for p in (tmp_path / "tune" / "fused").glob("*/result.json")]
+    (trial,) = [p.parent for p in (runs / "tune" / "fused").glob("*/result.json")]
     reports = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
     assert [r[MEMBERS_FUSED] for r in reports] == [1] * (EPOCHS + 1)
     assert all(member_key(m, names.spread(RETRIEVAL)) in reports[-1] for m in (0, 1))
@@ -254,7 +261,7 @@ def test_fused_members_at_two_seeds_record_what_lone_seeded_trials_record(
         saved = sorted(p.name for p in member_folder(last, member).iterdir())
         assert saved == sorted([state_file(0), state_file(1)])
     assert json.loads((last / GROUP_FILE).read_text()) == {"stopped": []}
-    lone = sorted(p.parent for p in (tmp_path / "tune" / "alone").glob("*/result.json"))
+    lone = sorted(p.parent for p in (runs / "tune" / "alone").glob("*/result.json"))
     assert len(lone) == 2  # two Tune trials, each a group of one, not fused
     for folder in lone:
         results = [json.loads(line) for line in (folder / "result.json").read_text().splitlines()]
@@ -264,24 +271,24 @@ def test_fused_members_at_two_seeds_record_what_lone_seeded_trials_record(
         )
         assert saved == sorted([state_file(0), state_file(1)])
     studies = {
-        e: {t.params["margin"]: t for t in _study(tmp_path, e).trials} for e in ("fused", "alone")
+        e: {t.params["margin"]: t for t in _study(runs, e).trials} for e in ("fused", "alone")
     }
     assert sorted(studies["fused"]) == sorted(studies["alone"])  # the same two configurations
     for margin, fused in studies["fused"].items():
         alone = studies["alone"][margin]
         assert fused.value == pytest.approx(alone.value, rel=F32.rtol, abs=F32.atol)
         assert sorted(fused.intermediate_values) == sorted(alone.intermediate_values)
-    runs = {}
+    recorded = {}
     for experiment in ("fused", "alone"):
-        client, found = _trial_runs(mlflow_runs, tmp_path, experiment)
+        client, found = _trial_runs(mlflow_runs, runs, experiment)
         assert {r.data.tags["outcome"] for r in found.values()} == {"finished"}
-        runs[experiment] = {float(r.data.params["margin"]): r for r in found.values()}
-    assert sorted(runs["fused"]) == sorted(runs["alone"])
+        recorded[experiment] = {float(r.data.params["margin"]): r for r in found.values()}
+    assert sorted(recorded["fused"]) == sorted(recorded["alone"])
     test_semantic = names.key(names.TEST, "semantic")
     keys = (names.LOSS, names.PRIMARY_RETRIEVAL, names.spread(RETRIEVAL), test_semantic,
             names.spread(test_semantic))  # fmt: skip
-    for margin, fused in runs["fused"].items():
-        alone = runs["alone"][margin]
+    for margin, fused in recorded["fused"].items():
+        alone = recorded["alone"][margin]
         engines = (fused.data.params.pop("engine"), alone.data.params.pop("engine"))
         assert engines == ("fused", "sequential")
         assert fused.data.params == alone.data.params  # seed included: the same seeds
@@ -298,7 +305,7 @@ def test_fused_members_at_two_seeds_record_what_lone_seeded_trials_record(
 
 @pytest.mark.slow
 def test_fused_members_on_two_objectives_are_each_their_own_pareto_trial(
-    tmp_path: Path, mlflow_runs, on_cluster: list[str], capfd: pytest.CaptureFixture[str]
+    runs: Path, mlflow_runs, on_cluster: list[str], capfd: pytest.CaptureFixture[str]
 ) -> None:
     """``--fuse 5 --objective both`` under ASHA's Pareto form: five configurations in one
     trial, each its own trial of the two-objective study with its own two values (no
@@ -307,12 +314,12 @@ def test_fused_members_on_two_objectives_are_each_their_own_pareto_trial(
     member; the progress names the best member on each objective. Five: the fewest
     configurations of this seeded search of which the rule stops any (of three or four, it
     stops none); each one more is one more model trained in the fused trial."""
-    out = _search(capfd, tmp_path, "both", "--scheduler", "asha", "--objective", "both",
+    out = _search(capfd, runs, "both", "--scheduler", "asha", "--objective", "both",
                   "--num-samples", "5", "--fuse", "5", *on_cluster)  # fmt: skip
     assert "at epoch 1," in out and "Pareto rank" in out
-    study = _study(tmp_path, "both")
+    study = _study(runs, "both")
     assert len(study.directions) == 2
-    client, members = _trial_runs(mlflow_runs, tmp_path, "both")
+    client, members = _trial_runs(mlflow_runs, runs, "both")
     outcomes = _check_members(client, members, study, 5)
     assert all(not t.intermediate_values for t in study.trials)
     assert len({tuple(t.values) for t in study.trials}) > 1  # each member its own
