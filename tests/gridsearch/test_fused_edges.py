@@ -250,7 +250,8 @@ def test_fused_members_at_two_seeds_record_what_lone_seeded_trials_record(
     member's seeds checkpointed in its member folder as the lone trial's are."""
     more = ["--scheduler", "fifo", "--num-samples", "2", "--seeds-per-config", "2", *on_cluster]
     fused_out = _search(capfd, runs, "fused", *more, "--fuse", "2", engine="fused")
-    _search(capfd, runs, "alone", *more, engine="sequential")
+    # the lone trials one at a time: one trial process trains both, not one each
+    _search(capfd, runs, "alone", *more, "--max-concurrent", "1", engine="sequential")
     assert "2 trials: 2 finished" in fused_out
     (trial,) = [p.parent for p in (runs / "tune" / "fused").glob("*/result.json")]
     reports = [json.loads(line) for line in (trial / "result.json").read_text().splitlines()]
