@@ -139,6 +139,14 @@ figure() {
 environment() {
     say "gpu_checks $(date -u +%FT%TZ) on $(hostname)$( ((cpu)) && echo ', --cpu dry run')"
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >>"$log" 2>&1
+    if ((cpu)); then
+        # the versions from the installed metadata: importing torch (about 2 CPU-s) to find
+        # no GPU tells the dry run nothing more, and its every later step imports torch
+        python3 -c "import importlib.metadata as m, sys
+print('python', sys.version.split()[0], 'torch', m.version('torch'), 'not imported: --cpu')" \
+            2>&1 | tee -a "$log" | tee -a "$figures"
+        return
+    fi
     python3 -c "import torch, sys; print('python', sys.version.split()[0], 'torch',
         torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(),
         torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no GPU')" 2>&1 |
