@@ -8,7 +8,7 @@ search used: its Pareto front (dev R@10 mean best, dev semantic best) against th
 
     python bench/bench_search_efficiency.py [--images 2000] [--scale 16] [--epochs 4]
         [--cycle-epochs 1] [--margins 0.1,0.2,0.3,0.4] [--asha-trials 16] [--pareto]
-        [--out DIR]
+        [--max-concurrent 2] [--out DIR]
     python bench/bench_search_efficiency.py --smoke     # tiny, end to end, 2-3 minutes
     python bench/bench_search_efficiency.py --smoke --margins 0.1 --asha-trials 2
 
@@ -19,7 +19,8 @@ so that a test can ask for an even smaller run of the same three searches.
 
 Every search is the package's own (``gridsearch.driver.run_search`` with settings from
 ``gridsearch.settings.parse_args``), in this process, one after another, each with a
-fresh local Ray (no dashboard), 2 trials at once with 1 CPU each, MLflow in sqlite and
+fresh local Ray (no dashboard), ``--max-concurrent`` trials at once with 1 CPU each
+(default 2; with 1, one trial process trains a search's every trial), MLflow in sqlite and
 the Tune/Optuna storage all under ``--out`` (a temporary directory by default). Every
 trial has the same ``--cycle-epochs`` (learning-rate cycle and snapshot interval; the paper
 runs 32 epochs in 4-epoch cycles, the CPU-sized bench a few epochs in 1-epoch cycles):
@@ -172,7 +173,8 @@ def search(
 ) -> SearchResult:
     argv = [
         "--space", space, "--data", store, "--epochs", str(args.epochs),
-        "--seed", str(args.seed), "--max-concurrent", "2", "--cpus-per-trial", "1",
+        "--seed", str(args.seed), "--max-concurrent", str(args.max_concurrent),
+        "--cpus-per-trial", "1",
         "--no-dashboard", "--runs-dir", str(out / "runs"), "--experiment", label,
         *(["--address", args.address] if args.address else []), *extra,
     ]  # fmt: skip
@@ -381,6 +383,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--asha-trials", type=int,
                    help="the ASHA + TPE search's trials (default: 16)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="sampler and training seed")
+    p.add_argument("--max-concurrent", type=int, default=2, help="trials at once, 1 CPU each")
     p.add_argument("--pareto", action="store_true", help="also --objective both")
     p.add_argument("--store", default=None, help="an existing store instead")
     p.add_argument("--out", type=Path, default=None,
@@ -396,8 +399,10 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         if getattr(args, name) is None:
             setattr(args, name, value)
     args.pareto = args.pareto or args.smoke
-    if min(args.epochs, args.asha_trials, args.scale, args.cycle_epochs) < 1:
-        p.error("--epochs, --cycle-epochs, --asha-trials and --scale must be positive")
+    if min(args.epochs, args.asha_trials, args.scale, args.cycle_epochs, args.max_concurrent) < 1:
+        p.error(
+            "--epochs, --cycle-epochs, --asha-trials, --scale and --max-concurrent must be positive"
+        )
     return args
 
 
