@@ -45,3 +45,31 @@ def test_what_is_not_a_device_is_named(name):
 def test_with_index_leaves_indexed_and_cpu_devices_alone():
     assert with_index(torch.device("cpu")) == torch.device("cpu")
     assert with_index(torch.device("cuda:3")) == torch.device("cuda:3")
+
+
+def test_both_trainers_set_up_the_process_through_one_function(tiny_world, monkeypatch):
+    """The lone and the fused trainer alike: a batch larger than the training split is
+    refused, naming the field and the split's size, before any model is built; the
+    config's threads and recurrence are this process's."""
+    from trainables import FusedTrainer, _packed_rnn_cpp
+    from trainables.config import TrainConfig
+    from trainables.data import TrainingData
+    from trainables.device import set_up_training
+    from trainables.loop import Trainer
+
+    data = TrainingData.from_store(str(tiny_world))
+    images = data.train.num_images
+    too_big = TrainConfig(batch_size=images + 1, hidden_size=8, device="cpu")
+    message = rf"batch_size: got {images + 1}, but the training split has only {images} images"
+    with pytest.raises(ValueError, match=message):
+        Trainer(too_big, data)
+    with pytest.raises(ValueError, match=message):
+        FusedTrainer([too_big, too_big], data)
+    monkeypatch.setattr(_packed_rnn_cpp, "_recurrence", ["compiled"])  # restored after
+    threads = torch.get_num_threads()
+    try:
+        config = TrainConfig(batch_size=images, threads=1, recurrence="python", device="cpu")
+        assert set_up_training(config, images) == torch.device("cpu")
+        assert torch.get_num_threads() == 1 and _packed_rnn_cpp.extension() is None
+    finally:
+        torch.set_num_threads(threads)
