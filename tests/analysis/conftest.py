@@ -23,14 +23,16 @@ class RealSearch(NamedTuple):
 @pytest.fixture(scope="session")
 def real_search(tmp_path_factory: pytest.TempPathFactory, on_cluster: list[str]) -> RealSearch:
     """Four trials over margin (continuous) and rnn_type (categorical), objective both;
-    the space takes a snapshot every epoch so the 2-epoch trials keep ensemble weights."""
+    the space takes a snapshot every epoch so the 2-epoch trials keep ensemble weights.
+    One at a time: one reused trial process trains them all, not two."""
     from gridsearch.run import main
 
     runs_dir = tmp_path_factory.mktemp("search")
     argv = [
         "--space-file", str(SPACE_FILE),
         "--smoke-test", "--no-dashboard", "--scheduler", "fifo", "--objective", "both",
-        "--num-samples", "4", "--runs-dir", str(runs_dir), "--experiment", "analysis",
+        "--num-samples", "4", "--max-concurrent", "1", "--runs-dir", str(runs_dir),
+        "--experiment", "analysis",
         *on_cluster,
     ]  # fmt: skip
     assert main(argv) == 0
