@@ -228,7 +228,8 @@ def test_a_smoke_search_of_seeds_presets_is_small_and_shows_its_progress(
     test process joins only the session's cluster) and the grid sampler's Study.stop
     error stay out."""
     args = [sys.executable, "-m", "gridsearch.run", "--space", "seeds_presets", "--smoke-test",
-            "--no-dashboard", "--runs-dir", str(tmp_path), "--experiment", "seeds"]  # fmt: skip
+            "--no-dashboard", "--max-concurrent", "1", "--runs-dir", str(tmp_path),
+            "--experiment", "seeds"]  # fmt: skip
     done = subprocess.run(args, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     out, err = done.stdout, done.stderr
