@@ -72,9 +72,10 @@ def search(
 ) -> Search:
     runs_dir = tmp_path_factory.mktemp("registry-search")
     # FIFO: every trial to the end whatever order they arrive in (auto would halve by
-    # Pareto rank for "both")
+    # Pareto rank for "both"); one at a time, so that one reused trial process trains
+    # the three, not two processes
     argv = ["--space", SPACE, *SMOKE, "--objective", "both", "--num-samples", "3"]
-    argv += ["--scheduler", "fifo"]
+    argv += ["--scheduler", "fifo", "--max-concurrent", "1"]
     argv += ["--data", str(tiny_world), "--runs-dir", str(runs_dir), "--experiment", EXPERIMENT]
     started = time.monotonic()
     status, out = _run([*argv, *on_cluster])
