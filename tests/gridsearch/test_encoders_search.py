@@ -42,11 +42,12 @@ def test_an_encoders_search_trains_every_family_through_the_same_paths(
 ) -> None:
     # two learning rates per family (the grid's first 14 of 21 points): --smoke-test keeps
     # the grid's first 2 points unless told more, and each family's best is still a choice
-    # (the report's and analysis.compare's family:NAME must pick the same trial)
+    # (the report's and analysis.compare's family:NAME must pick the same trial); one at a
+    # time, so that one reused trial process trains them all, not two
     grid = 2 * len(PRESETS)
     args = ["--space", "encoders", "--smoke-test", "--num-samples", str(grid), "--no-dashboard",
-            "--scheduler", "fifo", "--epochs", "1", "--runs-dir", str(tmp_path),
-            "--experiment", "families", *on_cluster]  # fmt: skip
+            "--scheduler", "fifo", "--max-concurrent", "1", "--epochs", "1",
+            "--runs-dir", str(tmp_path), "--experiment", "families", *on_cluster]  # fmt: skip
     assert main(args) == 0
     out = capsys.readouterr().out
     assert f"{grid} trials: {grid} finished" in out
