@@ -184,9 +184,11 @@ def test_another_clone_in_another_venv_loads_the_build_without_a_word(
             cwd=clone, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    loaded, where = done.stdout.splitlines()  # not a word of building or waiting
-    name, seconds = loaded.split()[1:]
-    assert name == folder.name and float(seconds) < 5, loaded
+    # not a word of building or waiting; a wait would never end (the lock is held until
+    # the process is done) and a build would be a second in the log, so no clock is read:
+    # under a loaded machine's load even the key's compiler check took 5 s
+    loaded, where = done.stdout.splitlines()
+    assert loaded.split()[1] == folder.name, loaded
     assert where == f"from {clone / 'trainables' / '_compiled.py'} {venv}", where
     assert len(_builds(folder)) == 1
 
