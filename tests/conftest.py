@@ -51,12 +51,16 @@ def ray_address() -> Iterator[str]:
     machine has) kept for the test process: a search joins it with ``--address`` instead of
     starting and stopping a Ray of its own, which saves about 3.5 s and a fifth of the CPU
     of a smoke search. The searches that test Ray's own start (the default local cluster)
-    or several nodes start their own."""
+    or several nodes start their own.
+
+    No log monitor: every driver joins with ``log_to_driver=False`` (``gridsearch.cluster``),
+    so nothing reads what it forwards, and it scans the session's log folder twice a second,
+    a folder that grows by every worker's logs: it took 45 CPU-s of a whole run's two
+    clusters (a per-process profile, load 7-18)."""
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False}
-    )
+    head = {"num_cpus": 2, "include_dashboard": False, "include_log_monitor": False}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
     yield cluster.address
     cluster.shutdown()
 

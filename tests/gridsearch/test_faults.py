@@ -81,11 +81,11 @@ def _builds(extensions: Path) -> list[str]:
 
 @pytest.fixture(scope="module")
 def cluster(extensions: Path):
-    cluster = Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
-    )
+    # no log monitors, as the session's cluster (tests/conftest.py says why)
+    head = {"num_cpus": 0, "include_dashboard": False, "include_log_monitor": False}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
     for _ in range(2):
-        cluster.add_node(num_cpus=1)
+        cluster.add_node(num_cpus=1, include_log_monitor=False)
     cluster.wait_for_nodes()
     yield cluster
     cluster.shutdown()
@@ -170,7 +170,7 @@ def test_worker_node_killed_mid_trial_while_the_tracking_server_is_away(
             driver.wait_for("is not answering")
             driver.wait_for("done  ", count=2)  # both trials trained on while it was away
         finally:
-            cluster.add_node(num_cpus=1)  # back to two worker nodes for the other tests
+            cluster.add_node(num_cpus=1, include_log_monitor=False)  # back to two worker nodes
         server.start()
         assert driver.finish() == 0, driver.text
         assert "is back after" in driver.text
