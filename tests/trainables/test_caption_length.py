@@ -97,7 +97,7 @@ def test_storage_build_refuses_a_longer_caption_before_writing_anything(
 ) -> None:
     """Any split, any format (Flickr's raw sentence, COCO's tokens): the source is refused
     before a feature is extracted or a file written, naming the JSON, the image and the
-    cost; the same source with the caption at the bound builds."""
+    cost; such a source with the caption at the bound builds."""
     from tests.storage.cli_runs import assert_refused, karpathy_args, run_main
     from tests.storage.karpathy_files import coco_entry, flickr_entry, write_images, write_json
 
@@ -127,8 +127,9 @@ def test_storage_build_refuses_a_longer_caption_before_writing_anything(
         "MiB",
     )
     assert not out.exists()
-    if (dataset, split) == ("flickr8k", "test"):  # the bound itself builds (one build: slow)
-        json_path = with_caption(MAX_CAPTION_CHARS)
+    if (dataset, split) == ("flickr8k", "train"):  # the bound itself builds (one build: slow)
+        with_caption(MAX_CAPTION_CHARS)
+        json_path = write_json(json_path, dataset, entries[1:])  # one image a split: 3 to read
         assert run_main(build.main, karpathy_args(json_path, images, out), capfd).status == 0
 
 
