@@ -5,10 +5,12 @@ pickle state files, the search record."""
 
 from __future__ import annotations
 
+import functools
 import json
 import pickle
 import random
 import signal
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, cast
@@ -68,11 +70,21 @@ def _study(path: Path) -> Path:
     return path
 
 
+@functools.cache
+def _tracking_bytes() -> bytes:
+    """A small MLflow sqlite store (an experiment, a run, a metric), made by MLflow once a
+    process: its schema's migrations cost about 1 CPU-s, which every case paid before."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "mlflow.db"
+        client = MlflowClient(f"sqlite:///{path}")
+        experiment = client.create_experiment(EXPERIMENT)
+        run = client.create_run(experiment)
+        client.log_metric(run.info.run_id, "dev/r10_mean", 0.5)
+        return path.read_bytes()
+
+
 def _tracking(path: Path) -> Path:
-    client = MlflowClient(f"sqlite:///{path}")
-    experiment = client.create_experiment(EXPERIMENT)
-    run = client.create_run(experiment)
-    client.log_metric(run.info.run_id, "dev/r10_mean", 0.5)
+    path.write_bytes(_tracking_bytes())
     return path
 
 
