@@ -35,7 +35,7 @@ from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
 from gridsearch._optuna import ResumableOptunaSearch
-from gridsearch.tracking import split_trial_config
+from gridsearch._space import split_trial_config
 from trainables import names
 from trainables.config import ConfigError
 from trainables.fused import SHARED_FIELDS, check_fusable

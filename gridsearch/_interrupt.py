@@ -46,14 +46,13 @@ from typing import Any
 from ray.tune import Callback
 
 from gridsearch._damage import drop_cut_short_pickle
-from gridsearch.tracking import is_disk_full
+from gridsearch._outcome import is_disk_full
 
 __all__ = [
     "RESERVE_BYTES",
     "DiskGuard",
     "Interruption",
     "Reserve",
-    "is_disk_full",
     "quiet_disk_full_logs",
 ]
 

@@ -1,4 +1,5 @@
-"""How a trial ended, decided in one place; dependency-free.
+"""How a trial ended, and whether an error says a disk is full, decided in one place;
+dependency-free.
 
 ========================  =========  ====================================================
 ``Outcome``               MLflow     when
@@ -18,12 +19,15 @@ reads its ``outcome`` tag (``gridsearch.tracking.OUTCOME_TAG``), never its statu
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Mapping
 from enum import StrEnum
 
 from trainables import names
 
-__all__ = ["Outcome", "classify"]
+__all__ = ["Outcome", "classify", "is_disk_full"]
+
+_DISK_FULL = ("no space left on device", "database or disk is full", "disk quota exceeded")
 
 
 class Outcome(StrEnum):
@@ -50,3 +54,12 @@ def classify(metrics: Mapping[str, object], *, error: bool, search_complete: boo
     if names.is_finished(metrics):
         return Outcome.FINISHED
     return Outcome.STOPPED_EARLY if search_complete else Outcome.SEARCH_ENDED
+
+
+def is_disk_full(error: BaseException | str | None) -> bool:
+    """Whether an error (or a trial's error text) says a disk is full."""
+    if error is None:
+        return False
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return any(phrase in str(error).lower() for phrase in _DISK_FULL)

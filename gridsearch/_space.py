@@ -29,7 +29,7 @@ from optuna.trial import BaseTrial
 
 from trainables.config import TrainConfig
 
-__all__ = ["SearchSpace", "Suggest", "sample_config"]
+__all__ = ["SearchSpace", "Suggest", "sample_config", "split_trial_config"]
 
 # Any optuna trial: a Trial, a FixedTrial (rebuild a config from stored params), or Ray's
 # wrapper around a Trial.
@@ -143,3 +143,13 @@ def sample_config(space: SearchSpace, trial: BaseTrial) -> dict[str, Any]:
     except ValueError as exc:
         raise ValueError(f"space {space.name!r} gave an invalid config: {exc}") from exc
     return {key: getattr(config, key) for key in values}
+
+
+def split_trial_config(config: Mapping[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
+    """A Tune trial's config as its ``TrainConfig`` and everything else in it: the search
+    space's helper parameters (e.g. paper_grid's ``variant``, which OptunaSearch puts in
+    every config beside the TrainConfig keys the space decoded it into). The run records
+    what Tune ran; the trainable itself refuses keys the space did not declare."""
+    fields = set(TrainConfig.field_names())
+    train = {k: v for k, v in config.items() if k in fields}
+    return TrainConfig.from_dict(train), {k: v for k, v in config.items() if k not in fields}

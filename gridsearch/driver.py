@@ -28,8 +28,9 @@ from gridsearch._inputs import (
     prepare_runs_dir,
     tracking_client,
 )
-from gridsearch._interrupt import Interruption, is_disk_full
+from gridsearch._interrupt import Interruption
 from gridsearch._lock import ExperimentLock, LockHeld, setup_lock
+from gridsearch._outcome import is_disk_full
 from gridsearch._scheduler import asha_rungs, cycle_epochs
 from gridsearch._scheduler_choice import resolve_scheduler
 from gridsearch._search_end import SearchResult, finish, stopped

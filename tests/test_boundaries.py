@@ -313,6 +313,27 @@ def test_no_module_imports_one_that_imports_it() -> None:
     assert _cycle(graph) == []
 
 
+def test_no_subpackage_imports_a_module_that_imports_it() -> None:
+    """A subpackage is one floor: what its modules import never imports one of them back
+    (no circle through a lazy face either, such as tracking's and the interruption's)."""
+    graph = _graph()
+    subpackages = {_module_name(p) for p in _sources(*PACKAGES) if p.name == "__init__.py"} - set(
+        PACKAGES
+    )
+    assert "gridsearch.tracking" in subpackages
+
+    def node(module: str) -> str:
+        return next((s for s in subpackages if module.startswith(f"{s}.")), module)
+
+    collapsed: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        collapsed.setdefault(node(module), set()).update(
+            node(t) for t in targets if node(t) != node(module)
+        )
+    assert "gridsearch.tracking" in collapsed["gridsearch._search_setup"]
+    assert _cycle(collapsed) == []
+
+
 def test_a_cycle_is_found_and_a_chain_is_not_one() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) == []

@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     )
     from gridsearch.tracking._parent import close_parent, parent_params
     from gridsearch.tracking._reconcile import ReconcileReport
-    from gridsearch.tracking._runs import split_trial_config
     from gridsearch.tracking._store import (
         TrackingError,
         check_reachable,
@@ -61,7 +60,6 @@ if TYPE_CHECKING:
         TRIAL_TAG,
         best_trial_tag,
     )
-    from gridsearch.tracking._write_queue import is_disk_full
 
 _HOMES = {
     "gridsearch.tracking._callback": ["TrialTracker"],
@@ -82,7 +80,6 @@ _HOMES = {
     ],
     "gridsearch.tracking._parent": ["close_parent", "parent_params"],
     "gridsearch.tracking._reconcile": ["ReconcileReport"],
-    "gridsearch.tracking._runs": ["split_trial_config"],
     "gridsearch.tracking._store": [
         "TrackingError",
         "check_reachable",
@@ -102,7 +99,6 @@ _HOMES = {
         "TRIAL_TAG",
         "best_trial_tag",
     ],
-    "gridsearch.tracking._write_queue": ["is_disk_full"],
 }
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 
@@ -131,12 +127,10 @@ __all__ = [
     "draw_tradeoff",
     "ensure_experiment",
     "epoch_axis",
-    "is_disk_full",
     "mark_untrained",
     "parent_params",
     "results_link",
     "results_url",
-    "split_trial_config",
     "start_parent_run",
     "tradeoff_curve",
     "tradeoff_figure",

@@ -19,7 +19,8 @@ from typing import Any
 from mlflow.entities import Param
 from mlflow.tracking import MlflowClient
 
-from gridsearch._outcome import Outcome
+from gridsearch._outcome import Outcome, is_disk_full
+from gridsearch._space import split_trial_config
 from gridsearch.tracking._artifacts import CURVE_KEYS, write_trial_artifacts
 from gridsearch.tracking._lineage import copy_inputs
 from gridsearch.tracking._store import log_metrics, param_value
@@ -32,24 +33,12 @@ from gridsearch.tracking._tags import (
     ROLE_TRIAL,
     TRIAL_TAG,
 )
-from gridsearch.tracking._write_queue import is_disk_full
 from trainables import names
-from trainables.config import TrainConfig
 
-__all__ = ["TrialRuns", "split_trial_config", "trial_name"]
+__all__ = ["TrialRuns", "trial_name"]
 
 logger = logging.getLogger(__name__)
 ERROR_LIMIT = 5000  # characters of an error kept in its tag (the end, where it says why)
-
-
-def split_trial_config(config: Mapping[str, Any]) -> tuple[TrainConfig, dict[str, Any]]:
-    """A Tune trial's config as its ``TrainConfig`` and everything else in it: the search
-    space's helper parameters (e.g. paper_grid's ``variant``, which OptunaSearch puts in
-    every config beside the TrainConfig keys the space decoded it into). The run records
-    what Tune ran; the trainable itself refuses keys the space did not declare."""
-    fields = set(TrainConfig.field_names())
-    train = {k: v for k, v in config.items() if k in fields}
-    return TrainConfig.from_dict(train), {k: v for k, v in config.items() if k not in fields}
 
 
 def trial_name(trial_id: str, config: Mapping[str, Any], labels: Sequence[str]) -> str:

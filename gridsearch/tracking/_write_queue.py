@@ -19,7 +19,6 @@ driver's: a stop that comes meanwhile waits for its end).
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import time
 from collections import deque
@@ -27,23 +26,14 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+from gridsearch._outcome import is_disk_full
 from storage.cli import error_line
 
-__all__ = ["WriteQueue", "is_disk_full"]
+__all__ = ["WriteQueue"]
 
 logger = logging.getLogger(__name__)
 
 Write = Callable[[], object]  # its result is ignored
-_DISK_FULL = ("no space left on device", "database or disk is full", "disk quota exceeded")
-
-
-def is_disk_full(error: BaseException | str | None) -> bool:
-    """Whether an error (or a trial's error text) says a disk is full."""
-    if error is None:
-        return False
-    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
-        return True
-    return any(phrase in str(error).lower() for phrase in _DISK_FULL)
 
 
 def _disk_full_line(err: BaseException) -> str:

@@ -10,8 +10,9 @@ from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from gridsearch._outcome import Outcome
+from gridsearch._space import split_trial_config
 from gridsearch.tracking._reconcile import epoch_metrics
-from gridsearch.tracking._runs import TrialRuns, split_trial_config
+from gridsearch.tracking._runs import TrialRuns
 from gridsearch.tracking._store import ensure_experiment, start_parent_run
 from gridsearch.tracking._tags import OUTCOME_TAG, PARENT_TAG, ROLE_TAG, TRIAL_TAG
 from trainables import names
