@@ -26,13 +26,11 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Resources:
-    """What each trial gets, and what the cluster has."""
+    """What each trial gets."""
 
     cpu: float  # CPUs per trial (its torch threads)
     gpu: float  # GPUs per trial; a fraction packs trials on one GPU
     concurrent: int  # trials at once
-    cluster_cpus: float
-    cluster_gpus: float
 
     @property
     def gpu_share(self) -> float | None:
@@ -132,7 +130,7 @@ def resources_for(settings: SearchSettings) -> Resources:
     if cpu > cpus:
         raise SearchError(f"--cpus-per-trial {cpu:g}: the Ray cluster has {cpus:g} CPUs")
     concurrent = settings.max_concurrent or max(1, min(int(cpus // cpu), slots or 10**6))
-    return Resources(cpu, gpu, concurrent, cpus, gpus)
+    return Resources(cpu, gpu, concurrent)
 
 
 def fixed_settings(settings: SearchSettings, resources: Resources) -> tuple[dict[str, Any], str]:

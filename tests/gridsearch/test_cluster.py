@@ -9,8 +9,8 @@ from pathlib import Path
 from gridsearch.cluster import FUSE_ON_CPU, Resources, fixed_settings, ray_start_line
 from gridsearch.settings import SearchSettings
 
-CPU = Resources(cpu=1.0, gpu=0.0, concurrent=2, cluster_cpus=2.0, cluster_gpus=0.0)
-GPU = Resources(cpu=4.0, gpu=1.0, concurrent=1, cluster_cpus=4.0, cluster_gpus=1.0)
+CPU = Resources(cpu=1.0, gpu=0.0, concurrent=2)
+GPU = Resources(cpu=4.0, gpu=1.0, concurrent=1)
 
 
 def _settings(tmp_path: Path, *flags: str) -> SearchSettings:

@@ -28,7 +28,7 @@ from gridsearch.spaces import (
 )
 from trainables.config import APPLIES_TO, TrainConfig
 
-CPU = Resources(cpu=1.0, gpu=0.0, concurrent=2, cluster_cpus=2.0, cluster_gpus=0.0)
+CPU = Resources(cpu=1.0, gpu=0.0, concurrent=2)
 
 
 def _settings(tmp_path: Path, *flags: str) -> SearchSettings:
