@@ -86,7 +86,6 @@ class TrainingData:
     train: EncodedSplit
     val: EncodedSplit
     test: EncodedSplit
-    unknown_chars: int  # characters outside the alphabet, mapped to the unknown index
     source: str  # the store it was read from
 
     @property
@@ -111,7 +110,7 @@ class TrainingData:
                 "the unknown index",
                 encoding.unknown_count,
             )
-        return cls(**splits, unknown_chars=encoding.unknown_count, source=where)
+        return cls(**splits, source=where)
 
 
 def check_caption_lengths(split: SplitData, where: str) -> None:
