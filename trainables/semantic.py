@@ -194,9 +194,6 @@ class DevSemanticEvaluator:
     and SICK-R trial (those the benchmark has) and ``semantic``, the mean of the two
     Pearsons. No classifier is trained, so it is cheap enough for every epoch."""
 
-    primary_metric = "semantic"
-    greater_is_better = True
-
     def __init__(self, benchmark: SemanticBenchmark) -> None:
         self.sets = {
             names.task_prefix(name): task.dev for name, task in benchmark.supervised.items()
@@ -223,9 +220,6 @@ class SemanticEvaluator:
     docstring for the metrics); ``supervised`` names the supervised tasks to run, those
     the benchmark lacks being skipped. Its ``semantic`` is the paper's Fig. 4 combination
     (``semantic_score``); it is for reporting, never for selection."""
-
-    primary_metric = "semantic"
-    greater_is_better = True
 
     def __init__(
         self,
