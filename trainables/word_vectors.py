@@ -41,12 +41,6 @@ class PretrainedVectors:
     found: np.ndarray  # (vocabulary.size,) bool
     source: str  # the file
 
-    @property
-    def coverage(self) -> float:
-        """The share of the vocabulary's words the file had."""
-        words = len(self.found) - 2
-        return float(self.found.sum()) / words if words else 0.0
-
 
 def _fail(where: str, number: int, problem: str) -> ConfigError:
     return ConfigError("word_vectors", f"{where}, line {number}: {problem}")
