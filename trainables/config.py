@@ -37,16 +37,12 @@ from typing import Any, Literal, TypeVar
 __all__ = [
     "APPLIES_TO",
     "ATTENTION_ENCODERS",
-    "BOW_POOLINGS",
     "CHOICES",
     "CPU_SIZED",
     "DEVICE_FORMS",
-    "ENCODERS",
     "ENGINES",
     "INT_LIMIT",
-    "LOSSES",
     "NEGATIVES",
-    "PAIRINGS",
     "POOLINGS",
     "PRECISIONS",
     "RECURRENCES",
@@ -58,7 +54,6 @@ __all__ = [
     "SMOKE",
     "STSB_ENCODINGS",
     "WORD_ENCODERS",
-    "WORD_VECTORS_UPDATES",
     "BowPooling",
     "ConfigError",
     "Encoder",
@@ -128,17 +123,12 @@ WordVectorsUpdate = Literal["learned", "frozen_map"]
 Engine = Literal["auto", "fused", "sequential"]
 Recurrence = Literal["compiled", "python"]
 
-ENCODERS: tuple[Encoder, ...] = typing.get_args(Encoder)
 RNN_TYPES: tuple[RnnType, ...] = typing.get_args(RnnType)
 POOLINGS: tuple[Pooling, ...] = typing.get_args(Pooling)
-LOSSES: tuple[LossKind, ...] = typing.get_args(LossKind)
 REDUCTIONS: tuple[Reduction, ...] = typing.get_args(Reduction)
 NEGATIVES: tuple[Negatives, ...] = typing.get_args(Negatives)
 PRECISIONS: tuple[Precision, ...] = typing.get_args(Precision)
 STSB_ENCODINGS: tuple[StsbEncoding, ...] = typing.get_args(StsbEncoding)
-PAIRINGS: tuple[Pairing, ...] = typing.get_args(Pairing)
-BOW_POOLINGS: tuple[BowPooling, ...] = typing.get_args(BowPooling)
-WORD_VECTORS_UPDATES: tuple[WordVectorsUpdate, ...] = typing.get_args(WordVectorsUpdate)
 ENGINES: tuple[Engine, ...] = typing.get_args(Engine)
 RECURRENCES: tuple[Recurrence, ...] = typing.get_args(Recurrence)
 

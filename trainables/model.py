@@ -40,7 +40,6 @@ __all__ = [
     "ALPHABET",
     "PAD_INDEX",
     "UNKNOWN_INDEX",
-    "VOCAB_SIZE",
     "CaptionEncoder",
     "CharEncoding",
     "GroundedEncoder",
@@ -55,7 +54,6 @@ __all__ = [
 ALPHABET = string.printable  # the 100 printable ASCII characters, stored with the model
 PAD_INDEX = 0  # padding (never a character: the authors' code mapped '0' here; we don't)
 UNKNOWN_INDEX = len(ALPHABET) + 1  # any character outside ALPHABET
-VOCAB_SIZE = len(ALPHABET) + 2
 
 
 class CharEncoding:
