@@ -70,7 +70,6 @@ __all__ = [
     "predict_relatedness",
     "predict_relatedness_tasks",
     "relatedness_targets",
-    "supervised_relatedness",
     "supervised_relatedness_tasks",
     "to_class_scale",
 ]
@@ -283,8 +282,10 @@ def supervised_relatedness_tasks(
     encodings: Mapping[str, str] | None = None,
     threads: int | None = 1,
 ) -> dict[str, float]:
-    """``supervised_relatedness`` of several tasks at once (``predict_relatedness_tasks``,
-    same arguments): every task's three metrics in one dict."""
+    """Every task's ``<task>_pearson``, ``<task>_spearman`` and ``<task>_mse`` of the
+    protocol's test predictions (``predict_relatedness_tasks``, same arguments) against
+    the gold scores, in one dict; ``<task>`` is ``names.task_prefix(task.name)`` ("stsb",
+    "sickr")."""
     started = time.perf_counter()
     predictions = predict_relatedness_tasks(
         embed,
@@ -300,28 +301,3 @@ def supervised_relatedness_tasks(
         metrics.update(_metrics(task, predictions[task.name]))
     _log.debug("%s: %.2f s", ", ".join(t.name for t in tasks), time.perf_counter() - started)
     return metrics
-
-
-def supervised_relatedness(
-    embed: Lookup,
-    task: SupervisedTask,
-    *,
-    device: str | torch.device = "cpu",
-    seed: int = 0,
-    protocol: RelatednessProtocol = SENTEVAL,
-    encoding: str = "senteval",
-    threads: int | None = 1,
-) -> dict[str, float]:
-    """``<task>_pearson``, ``<task>_spearman`` and ``<task>_mse`` of the protocol's test
-    predictions (``predict_relatedness``, same arguments) against the gold scores;
-    ``<task>`` is ``names.task_prefix(task.name)`` ("stsb", "sickr")."""
-    _check_encoding(encoding)
-    return supervised_relatedness_tasks(
-        embed,
-        [task],
-        device=device,
-        seed=seed,
-        protocol=protocol,
-        encodings={task.name: encoding},
-        threads=threads,
-    )

@@ -65,7 +65,6 @@ from trainables.relatedness import (
     RelatednessProtocol,
     predict_relatedness,
     predict_relatedness_tasks,
-    supervised_relatedness,
     supervised_relatedness_tasks,
 )
 from trainables.semantic import EmbeddingTable, make_semantic
@@ -715,8 +714,8 @@ def test_the_device_string_cuda_works_everywhere(
     encoder = SentenceEncoder.load(gpu_model, device=DEVICE_NAME)
     assert encoder.device == resolved
     task, vectors = learnable_task(2)
-    scores = supervised_relatedness(table_on("cpu", vectors), task, device=DEVICE_NAME,
-                                    protocol=FAST)  # fmt: skip
+    scores = supervised_relatedness_tasks(table_on("cpu", vectors), [task], device=DEVICE_NAME,
+                                          protocol=FAST)  # fmt: skip
     assert np.isfinite(scores["sickr_pearson"])
     images = torch.eye(4, device=DEVICE_NAME)
     assert retrieval_metrics(images, images.repeat_interleave(5, dim=0))["c2i_r1"] == 100.0

@@ -10,6 +10,7 @@ import copy
 import doctest
 import logging
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,10 +31,17 @@ from trainables.relatedness import (
     predict_relatedness,
     predict_relatedness_tasks,
     relatedness_targets,
-    supervised_relatedness,
     supervised_relatedness_tasks,
     to_class_scale,
 )
+
+
+def supervised_relatedness(
+    embed: relatedness.Lookup, task: SupervisedTask, *, encoding: str = "senteval", **options: Any
+) -> dict[str, float]:
+    """One task's metrics: ``supervised_relatedness_tasks`` of ``[task]``."""
+    return supervised_relatedness_tasks(embed, [task], encodings={task.name: encoding}, **options)
+
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
