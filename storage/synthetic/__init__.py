@@ -28,7 +28,7 @@ from storage.synthetic._captions import (
 from storage.synthetic._features import DEFAULT_NOISE, SceneProjectionExtractor
 from storage.synthetic._lexicon import HELD_OUT_FORMS, held_out_phrases, with_held_out_synonyms
 from storage.synthetic._phrasing import STYLES, describe_scene
-from storage.synthetic._render import IMAGE_SIZE, RenderJob, draw_scene, render_images
+from storage.synthetic._render import IMAGE_SIZE, RenderJob, draw_scene
 from storage.synthetic._scenes import (
     Background,
     Relation,
@@ -36,7 +36,6 @@ from storage.synthetic._scenes import (
     SceneArrays,
     SceneObject,
     generate_scene_arrays,
-    generate_scenes,
 )
 from storage.synthetic._semantic import (
     STS_SUBTASKS,
@@ -73,10 +72,8 @@ __all__ = [
     "describe_scene",
     "draw_scene",
     "generate_scene_arrays",
-    "generate_scenes",
     "generate_world",
     "held_out_phrases",
-    "render_images",
     "semantic_sizes",
     "tokenize",
     "with_held_out_synonyms",

@@ -230,22 +230,3 @@ class RenderJob:
             self._pool.terminate()
             self._pool.join()
             self._pool = None
-
-
-def render_images(
-    scenes: Sequence[Scene],
-    filenames: Sequence[str],
-    directory: str | os.PathLike[str],
-    *,
-    processes: int = 2,
-) -> int:
-    """Draw ``scenes[i]`` into ``directory/filenames[i]``; returns how many were written.
-
-    Existing files are kept (a re-run after an interruption only draws what is missing).
-    ``processes == 1`` draws in this process.
-    """
-    job = RenderJob(scenes, filenames, directory, processes=processes)
-    try:
-        return job.wait()
-    finally:
-        job.close()

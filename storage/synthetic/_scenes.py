@@ -279,8 +279,3 @@ def generate_scene_arrays(n: int, seed: int | np.random.SeedSequence) -> SceneAr
         texture=rng.integers(0, len(TEXTURES), size=n).astype(np.int64),
         variant=rng.integers(0, TEXTURE_VARIANTS, size=n).astype(np.int64),
     )
-
-
-def generate_scenes(n: int, seed: int | np.random.SeedSequence) -> list[Scene]:
-    """``n`` random scenes, fully determined by ``seed`` (see :func:`generate_scene_arrays`)."""
-    return generate_scene_arrays(n, seed).scenes()

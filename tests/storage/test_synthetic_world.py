@@ -30,15 +30,15 @@ from storage.synthetic import (
     MAX_CHARS,
     MIN_CHARS,
     STS_SUBTASKS,
+    RenderJob,
     Scene,
     SceneProjectionExtractor,
     WorldFiles,
     _captions,
     content_overlap,
-    generate_scenes,
+    generate_scene_arrays,
     generate_world,
     held_out_phrases,
-    render_images,
     tokenize,
     with_held_out_synonyms,
 )
@@ -81,9 +81,9 @@ def _file_bytes(root: Path) -> dict[str, bytes]:
 
 
 def test_scenes_are_determined_by_the_seed_and_round_trip() -> None:
-    scenes = generate_scenes(200, 3)
-    assert scenes == generate_scenes(200, 3)
-    assert scenes != generate_scenes(200, 4)
+    scenes = generate_scene_arrays(200, 3).scenes()
+    assert scenes == generate_scene_arrays(200, 3).scenes()
+    assert scenes != generate_scene_arrays(200, 4).scenes()
     for scene in scenes:
         assert 1 <= len(scene.objects) <= 3
         assert len({o.shape for o in scene.objects}) == len(scene.objects)
@@ -121,14 +121,14 @@ def test_relations_follow_positions() -> None:
     ],
 )
 def test_scene_from_dict_names_the_bad_field(change: Any, field: str) -> None:
-    raw = json.loads(json.dumps(generate_scenes(1, 0)[0].to_dict()))
+    raw = json.loads(json.dumps(generate_scene_arrays(1, 0).scenes()[0].to_dict()))
     change(raw)
     with pytest.raises(ValueError, match=re.escape(field)):
         Scene.from_dict(raw)
 
 
 def test_content_overlap_spans_the_range() -> None:
-    a, b = generate_scenes(2, 11)
+    a, b = generate_scene_arrays(2, 11).scenes()
     assert content_overlap(a, a) == pytest.approx(1.0)
     assert content_overlap(a, b) == pytest.approx(content_overlap(b, a))
     assert 0.0 <= content_overlap(a, b) < 1.0
@@ -185,13 +185,13 @@ def test_images_are_rgb_pngs(world: WorldFiles) -> None:
 
 
 def test_rerun_only_draws_missing_images(tmp_path: Path) -> None:
-    scenes = generate_scenes(40, 1)
+    scenes = generate_scene_arrays(40, 1).scenes()
     names = [f"{k:06d}.png" for k in range(40)]
-    assert render_images(scenes, names, tmp_path, processes=2) == 40
+    assert RenderJob(scenes, names, tmp_path, processes=2).wait() == 40
     (tmp_path / names[5]).unlink()
     (tmp_path / f"{names[6]}.123.tmp").write_bytes(b"half a png")  # an interrupted write
     kept = (tmp_path / names[0]).stat().st_mtime_ns
-    assert render_images(scenes, names, tmp_path, processes=1) == 1
+    assert RenderJob(scenes, names, tmp_path, processes=1).wait() == 1
     assert (tmp_path / names[5]).is_file() and (tmp_path / names[0]).stat().st_mtime_ns == kept
     assert sorted(p.name for p in tmp_path.iterdir()) == names
 
@@ -333,7 +333,9 @@ def test_a_dev_pair_that_is_also_reported_is_left_out() -> None:
 
 
 def test_held_out_forms_never_occur_in_training_captions() -> None:
-    captions = [c for group in caption_scenes(generate_scenes(3000, 5), 5) for c in group]
+    captions = [
+        c for group in caption_scenes(generate_scene_arrays(3000, 5).scenes(), 5) for c in group
+    ]
     patterns = {**HELD_OUT_FORMS, **{p: p for p in held_out_phrases()}}
     for name, pattern in patterns.items():
         hits = [c for c in captions if re.search(pattern, c, flags=re.IGNORECASE)]
@@ -351,7 +353,9 @@ def test_held_out_synonyms_replace_every_training_synonym(
     from storage.synthetic._lexicon import TRAIN_COLOUR, TRAIN_RELATION, TRAIN_SHAPE, TRAIN_SIZE
 
     monkeypatch.setattr(_captions, "TYPO_RATE", 0.0)  # a misspelt word is no synonym
-    captions = [c for group in caption_scenes(generate_scenes(500, 3), 3) for c in group]
+    captions = [
+        c for group in caption_scenes(generate_scene_arrays(500, 3).scenes(), 3) for c in group
+    ]
     rng = random.Random(0)
     rewritten = [with_held_out_synonyms(c, rng) for c in captions]
     train_words = {
@@ -370,7 +374,7 @@ def test_held_out_synonyms_replace_every_training_synonym(
 
 
 def test_some_training_captions_have_a_typo(monkeypatch: pytest.MonkeyPatch) -> None:
-    scenes = generate_scenes(2000, 5)
+    scenes = generate_scene_arrays(2000, 5).scenes()
     monkeypatch.setattr(_captions, "TYPO_RATE", 0.0)
     clean = caption_scenes(scenes, 5)
     vocabulary = {t for group in clean for c in group for t in tokenize(c)}
@@ -458,12 +462,12 @@ def test_drawing_workers_end_quietly_under_a_search_s_signal_handlers(tmp_path: 
     (which raises KeyboardInterrupt) the pool's end printed a worker's traceback."""
     code = (
         "import signal, sys\n"
-        "from storage.synthetic import generate_scenes, render_images\n"
+        "from storage.synthetic import RenderJob, generate_scene_arrays\n"
         "def raise_(signum, frame): raise KeyboardInterrupt('SIGTERM')\n"
         "signal.signal(signal.SIGTERM, raise_)\n"
-        "scenes = generate_scenes(1100, 0)\n"
+        "scenes = generate_scene_arrays(1100, 0).scenes()\n"
         "names = [f'{k:06d}.png' for k in range(1100)]\n"
-        f"print(render_images(scenes, names, {str(tmp_path)!r}, processes=2))\n"
+        f"print(RenderJob(scenes, names, {str(tmp_path)!r}, processes=2).wait())\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
