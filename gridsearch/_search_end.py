@@ -15,7 +15,7 @@ from gridsearch._outcome import Outcome, classify
 from gridsearch.registry import register_best
 from gridsearch.settings import SearchError, SearchSettings
 from gridsearch.summary import TrialOutcome, format_summary
-from gridsearch.tracking import ReconcileReport, close_parent
+from gridsearch.tracking import close_parent
 
 if TYPE_CHECKING:
     from gridsearch._search_setup import SearchRun
@@ -30,9 +30,7 @@ class SearchResult:
     summary: str  # counts, the best trial per objective (and the Pareto front for both)
     unfinished: int  # trials left to run: a --resume continues
     outcome: str  # the parent run's: finished, failed or interrupted
-    elapsed_s: float
     dashboard: str | None  # the Ray dashboard's URL, live while the search ran
-    reconciled: ReconcileReport  # what MLflow lacked and was written from Tune's results
     # why trials were left: "SIGINT", "SIGTERM", "time budget", or "no space left on ..."
     stopped_by: str | None = None
     # False when it stopped before Tune saved anything: the same command starts it again
@@ -101,9 +99,7 @@ def finish(
         summary,
         unfinished,
         outcome,
-        elapsed_s,
         dashboard,
-        reconciled,
         stopped_by,
     )
 
@@ -134,9 +130,7 @@ def stopped(
         summary,
         unfinished,
         outcome,
-        elapsed_s,
         dashboard,
-        ReconcileReport(),
         stopped_by,
         resumable,
     )

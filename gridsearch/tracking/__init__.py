@@ -40,7 +40,6 @@ if TYPE_CHECKING:
         tradeoff_figure,
     )
     from gridsearch.tracking._parent import close_parent, parent_params
-    from gridsearch.tracking._reconcile import ReconcileReport
     from gridsearch.tracking._store import (
         TrackingError,
         check_reachable,
@@ -79,7 +78,6 @@ _HOMES = {
         "tradeoff_figure",
     ],
     "gridsearch.tracking._parent": ["close_parent", "parent_params"],
-    "gridsearch.tracking._reconcile": ["ReconcileReport"],
     "gridsearch.tracking._store": [
         "TrackingError",
         "check_reachable",
@@ -115,7 +113,6 @@ __all__ = [
     "TRIAL_TAG",
     "AxisRange",
     "CurveScale",
-    "ReconcileReport",
     "TrackingError",
     "TradeoffCurve",
     "TrialTracker",
