@@ -122,13 +122,6 @@ class SearchSettings:
     moved_from: Path | None = None
 
     @property
-    def space_name(self) -> str:
-        if self.space:
-            return self.space
-        assert self.space_file is not None
-        return self.space_file.stem
-
-    @property
     def metric(self) -> str | list[str]:
         return OBJECTIVES[self.objective][0]
 

@@ -20,7 +20,7 @@ def test_defaults_from_a_short_command_line(tmp_path: Path) -> None:
     assert (s.space, s.space_file, s.objective, s.scheduler) == (
         "margin_sweep", None, "retrieval", "auto",
     )  # fmt: skip
-    assert s.experiment.startswith("margin_sweep-") and s.space_name == "margin_sweep"
+    assert s.experiment.startswith("margin_sweep-")
     assert s.layout == RunsLayout(tmp_path.resolve())
     assert s.storage_path == str(tmp_path.resolve() / "tune")
     assert s.tracking_uri == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
@@ -43,7 +43,7 @@ def test_both_objectives_and_paths(tmp_path: Path, monkeypatch: pytest.MonkeyPat
          "--storage-path", "s3://bucket/tune", "--experiment", "e", "--no-dashboard"]
     )  # fmt: skip
     assert s.scheduler == "auto" and s.metric == ["dev/r10_mean_best", "dev/semantic_best"]
-    assert s.space_file == tmp_path / "space.yaml" and s.space_name == "space"
+    assert s.space_file == tmp_path / "space.yaml"
     assert s.data == str(tmp_path / "store") and not s.verify and not s.dashboard
     # sqlite cannot live on s3: the study stays local
     assert s.optuna_storage == f"sqlite:///{tmp_path / 'runs' / 'optuna' / 'e.optuna.db'}"
