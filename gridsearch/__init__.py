@@ -25,7 +25,7 @@ if TYPE_CHECKING:
         searcher,
         warm_start,
     )
-    from gridsearch._record import STARTED, latest_search, write_record
+    from gridsearch._record import latest_search
     from gridsearch._sampler import SpaceFillingSampler
     from gridsearch._scheduler import make_scheduler
     from gridsearch._scheduler_choice import resolve_scheduler
@@ -52,7 +52,7 @@ _HOMES = {
         "searcher",
         "warm_start",
     ],
-    "gridsearch._record": ["STARTED", "latest_search", "write_record"],
+    "gridsearch._record": ["latest_search"],
     "gridsearch._sampler": ["SpaceFillingSampler"],
     "gridsearch._scheduler": ["make_scheduler"],
     "gridsearch._scheduler_choice": ["resolve_scheduler"],
@@ -78,7 +78,6 @@ __all__ = [
     "ROLE_SEARCH",
     "ROLE_TAG",
     "ROLE_TRIAL",
-    "STARTED",
     "TRIAL_TAG",
     "ResumableOptunaSearch",
     "RunsLayout",
@@ -95,7 +94,6 @@ __all__ = [
     "searcher",
     "using_tracking_uri",
     "warm_start",
-    "write_record",
 ]
 
 
