@@ -81,7 +81,9 @@ class TrackingError(RuntimeError):
 
 def check_reachable(uri: str) -> MlflowClient:
     """A client for ``uri``, failing now, before any trial, when the store does not
-    answer."""
+    answer; MLflow's remembered artifact stores of earlier runs are forgotten first
+    (``forget_artifact_stores``)."""
+    forget_artifact_stores()
     if uri.startswith(("http://", "https://")):
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "10")
@@ -93,6 +95,19 @@ def check_reachable(uri: str) -> MlflowClient:
             f"--tracking-uri {uri}: the MLflow tracking store cannot be used ({error_line(err)})"
         ) from None
     return client
+
+
+def forget_artifact_stores() -> None:
+    """Forget the artifact store MLflow remembers for each run it wrote or read in this
+    process. MLflow 3.17 keeps them by run id alone, whatever tracking store the run is in
+    (``mlflow.tracking._tracking_service.utils._artifact_repos_cache``; no public call
+    clears it), and a copied runs directory holds the same run ids as its original: a
+    search resumed, or a report read, after another copy's in one process (a notebook,
+    ``gridsearch.run.main`` called twice) would write into, or read from, the other
+    copy's artifacts."""
+    from mlflow.tracking._tracking_service import utils
+
+    utils._artifact_repos_cache.clear()
 
 
 def ensure_experiment(client: MlflowClient, experiment: str, artifact_root: Path) -> str:

@@ -105,8 +105,10 @@ def test_a_copy_a_move_a_link_and_a_read_only_runs_directory(
     runs.rename(moved)  # the original, still interrupted, moved; then reached by a link
     link = tmp_path / "link"
     link.symlink_to(moved)
+    copied = _tree(copy)
     assert main(_resume(link, on_cluster)) == 0
     out = capsys.readouterr().out
+    assert _tree(copy) == copied  # nothing written into the copy, its artifacts neither
     assert "1 trial: 1 finished" in out
     assert f"--resume --runs-dir {moved}" in out  # the real path
     assert not runs.exists()  # nothing recreated where it was
