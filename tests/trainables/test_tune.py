@@ -111,7 +111,10 @@ def fitted(
             {"cpu": 1},
         ),
         param_space={"case": tune.grid_search(list(CASES))},
-        tune_config=tune.TuneConfig(reuse_actors=True),  # as gridsearch.run's searches
+        # as gridsearch.run's searches; one trial at a time: three worker processes (the
+        # first, and one after each crash) where two at a time took four, each importing
+        # torch and building its first group
+        tune_config=tune.TuneConfig(reuse_actors=True, max_concurrent_trials=1),
         run_config=tune.RunConfig(
             storage_path=str(folder), name="cases", verbose=0,
             failure_config=tune.FailureConfig(max_failures=1),
