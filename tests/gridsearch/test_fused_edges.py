@@ -5,7 +5,8 @@ on the embedded world (``--smoke-test``):
 - ``--resume`` after a signal stopped it at a fused trial's end (mid-trial, on a cluster
   of two nodes: ``test_faults``): every configuration trains once, each member's MLflow run has
   each epoch once and ends with its own outcome, its Optuna trial agrees, and the
-  summary and the progress lines count configurations, not Tune trials;
+  summary and the progress lines count configurations, not Tune trials; the stop is the
+  suite's SIGTERM at a trial's end, checked as ``test_interrupted`` checks every signal;
 - ``--seeds-per-config 2``: each member is the mean of its seeds, as a lone seeded trial
   of the same configuration records it, and checkpoints its seeds as that trial does;
 - ``--objective both``: each member its own trial of the multi-objective study, with its
@@ -20,7 +21,6 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import signal
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +38,8 @@ from gridsearch.progress import ProgressPrinter
 from gridsearch.run import main
 from gridsearch.spaces import SPACES
 from tests.gridsearch.test_drivers import Driver
+from tests.gridsearch.test_interrupted import stopped_by
+from tests.gridsearch.test_run import check_runs
 from tests.tolerances import REORDERED
 from trainables import names
 from trainables.group import GROUP_FILE, member_folder, state_file
@@ -195,29 +197,38 @@ def _last_status(out: str) -> str:
 def test_a_fused_search_stopped_at_a_trials_end_resumes_then_extends_by_configurations(
     runs: Path, mlflow_runs, on_cluster: list[str], capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """Two fused trials of two, one at a time; SIGTERM when the first has ended: two
-    configurations are done and two are not (not four: the ended trial's members are
-    done); --resume runs the other two, once. The search, now finished, extended by
-    --num-samples 6 (configurations, not fused trials) runs one more fused trial of two;
-    resumed again, it says it has run all six and exits 0 without Ray. Only the first
-    driver, the one signalled, is a process of its own; the others run in this one."""
+    """Two fused trials of two, one at a time; SIGTERM when the first has ended: the
+    search says it was interrupted everywhere (``test_interrupted.stopped_by``: exit 130,
+    the summary, MLflow's outcomes, the parent, the lock, the resume command), two
+    configurations are done and two are not (not four: the ended trial's members keep
+    their end); the --resume it printed runs the other two, once, and finishes the
+    parent. The search, now finished, extended by --num-samples 6 (configurations, not
+    fused trials) runs one more fused trial of two; resumed again, it says it has run all
+    six and exits 0 without Ray. Only the first driver, the one signalled, is a process
+    of its own; the others run in this one."""
     first = Driver(*SEARCH, "--scheduler", "fifo", "--num-samples", "4", "--fuse", "2",
                    "--max-concurrent", "1", "--runs-dir", str(runs),
                    "--experiment", "y", *on_cluster)  # fmt: skip
     first.wait_for("done  1-2/4")
-    first.process.send_signal(signal.SIGTERM)
-    code, out = first.finish()
-    assert code == 130, out
-    assert "the search stopped (SIGTERM) with 2 trial(s) not finished" in out, out
+    outcomes, stopped, printed, out = stopped_by(
+        first, ["SIGTERM"], mlflow_runs, runs, "y", on_cluster
+    )
+    assert outcomes["finished"] == 2  # the ended trial's members keep their end
+    assert "the search stopped (SIGTERM) with 2 trial(s) not finished" in stopped, out
     assert _summary_counts(out)["finished"] == 2
     assert "2 of 4 trials done, 0 running, 2 left" in out, out
-    resume = ["--experiment", "y", "--resume", "--runs-dir", str(runs), *on_cluster]
+    resume = printed.split()[3:]  # the command it printed, run in this process
     code, out = _driver(capfd, *resume)
     assert code == 0, out
     assert "start 3-4/4" in out  # numbered after the trial an earlier driver ran
     assert _summary_counts(out) == Counter({"finished": 4})
     assert _last_status(out).startswith("4 of 4 trials done, 0 running, 0 left")
     assert len(list((runs / "tune" / "y").glob("*/result.json"))) == 2  # two fused trials
+    client, found = mlflow_runs(runs, "y")
+    (parent,) = [r for r in found if r.data.tags.get("search.role") == "search"]
+    assert parent.info.status == "FINISHED" and parent.data.tags["outcome"] == "finished"
+    check_runs(client, found, trials=4, epochs=EPOCHS)  # each member once, each epoch once
+    assert sorted(t.number for t in _study(runs, "y").trials) == [0, 1, 2, 3]
     client, members = _trial_runs(mlflow_runs, runs, "y")
     assert set(_check_members(client, members, _study(runs, "y"), 4).values()) == {"finished"}
 
