@@ -5,8 +5,8 @@
         [--budget 0.5] [--time-scale 0.005] [--plot FILE]
 
 Every search is real Ray Tune (one local Ray for all of them, 2 trials at a time with 1
-CPU each, as the driver runs them on this machine) with the real searchers and
-schedulers, on :func:`tabular.replay_trainable`: the recorded epochs of each
+CPU each, as the driver runs them on this machine; ``--max-concurrent``) with the real
+searchers and schedulers, on :func:`tabular.replay_trainable`: the recorded epochs of each
 (variant, margin) at the training seed ``search seed mod`` the table's seeds. A
 search's cost is counted in trial-epochs exactly as a live one's: every epoch report
 of epoch >= 1, in the order Tune processed them, up to ``--budget`` x the grid's
@@ -96,6 +96,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="ours-*: this many space-filling starts, not the driver's")  # fmt: skip
     p.add_argument("--address", default=None,
                    help="join this Ray cluster (default: start a local one, 2 CPUs)")  # fmt: skip
+    p.add_argument("--max-concurrent", type=int, default=2,
+                   help="trials at a time in each search (1: each search's trials share one "
+                   "trial process)")  # fmt: skip
     p.add_argument("--results", type=Path, default=None,
                    help="a JSON-lines file: every finished search is appended to it, and a "
                    "search it already holds (same table, form, budget, objective, time "
@@ -118,6 +121,8 @@ def _comparison(p: argparse.ArgumentParser, args: argparse.Namespace) -> Compari
     """The arguments checked (each problem one error line, through ``p``)."""
     if args.startup is not None and args.startup < 1:
         p.error(f"--startup: got {args.startup}, expected at least 1")
+    if args.max_concurrent < 1:
+        p.error(f"--max-concurrent: got {args.max_concurrent}, expected at least 1")
     table = tabular.RecordedTable.read(args.table)
     if args.form == "parts":
         try:
@@ -161,10 +166,13 @@ def _start_ray(address: str | None) -> None:
 
 
 def _saved(args: argparse.Namespace, c: Comparison) -> SavedSearches:
+    # the trials at a time change a search's events; in the key only when not the default
+    # 2, so that the files written before --max-concurrent existed are still read
+    concurrent = {} if args.max_concurrent == 2 else {"max_concurrent": args.max_concurrent}
     return SavedSearches(args.results, {
         "table_sha256": c.table.manifest.get("table_sha256"), "form": args.form,
         "budget": c.budget, "objective": args.objective, "time_scale": args.time_scale,
-        "startup": args.startup, "warm_table": str(args.warm_table or ""),
+        "startup": args.startup, "warm_table": str(args.warm_table or ""), **concurrent,
     })  # fmt: skip
 
 
@@ -182,7 +190,8 @@ def _warm_from(
         assert c.warm_table is not None
         return s.run_one(
             "ours", c.warm_table, seed, max(1, int(args.budget * c.warm_table.grid_cost())),
-            args.time_scale, scratch / "warm-table", form=args.form, startup=args.startup,
+            args.time_scale, scratch / "warm-table", concurrent=args.max_concurrent,
+            form=args.form, startup=args.startup,
         )  # fmt: skip
     return None
 
@@ -195,7 +204,7 @@ def _search(
     warm = _warm_from(name, seed, args, c, results, scratch)
     events = s.run_one(
         name.removesuffix("-table"), c.table, seed, c.budget, args.time_scale, scratch,
-        warm_from=warm, form=args.form, startup=args.startup,
+        concurrent=args.max_concurrent, warm_from=warm, form=args.form, startup=args.startup,
     )  # fmt: skip
     curve = events.curve()
     print(f"{name} seed {seed}: {len(curve)} trial-epochs, best "
@@ -262,7 +271,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     kept = _saved(args, c)
     if kept.found:
         print(f"{len(kept.found)} searches of these settings in {args.results}: read, not run")
-    _start_ray(args.address)
+    # every search read from --results (the tables printed again): no Ray to start
+    if any(
+        kept.get(name, seed) is None for name in c.strategies for seed in range(args.search_seeds)
+    ):
+        _start_ray(args.address)
     started = time.perf_counter()
     try:
         with tempfile.TemporaryDirectory(prefix="strategies-") as scratch:

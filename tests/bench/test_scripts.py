@@ -239,6 +239,8 @@ def test_strategies_checks_its_flags_before_starting_ray(
     assert "--strategies: unknown 'nope' for --objective retrieval" in _error_line(capsys)
     assert bench_strategies.main(["--table", table, "--startup", "0"]) == 2
     assert _error_line(capsys).startswith("error: --startup: got 0, expected at least 1")
+    assert bench_strategies.main(["--table", table, "--max-concurrent", "0"]) == 2
+    assert _error_line(capsys).startswith("error: --max-concurrent: got 0, expected at least 1")
 
 
 @pytest.mark.slow
@@ -247,10 +249,11 @@ def test_strategies(
 ) -> None:
     from bench import bench_strategies
 
+    # one trial at a time: the search's trials share one trial process
     results = tmp_path / "results.jsonl"
     argv = ["--table", str(BENCH / "recorded" / "paper_margin"), "--strategies", "ours",
             "--search-seeds", "1", "--budget", "0.05", "--time-scale", "0",
-            "--results", str(results), *on_cluster]  # fmt: skip
+            "--max-concurrent", "1", "--results", str(results), *on_cluster]  # fmt: skip
     assert bench_strategies.main(argv) == 0
     out = capsys.readouterr().out
     assert "| strategy | seeds | 5% | trial-epochs to >= 99%" in out
