@@ -225,7 +225,7 @@ def test_a_parts_form_search_replays_the_recorded_configs_it_decodes(
     tmp_path: Path, joined: None
 ) -> None:
     table = tabular.RecordedTable.read(RECORDED / "lr_batch")
-    events = _replayed("ours", table, tmp_path, budget=12, form="parts")
+    events = _replayed("ours", table, tmp_path, budget=12, concurrent=1, form="parts")
     assert sum(r[1] >= 1 for r in events.reports) >= 12
     assert len(set(events.configs.values())) >= 3
     for trial, epoch, value, _ in events.reports:
