@@ -265,10 +265,11 @@ def record_problem(
     scratch: Path,
     write: Any = print,
     address: str | None = None,
+    concurrent: int = 2,
 ) -> list[Curve]:
     """Run the grid over ``variants`` x ``margins`` once per seed with the package's own
-    driver (FIFO, 2 trials at a time with 1 CPU each; ``address``: on that Ray cluster) and
-    keep every trial's epochs."""
+    driver (FIFO, ``concurrent`` trials at a time with 1 CPU each; ``address``: on that Ray
+    cluster) and keep every trial's epochs."""
     from bench.bench_search_efficiency import register_spaces
     from gridsearch.driver import run_search
     from gridsearch.settings import SearchSettings, parse_args
@@ -278,7 +279,7 @@ def record_problem(
     for seed in seeds:
         argv = [
             "--space", "bench_grid", "--data", store, "--epochs", str(epochs),
-            "--seed", str(seed), "--scheduler", "fifo", "--max-concurrent", "2",
+            "--seed", str(seed), "--scheduler", "fifo", "--max-concurrent", str(concurrent),
             "--cpus-per-trial", "1", "--no-dashboard", "--no-baselines",
             "--runs-dir", str(scratch), "--experiment", f"record-seed{seed}",
             *(["--address", address] if address else []),

@@ -85,9 +85,11 @@ def test_the_replay_gives_live_training_s_metrics_and_a_live_search_s_decisions(
     # (seed 0) take the variants in this order, so ASHA stops the second at its first rung
     variants = {v: every[v] for v in ("lstm-16-max", "gru-8-attention")}
     margins = (0.3,)
+    # recorded one trial at a time: its two trials share one trial process
     curves = tabular.record_problem(
         str(tiny_world), variants, margins, epochs=2, cycle_epochs=1, seeds=[0],
         scratch=tmp_path / "record", write=lambda line: None, address=on_cluster[1],
+        concurrent=1,
     )  # fmt: skip
     tabular.RecordedTable(curves, {"variants": variants, "cycle_epochs": 1}).write(tmp_path / "t")
     table = tabular.RecordedTable.read(tmp_path / "t")
