@@ -48,16 +48,20 @@ def build_karpathy(
     feature_compression: str = "none",
     skip_unreadable: bool = False,
 ) -> Manifest:
-    """Build a store from a Karpathy JSON with ResNet-152 ten-crop features."""
-    from storage.features import ResNetExtractor  # torch is only needed for this path
-
+    """Build a store from a Karpathy JSON with ResNet-152 ten-crop features. Every input
+    is checked before torch is imported and the model built (seconds, and its weights
+    read): the sizes, the JSON and its splits, the images folder and ``out``."""
     _check_sizes(shard_size=shard_size, batch_size=batch_size, workers=workers)
     source = read_karpathy_json(json_path, dataset)
     images_dir = Path(images)
     if not images_dir.is_dir():
         raise StoreError(f"--images {images}: not a directory")
-    extractor = ResNetExtractor(weights, device=device, batch_size=batch_size, num_workers=workers)
     check_every_split(source)  # before anything is written, so a fixed JSON can be rerun
+    location = Location.parse(out)
+    location.file_type("")  # an unreachable location fails here (the writer looks again)
+    from storage.features import ResNetExtractor  # torch is only needed for this path
+
+    extractor = ResNetExtractor(weights, device=device, batch_size=batch_size, num_workers=workers)
     fingerprint = {
         "source": "karpathy",
         "dataset": source.name,
@@ -69,7 +73,7 @@ def build_karpathy(
     # A later run may add or drop --skip-unreadable (its advice after an unreadable
     # image): shards written without it hold only readable images, so both agree.
     writer = _writer(
-        out, fingerprint, extractor, dtype, feature_compression, resumable=("skip_unreadable",)
+        location, fingerprint, extractor, dtype, feature_compression, resumable=("skip_unreadable",)
     )
     return ingest(
         source,
@@ -114,7 +118,7 @@ def build_synthetic(
         "seed": seed,
         "shard_size": shard_size,
     }
-    writer = _writer(out, fingerprint, extractor, dtype, feature_compression)
+    writer = _writer(location, fingerprint, extractor, dtype, feature_compression)
     if writer.manifest is not None:
         return writer.manifest
     world_dir = Path(location.root) / WORLD_DIR
@@ -167,7 +171,7 @@ def _check_world(images: int, seed: int) -> None:
 
 
 def _writer(
-    out: str | os.PathLike[str],
+    out: Location,
     fingerprint: dict[str, Any],
     extractor: FeatureExtractor,
     dtype: str,

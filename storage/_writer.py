@@ -54,7 +54,7 @@ class StoreWriter:
 
     def __init__(
         self,
-        out: str | os.PathLike[str],
+        out: str | os.PathLike[str] | Location,
         *,
         fingerprint: dict[str, Any],
         feature_dim: int,
@@ -73,7 +73,7 @@ class StoreWriter:
                 f"feature compression: expected one of {FEATURE_COMPRESSIONS}, "
                 f"got {feature_compression!r}"
             )
-        self.location = Location.parse(out)
+        self.location = out if isinstance(out, Location) else Location.parse(out)
         self.fingerprint = json.loads(json.dumps(fingerprint))  # normalised as stored
         self.resumable = frozenset(resumable)
         self.feature_dim = feature_dim

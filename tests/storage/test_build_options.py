@@ -12,6 +12,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -188,6 +189,35 @@ def test_an_unusable_uri_is_one_error_line(uri: str) -> None:
     for module, argv in (("storage.inspect", [uri]), ("storage.build", _synthetic(uri))):
         outcome = run_module(module, argv)
         assert_refused(outcome, f"{uri}: cannot open this location", only_line=True)
+
+
+def test_a_karpathy_build_checks_out_and_splits_before_it_imports_torch(tmp_path: Path) -> None:
+    """A malformed ``--out`` and a JSON without a test split are refused before torch is
+    imported and ResNet-152 built (seconds, and its weights read): in a process where
+    torch cannot be imported at all, the refusals are the same, and nothing is written."""
+    json_path, images = flickr_set(tmp_path / "all")
+    two_splits, two_images = flickr_set(tmp_path / "two", splits=("train", "val"))
+    out = tmp_path / "out"
+    script = f"""
+import sys
+sys.modules["torch"] = None  # any import of torch fails
+from storage import StoreError, build_karpathy
+for args in [({str(json_path)!r}, {str(images)!r}, "foo://x"),
+             ({str(two_splits)!r}, {str(two_images)!r}, {str(out)!r})]:
+    try:
+        build_karpathy(*args)
+    except StoreError as err:
+        print("refused:", err)
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2, done.stdout
+    assert lines[0].startswith("refused: foo://x: cannot open this location"), lines[0]
+    assert lines[1].startswith("refused: ") and "no image in split 'test'" in lines[1], lines[1]
+    assert not out.exists()
 
 
 @pytest.mark.parametrize("blank", ["", "   "])
