@@ -120,7 +120,8 @@ def test_missing_weights_fail_before_any_work(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch"))
-    entries = [flickr_entry(0, "train")]
+    # every split has an image: the JSON's own checks come first (test_build_options)
+    entries = [flickr_entry(0, "train"), flickr_entry(1, "val"), flickr_entry(2, "test")]
     json_path = write_json(tmp_path / "dataset_flickr8k.json", "flickr8k", entries)
     write_images(tmp_path / "img", entries)
     out = tmp_path / "store"
