@@ -11,8 +11,8 @@ copied into its ``Trainer``'s model, its epoch and step, and its own training me
 
 **Checkpoints.** A member's checkpoint is its ``Trainer``'s, in the lone format: before a
 save, ``FusedGroup.push`` writes the member's Adam moments and step count into its
-``Trainer``'s ``torch.optim.Adam`` (``_adam_state``), which is then exactly the fused
-optimiser's state for that member (Adam is elementwise). After a load the fused model is
+``Trainer``'s optimiser (``_adam_state``), which is then exactly the fused optimiser's
+state for that member (the same ``GroupAdam``, elementwise). After a load the fused model is
 refilled from the members (``pull``: weights, moments, epoch and step), so a group
 resumes from a checkpoint written fused or one after the other, either way.
 
@@ -129,8 +129,7 @@ class FusedGroup:
         trainer = self.trainers[index]
         self.fused.copy_member_to(index, trainer.model)
         trainer.epoch, trainer.step = self.fused.epoch, self.fused.step
-        for group in trainer.optimizer.param_groups:
-            group["lr"] = metrics[names.LEARNING_RATE]
+        trainer.optimizer.lr = metrics[names.LEARNING_RATE]
         trainer.check_losses(losses)
         return metrics
 
@@ -176,7 +175,8 @@ class FusedGroup:
                 self.fused.stop(index)
         for trainer in self.live:
             weights = trainer.model.state_dict()
-            self.fused.load_member(trainer.index, weights, _moments(trainer, trainer.step))
+            moments = trainer.optimizer.moments() if trainer.optimizer.steps else None
+            self.fused.load_member(trainer.index, weights, moments)
         ((epoch, step),) = positions
         self.fused.resume_at(epoch, step)
         self.synced = True
@@ -190,44 +190,12 @@ class FusedGroup:
             _adam_state(trainer, self.fused.member_moments(trainer.index), self.fused.step)
 
 
-def _scalar_dtype() -> torch.dtype:
-    """The dtype of ``torch.optim.Adam``'s step counts (float64 under a float64 default)."""
-    return torch.float64 if torch.get_default_dtype() == torch.float64 else torch.float32
-
-
 def _adam_state(
     trainer: Trainer, moments: dict[str, tuple[torch.Tensor, torch.Tensor]], steps: int
 ) -> None:
-    """Set ``trainer``'s Adam state to ``moments`` after ``steps`` steps, as its own
-    ``torch.optim.Adam`` would hold it."""
-    optimizer = trainer.optimizer
-    optimizer.state.clear()
-    if not steps:
-        return
-    for name, parameter in trainer.model.named_parameters():
-        if name in moments:
-            m, v = moments[name]
-            optimizer.state[parameter] = {
-                "step": torch.tensor(float(steps), dtype=_scalar_dtype()),
-                "exp_avg": m.to(parameter.device, parameter.dtype, copy=True),
-                "exp_avg_sq": v.to(parameter.device, parameter.dtype, copy=True),
-            }
-
-
-def _moments(trainer: Trainer, steps: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]] | None:
-    """``trainer``'s Adam moments by parameter name (None before its first step)."""
-    state = trainer.optimizer.state
-    out = {}
-    for name, parameter in trainer.model.named_parameters():
-        entry = state.get(parameter)
-        if entry:
-            if int(entry["step"]) != steps:
-                raise RuntimeError(
-                    f"seed {trainer.config.seed}: Adam took {int(entry['step'])} steps of "
-                    f"{name}, the trainer {steps}"
-                )
-            out[name] = (entry["exp_avg"], entry["exp_avg_sq"])
-    return out or None
+    """Set ``trainer``'s Adam state to ``moments`` after ``steps`` steps."""
+    trainer.optimizer.load_moments(moments)
+    trainer.optimizer.steps = steps
 
 
 def fused_members(

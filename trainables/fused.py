@@ -26,7 +26,7 @@ the longest caption of all k) along the member dimension. Members of one seed se
 same batches.
 
 **What is fused** (``trainables._fused_model``, ``trainables._fused_rnn``,
-``trainables._fused_optim``): parameters stacked with a leading member dimension; the
+``trainables.optim``): parameters stacked with a leading member dimension; the
 embedding lookup, the image encoder, the input projections and the attention as batched
 products over members; both directions of every member's recurrence as one batched
 recurrence; the hinge loss per member (the sum of the k losses is minimised: the members
@@ -52,12 +52,12 @@ import torch
 
 from trainables import families
 from trainables._fused_model import FusedEncoder
-from trainables._fused_optim import FusedAdam, clip_per_member
 from trainables.config import ConfigError, TrainConfig
 from trainables.data import EncodedSplit, TrainingData, epoch_batches
 from trainables.device import set_up_training
 from trainables.loss import at_least_float32, make_loss
 from trainables.model import GroundedEncoder
+from trainables.optim import GroupAdam, clip_per_member
 from trainables.schedule import cyclic_cosine_lr
 from trainables.word_vectors import PretrainedVectors
 
@@ -160,7 +160,7 @@ class FusedTrainer:
                 torch.manual_seed(config.seed)
                 models.append(self._lone_model(config, self._pretrained))
         self.model = FusedEncoder(models).to(self.device)
-        self.optimizer = FusedAdam(self._trainable())
+        self.optimizer = GroupAdam(self._trainable(), stacked=True)
         splits: tuple[EncodedSplit, ...] = (data.train, data.val, data.test)
         if shared.encoder != "char_rnn":
             splits = tuple(split.encoded_with(self.tokenizer) for split in splits)
@@ -206,14 +206,7 @@ class FusedTrainer:
         """The member's Adam moments ``(exp_avg, exp_avg_sq)`` by state-dict name of its
         trainable parameters (copies, on the training device); their step count is
         ``optimizer.steps``, every member's."""
-        position = self._position(member_id)
-        return {
-            name: (m[position].clone(), v[position].clone())
-            for name, m, v in zip(
-                self._trainable_names(), self.optimizer.exp_avg, self.optimizer.exp_avg_sq,
-                strict=True,
-            )
-        }  # fmt: skip
+        return self.optimizer.moments(self._position(member_id))
 
     def load_member(
         self,
@@ -230,14 +223,7 @@ class FusedTrainer:
         with torch.no_grad():
             for name in self.model.names:
                 self.model.param(name)[position].copy_(weights[name])
-            for name, m, v in zip(
-                self._trainable_names(), self.optimizer.exp_avg, self.optimizer.exp_avg_sq,
-                strict=True,
-            ):  # fmt: skip
-                if moments is None:
-                    m[position].zero_(), v[position].zero_()
-                else:
-                    m[position].copy_(moments[name][0]), v[position].copy_(moments[name][1])
+        self.optimizer.load_moments(moments, position)
 
     def resume_at(self, epoch: int, step: int) -> None:
         """Continue after ``epoch`` epochs and ``step`` steps (a group whose members were
@@ -254,14 +240,10 @@ class FusedTrainer:
         self.optimizer.keep(self._trainable(), kept)
         del self.members[gone]
 
-    def _trainable(self) -> list[torch.nn.Parameter]:
-        groups = self.model.groups()
-        return groups["image"] + groups["caption"]
-
-    def _trainable_names(self) -> list[str]:
-        """The state-dict names of ``_trainable()``'s parameters, in its order."""
-        by_id = {id(self.model.param(name)): name for name in self.model.names}
-        return [by_id[id(p)] for p in self.optimizer.parameters]
+    def _trainable(self) -> dict[str, torch.nn.Parameter]:
+        """The stacked parameters by state-dict name (Adam trains those that require a
+        gradient)."""
+        return {name: self.model.param(name) for name in self.model.names}
 
     def _lone_model(
         self, config: TrainConfig, pretrained: PretrainedVectors | None = None

@@ -59,6 +59,7 @@ from trainables.embedding import embed_captions, embed_images, embed_sentences
 from trainables.loss import at_least_float32, make_loss
 from trainables.metrics import retrieval_metrics
 from trainables.model import GroundedEncoder
+from trainables.optim import GroupAdam
 from trainables.schedule import cyclic_cosine_lr
 from trainables.semantic import (
     DevSemanticEvaluator,
@@ -147,7 +148,7 @@ class Trainer:
         pretrained = families.load_pretrained(config, self.tokenizer)
         torch.manual_seed(config.seed)
         self.model = self._new_model(data.feature_dim, pretrained)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.lr_min)
+        self.optimizer = self._new_optimizer()
         self.loss_fn = make_loss(config)
         self.semantic = semantic
         self._data = data
@@ -173,6 +174,9 @@ class Trainer:
     ) -> GroundedEncoder:
         model = GroundedEncoder(self.config, feature_dim, self.tokenizer, pretrained)
         return model.to(self.device)
+
+    def _new_optimizer(self) -> GroupAdam:
+        return GroupAdam(dict(self.model.named_parameters()), stacked=False, lr=self.config.lr_min)
 
     def _place_splits(self) -> None:
         """The three splits on the device, encoded for the model: as the data hold them
@@ -243,7 +247,7 @@ class Trainer:
         seconds = time.perf_counter() - started
         return {
             **metrics,
-            names.LEARNING_RATE: self.optimizer.param_groups[0]["lr"],
+            names.LEARNING_RATE: float(self.optimizer.lr),
             names.TRAIN_SECONDS: seconds,
             names.CAPTIONS_PER_S: len(plan) * cfg.batch_size / max(seconds, 1e-9),
         }
@@ -263,8 +267,6 @@ class Trainer:
         penalties = torch.empty(len(plan), device=self.device) if penalised else None
         self.model.train()
         for i in range(len(plan)):
-            for group in self.optimizer.param_groups:
-                group["lr"] = cyclic_cosine_lr(self.step, self.cycle, cfg.lr_min, cfg.lr_max)
             with self._autocast():
                 images, captions, penalty = self._embed_batch(
                     rows_on_device[i], plan[i], widths[i], penalised
@@ -274,10 +276,10 @@ class Trainer:
             if penalties is not None:
                 objective = loss + cfg.attention_penalty * at_least_float32(penalty)
                 penalties[i] = penalty.detach()
-            self.optimizer.zero_grad(set_to_none=True)
+            self.optimizer.zero_grad()
             objective.backward()
             self._clip_gradients()
-            self.optimizer.step()
+            self.optimizer.step(cyclic_cosine_lr(self.step, self.cycle, cfg.lr_min, cfg.lr_max))
             losses[i] = loss.detach()
             self.step += 1
         self._penalties = penalties
@@ -624,10 +626,13 @@ class Trainer:
         if families.tokenizer_entries(saved) != families.tokenizer_entries(self.tokenizer):
             self.tokenizer = saved  # the weights and the optimiser follow from state
             self.model = self._new_model(self._data.feature_dim)
-            self.optimizer = torch.optim.Adam(self.model.parameters(), lr=self.config.lr_min)
+            self.optimizer = self._new_optimizer()
             self._place_splits()
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        try:
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (KeyError, TypeError, ValueError) as err:
+            raise checkpoint.CheckpointError(f"{what}: its optimiser state: {err}") from None
         self.epoch, self.step = int(state["epoch"]), int(state["step"])
         self.history = list(state["history"])
         self.snapshots = [Snapshot(s["epoch"], s["score"], s["state"]) for s in state["snapshots"]]

@@ -126,35 +126,6 @@ def test_the_fused_encoder_embeds_and_differentiates_as_each_member_alone(
             assert_f64(captions[m].detach(), evaluated, f"member {m} in evaluation")
 
 
-def test_clipping_and_adam_are_each_members_own(data: TrainingData) -> None:
-    """Per-member clipping (each by its own norm, 0 = off) and Adam at per-member
-    learning rates over stacked parameters: torch's ``clip_grad_norm_`` and ``Adam`` on
-    each member alone, for 5 steps."""
-    from trainables._fused_optim import FusedAdam, clip_per_member
-
-    generator = torch.Generator().manual_seed(0)
-    shapes = [(3, 4, 5), (3, 7)]
-    stacked = [torch.nn.Parameter(torch.randn(s, generator=generator)) for s in shapes]
-    lone = [[torch.nn.Parameter(p.detach()[m].clone()) for p in stacked] for m in range(3)]
-    lrs, limits = [1e-3, 3e-2, 1e-1], torch.tensor([0.5, 0.0, 2.0])
-    adam = FusedAdam(stacked)
-    theirs = [torch.optim.Adam(params, lr=lr) for params, lr in zip(lone, lrs, strict=True)]
-    for _ in range(5):
-        grads = [torch.randn(s, generator=generator) * 3 for s in shapes]
-        for p, g in zip(stacked, grads, strict=True):
-            p.grad = g.clone()
-        norms = clip_per_member(stacked, limits)
-        adam.step(torch.tensor(lrs))
-        for m in range(3):
-            for p, g in zip(lone[m], grads, strict=True):
-                p.grad = g[m].clone()
-            norm = torch.nn.utils.clip_grad_norm_(lone[m], float(limits[m]) or float("inf"))
-            assert_f64(norms[m], norm)
-            theirs[m].step()
-            for p, mine in zip(lone[m], stacked, strict=True):
-                assert_f64(mine.detach()[m], p.detach())
-
-
 # -- whole runs, against the lone Trainer ----------------------------------------------------
 
 
