@@ -8,6 +8,7 @@
 #     fused   bench/bench_fused.py at n = 1024, batch 32 and 128, in one process: the
 #             authors' loop, one lone trial, and k = 1, 4, 16 fused trials
 #     eval    bench/bench_eval.py --part epoch: the evaluation's share of a paper-sized epoch
+#     optim   bench/bench_optim.py: the optimiser step against torch.optim.Adam's, n = 1024
 #   part2, at most 4 minutes, Ray, Optuna and MLflow unpacked from .gpu/site312.tar.xz:
 #     search  the margin sweep through Ray at the paper's model size, 4 trials packed on
 #             the GPU (--gpus-per-trial 0.25), SIGINT once under way, --resume to the end,
@@ -26,7 +27,7 @@
 # with its semantic sets) instead of the one built once under /tmp (the tests pass the
 # world their session already built).
 #
-# Steps can also be named alone (`gpu fused eval search sweep16`). OUT_DIR receives
+# Steps can also be named alone (`gpu fused eval optim search sweep16`). OUT_DIR receives
 # checks.log (every step's command, output and exit status), figures.txt (the benchmarks'
 # tables and the search's last lines), and after part2 mlflow.db (the search's tracking
 # store) and runs.tar.gz (its MLflow artifacts, search record and Optuna study, no models).
@@ -201,6 +202,13 @@ run_eval() {
     figure eval
 }
 
+run_optim() {
+    local size=(--device cuda --steps 200)
+    ((cpu)) && size=(--device cpu --hidden-size 16 --steps 2 --repeats 1)
+    step optim 30 python3 bench/bench_optim.py "${size[@]}"
+    figure optim
+}
+
 # world: the store the --cpu dry run's benchmarks read: --store, or the 120-image embedded
 # world built once under /tmp (found there by later runs), asked for once per run
 world() {
@@ -250,15 +258,15 @@ run_sweep16() {
 environment
 for what in "${@:-part1}"; do
     case "$what" in
-    part1) start_part 480; run_gpu; run_fused; run_eval ;;
+    part1) start_part 480; run_gpu; run_fused; run_eval; run_optim ;;
     part2) start_part 240; run_search ;;
     part3) start_part 580; run_sweep16 ;;
-    gpu | fused | eval | search | sweep16)
+    gpu | fused | eval | optim | search | sweep16)
         ((deadline)) || start_part 580
         "run_$what"
         ;;
     *)
-        say "unknown part or step $what (expected part1, part2, part3, gpu, fused, eval, search or sweep16)"
+        say "unknown part or step $what (expected part1, part2, part3, gpu, fused, eval, optim, search or sweep16)"
         failed=$((failed + 1))
         ;;
     esac

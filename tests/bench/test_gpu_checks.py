@@ -134,12 +134,13 @@ def test_the_dry_run_runs_both_parts_on_the_cpu(
     assert checks == 0, (tmp_path / "checks.log").read_text()
     log = (tmp_path / "checks.log").read_text()
     figures = (tmp_path / "figures.txt").read_text()
-    for step in ("gpu-tests", "fused", "eval", "search-interrupted", "search-resumed",
+    for step in ("gpu-tests", "fused", "eval", "optim", "search-interrupted", "search-resumed",
                  "registered-on-cpu"):  # fmt: skip
         assert f"== {step} (limit " in log
     assert "gpu_checks done" in log and ", 0 failed step(s)" in log
     assert "the authors' loop" in figures and "ratio vs lone" in figures
     assert "evaluation averaged over 4 epochs" in figures
+    assert "(ours / torch's)" in figures and "weights: bit for bit" in figures
     assert "== search-interrupted: SIGINT after" in log
     assert "the search stopped (SIGINT) with" in log and "== search-interrupted: exit 130" in log
     assert "registered model on cpu (2, " in figures
@@ -153,12 +154,12 @@ def test_the_dry_run_runs_both_parts_on_the_cpu(
 def test_a_part_stops_at_its_deadline(tmp_path: Path, small_store: str) -> None:
     """One run (one start of the script and its environment step): part1 past its deadline,
     then a part it does not know, each a failed step; and --store refused without --cpu."""
-    # three steps skipped, one unknown
-    assert _checks(tmp_path, small_store, "part1", "nonsense", deadline=time.time() + 10) == 4
+    # four steps skipped, one unknown
+    assert _checks(tmp_path, small_store, "part1", "nonsense", deadline=time.time() + 10) == 5
     log = (tmp_path / "checks.log").read_text()
-    assert log.count("s left before the deadline") == 3
+    assert log.count("s left before the deadline") == 4
     assert "python bench/bench_fused.py" not in log  # nothing was started
-    assert "unknown part or step nonsense" in log and ", 4 failed step(s)" in log
+    assert "unknown part or step nonsense" in log and ", 5 failed step(s)" in log
     # --store is the dry run's alone: the GPU run's benchmarks build their own worlds
     script = ["bash", str(BENCH / "gpu_checks.sh"), "--store", small_store, str(tmp_path)]
     refused = subprocess.run(script, capture_output=True, text=True, timeout=60)
