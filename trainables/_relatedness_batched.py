@@ -19,12 +19,14 @@ import torch
 if TYPE_CHECKING:
     from trainables.relatedness import RelatednessProtocol
 
+__all__ = ["N_CLASSES", "Task", "expected_score", "fit_batched"]
+
 _log = logging.getLogger("trainables.relatedness")  # the protocol's logger
 
 N_CLASSES = 5  # SentEval's relatedness classes, for scores 1, 2, 3, 4, 5
 
 
-def _expected_score(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def expected_score(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """``softmax(x W^T) . [1..5]``: the prediction on the class scale. Each row's logits
     are computed alike (an element-wise product and a sum per class, in slices of rows),
     so that equal features give exactly equal predictions: a matrix product may round
@@ -89,7 +91,7 @@ class _Rounds:
 
 
 @dataclass(eq=False)
-class _Task:
+class Task:
     """One task's fit for the batched engine: its data on the device, its generator, and
     where its rounds and its Adam steps stand."""
 
@@ -117,7 +119,7 @@ class _Batched:
     summed squared error's gradient is exactly twice what ``_half_step`` computes), with
     Adam's update written for them, so no step spends an operation on the factor 2."""
 
-    def __init__(self, tasks: list[_Task], protocol: RelatednessProtocol) -> None:
+    def __init__(self, tasks: list[Task], protocol: RelatednessProtocol) -> None:
         self.protocol = protocol
         first = tasks[0].x
         self.device, self.dtype, self.dim = first.device, first.dtype, first.shape[1]
@@ -171,7 +173,7 @@ class _Batched:
         for task in self.tasks:
             task.adam_steps += epochs * task.batches
 
-    def _plan(self, task: _Task) -> torch.Tensor:
+    def _plan(self, task: Task) -> torch.Tensor:
         """The round's batches of ``task``: rows of the engine's data, ``(epochs *
         batches, batch_size)``, each epoch's last batch padded with the zero row. The
         shuffles are drawn as the loop engine draws them: one ``randperm`` per epoch."""
@@ -181,7 +183,7 @@ class _Batched:
         padded[:, :n] = orders + task.offset
         return padded.view(epochs * task.batches, size)
 
-    def _adam_scalars(self, task: _Task) -> tuple[torch.Tensor, torch.Tensor]:
+    def _adam_scalars(self, task: Task) -> tuple[torch.Tensor, torch.Tensor]:
         """Per step of the round, the ``a`` and ``b`` of the update ``w -= m / (sqrt(v) *
         a + b)`` with the moments of half the gradient: Adam's ``lr / (1 - beta1^t)`` and
         ``sqrt(1 - beta2^t)`` folded in (in float64 on the host, once per round)."""
@@ -236,7 +238,7 @@ class _Batched:
         """Every task's dev Pearson, read in one transfer (the round's one sync), then
         SentEval's rule per task; the tasks that stop leave the stack."""
         pearsons = [
-            _device_pearson(_expected_score(self.weights[i], task.dev_x), task.dev_gold)
+            _device_pearson(expected_score(self.weights[i], task.dev_x), task.dev_gold)
             for i, task in enumerate(self.tasks)
         ]
         values = torch.stack(pearsons).tolist()
@@ -318,10 +320,10 @@ class _Graph:
         self.graph.replay()
 
 
-def _fit_batched(tasks: list[_Task], protocol: RelatednessProtocol) -> list[torch.Tensor]:
+def fit_batched(tasks: list[Task], protocol: RelatednessProtocol) -> list[torch.Tensor]:
     """The best round's weights of every task, trained together (see the module
     docstring); each the same, up to rounding, as training it alone."""
     dims = {task.x.shape[1] for task in tasks}
     if len(dims) > 1:  # tasks of different embeddings cannot share a stack
-        return [w for task in tasks for w in _fit_batched([task], protocol)]
+        return [w for task in tasks for w in fit_batched([task], protocol)]
     return _Batched(tasks, protocol).fit()

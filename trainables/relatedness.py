@@ -58,7 +58,7 @@ import torch
 
 from storage.senteval import SupervisedTask
 from trainables import names
-from trainables._relatedness_batched import N_CLASSES, _expected_score, _fit_batched, _Task
+from trainables._relatedness_batched import N_CLASSES, Task, expected_score, fit_batched
 from trainables.metrics import correlations
 
 __all__ = [
@@ -77,7 +77,7 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 # a battery's tasks -> each one's best weights (the batched engine; a reference in bench/)
-Fit = Callable[[Sequence[_Task], "RelatednessProtocol"], list[torch.Tensor]]
+Fit = Callable[[Sequence[Task], "RelatednessProtocol"], list[torch.Tensor]]
 # sentences -> their embeddings, as rows of a tensor (an EmbeddingTable, typically)
 Lookup = Callable[[Sequence[str]], torch.Tensor]
 
@@ -96,9 +96,9 @@ class RelatednessProtocol:
     # and benchmarks give SentEval's loop (bench/_relatedness_loop.py) to check and time it
     fit: Fit | None = None
 
-    def fitted(self, tasks: Sequence[_Task]) -> list[torch.Tensor]:
+    def fitted(self, tasks: Sequence[Task]) -> list[torch.Tensor]:
         """Each of ``tasks``' best weights, fitted as this protocol says."""
-        return (self.fit or _fit_batched)(list(tasks), self)
+        return (self.fit or fit_batched)(list(tasks), self)
 
 
 SENTEVAL = RelatednessProtocol()  # SentEval's own settings (frozen: safe as a default)
@@ -162,7 +162,7 @@ def _fit(
     """Train in rounds; return the weights of the round with the best dev Pearson, a NaN
     Pearson counting as 0 as in SentEval (so when every round's is NaN, the first round's
     model is kept, with a warning). One task."""
-    return protocol.fitted([_Task(what, *train, *dev, generator)])[0]
+    return protocol.fitted([Task(what, *train, *dev, generator)])[0]
 
 
 @contextmanager
@@ -218,10 +218,10 @@ def predict_relatedness_tasks(
             )
             dev = (features(task.dev.sentences1, task.dev.sentences2), on_device(task.dev.gold))
             fits.append((task, train, dev, torch.Generator().manual_seed(seed)))
-        best = protocol.fitted([_Task(task.name, *t, *d, g) for task, t, d, g in fits])
+        best = protocol.fitted([Task(task.name, *t, *d, g) for task, t, d, g in fits])
         for (task, _, _, _), weights in zip(fits, best, strict=True):
             test_x = features(task.test.sentences1, task.test.sentences2)
-            scores = _expected_score(weights, test_x).double().cpu().numpy()
+            scores = expected_score(weights, test_x).double().cpu().numpy()
             rescaled = encodings.get(task.name, "senteval") == "rescaled"
             predictions[task.name] = (
                 from_class_scale(scores, task.score_range) if rescaled else scores

@@ -23,10 +23,10 @@ from trainables import relatedness
 from trainables.relatedness import (
     N_CLASSES,
     RelatednessProtocol,
-    _expected_score,
+    Task,
     _fit,
-    _fit_batched,
-    _Task,
+    expected_score,
+    fit_batched,
     from_class_scale,
     predict_relatedness,
     predict_relatedness_tasks,
@@ -431,22 +431,22 @@ def test_both_engines_match_a_senteval_style_reference_in_float64(name: str) -> 
     )
     (ours_train, ours_dev, ours_test) = problem["ours"]
     loop = fit_loop(
-        [_Task(name, *ours_train, *ours_dev, torch.Generator().manual_seed(3))], SMALL_ROUNDS
+        [Task(name, *ours_train, *ours_dev, torch.Generator().manual_seed(3))], SMALL_ROUNDS
     )[0]
-    alone = _fit_batched(
-        [_Task(name, *ours_train, *ours_dev, torch.Generator().manual_seed(3))], SMALL_ROUNDS
+    alone = fit_batched(
+        [Task(name, *ours_train, *ours_dev, torch.Generator().manual_seed(3))], SMALL_ROUNDS
     )[0]
     o_train, o_dev, _ = float64_problem(other, other_embed)["ours"]
-    beside = _fit_batched(
+    beside = fit_batched(
         [
-            _Task("other", *o_train, *o_dev, torch.Generator().manual_seed(5)),
-            _Task(name, *ours_train, *ours_dev, torch.Generator().manual_seed(3)),
+            Task("other", *o_train, *o_dev, torch.Generator().manual_seed(5)),
+            Task(name, *ours_train, *ours_dev, torch.Generator().manual_seed(3)),
         ],
         SMALL_ROUNDS,
     )[1]
     for weights in (loop, alone, beside):
         assert weights.dtype == torch.float64
-        got = _expected_score(weights, ours_test).numpy()
+        got = expected_score(weights, ours_test).numpy()
         np.testing.assert_allclose(got, expected, rtol=0, atol=1e-9)
 
 
@@ -466,12 +466,12 @@ def test_tasks_trained_together_stop_on_their_own_and_equal_training_alone(
 
     def tasks(indices):
         return [
-            _Task(f"task {i}", *problems[i][0], *problems[i][1], torch.Generator().manual_seed(i))
+            Task(f"task {i}", *problems[i][0], *problems[i][1], torch.Generator().manual_seed(i))
             for i in indices
         ]
 
     with caplog.at_level(logging.DEBUG, logger="trainables.relatedness"):
-        together = _fit_batched(tasks([0, 1, 2]), protocol)
+        together = fit_batched(tasks([0, 1, 2]), protocol)
     epochs = {
         line.split(":")[-2].strip(): int(line.split(": ")[-1].split()[0])
         for line in caplog.text.splitlines()
@@ -479,7 +479,7 @@ def test_tasks_trained_together_stop_on_their_own_and_equal_training_alone(
     }
     assert len(set(epochs.values())) > 1, epochs  # they did not all stop together
     for i in range(3):
-        alone = _fit_batched(tasks([i]), protocol)[0]
+        alone = fit_batched(tasks([i]), protocol)[0]
         loop = fit_loop(tasks([i]), protocol)[0]
         torch.testing.assert_close(together[i], alone, rtol=0, atol=1e-12)
         torch.testing.assert_close(together[i], loop, rtol=0, atol=1e-10)
