@@ -10,7 +10,9 @@ nothing). A Tune callback:
 
 (the status line is one line). A trial's start line names what it tried (the space's own
 parameters, not every key a preset sets); its other lines name it by number (in the order
-the trials started, after those a resumed search's earlier drivers ended) and id. The
+the trials started, after those a resumed search's earlier drivers ended) and id. An
+epoch's line comes once Tune holds that epoch's checkpoint (``on_trial_save``), so a
+search stopped after ``epoch N/`` is shown resumes after epoch N. The
 status line comes after every trial that ends and, while trials run, every
 ``status_every_s`` (with each running trial's epoch and, from the trials' signals actor
 ``trainables.tune.TrialSignals``, the share of it done). "Best" is the search's selection
@@ -24,6 +26,11 @@ configurations, as the summary does: a trial of k members (``--fuse K``) takes k
 left its group (finished, or stopped early) and "best" is the best member (its own id,
 ``<trial>-m<i>``); an epoch line shows the member best on the first selection metric, and
 the end line of a trial of several says how its members ended.
+
+Not Tune's own reporters (``CLIReporter`` and its output engine, off: ``verbose=0``):
+they print a table of Tune trials and their last results, so a fused trial is one row
+however many configurations it trains, and they know neither the selection's best over a
+trial's epochs, nor how far into an epoch a trial is, nor the time left.
 
 ``quiet_libraries`` keeps the libraries' own noise out of the same terminal.
 """
@@ -40,6 +47,7 @@ from typing import Any
 import ray
 from ray.tune import Callback
 from ray.tune.experiment import Trial
+from ray.tune.result import SHOULD_CHECKPOINT
 
 from gridsearch._groups import Member, members_of
 from gridsearch._space import SearchSpace
@@ -107,6 +115,9 @@ class ProgressPrinter(Callback):
         self.units_at_start: float | None = None  # work done before this driver (a resume)
         self._asked: Any = None  # the signals actor's answer on progress, while awaited
         self._told: dict[str, dict[str, float]] = {}  # its last answer
+        self._unsaved: dict[
+            str, str
+        ] = {}  # trial id -> its epoch line, until Tune holds its checkpoint
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (Tune's ``tuner.pkl`` keeps the callbacks) without the signals actor,
@@ -155,11 +166,26 @@ class ProgressPrinter(Callback):
         parts += [
             f"{label} {shown[key]:{spec}}" for label, key, spec in EPOCH_METRICS if key in shown
         ]
-        self._print(f"      {self._number(trial)}  {trial.trial_id}  " + "  ".join(parts) + lead)
+        line = f"      {self._number(trial)}  {trial.trial_id}  " + "  ".join(parts) + lead
+        if result.get(SHOULD_CHECKPOINT):  # shown once Tune holds the epoch's checkpoint
+            self._unsaved[trial.trial_id] = line
+        else:
+            self._print(line)
+
+    def on_trial_save(self, iteration: int, trials: list[Trial], trial: Trial, **info: Any) -> None:
+        """Tune registered the trial's checkpoint (after ``on_trial_result``): its epoch
+        line now, so a search stopped once the line is shown resumes after that epoch."""
+        self._flush(trial)
+
+    def _flush(self, trial: Trial) -> None:
+        line = self._unsaved.pop(trial.trial_id, None)
+        if line is not None:
+            self._print(line)
 
     def on_trial_complete(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
     ) -> None:
+        self._flush(trial)
         self.ended.add(trial.trial_id)
         members = self._members(trial)
         if len(members) > 1:
@@ -180,6 +206,7 @@ class ProgressPrinter(Callback):
     def on_trial_error(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
     ) -> None:
+        self._flush(trial)
         self.ended.add(trial.trial_id)
         error = trial.get_error()
         reason = str(error).strip().splitlines()[-1][:200] if error else "unknown error"

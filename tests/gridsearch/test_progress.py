@@ -17,6 +17,7 @@ import optuna
 import pytest
 import ray
 from ray.tune.experiment import Trial
+from ray.tune.result import SHOULD_CHECKPOINT
 
 from gridsearch.progress import ProgressPrinter, quiet_libraries, shown_keys
 from gridsearch.spaces import SPACES
@@ -111,6 +112,35 @@ def test_status_line_counts_trials_names_the_best_and_estimates(signals: Any) ->
     restored, shown = ray.cloudpickle.loads(ray.cloudpickle.dumps(printer)), len(lines)
     restored.write("a line of the restored copy")
     assert len(lines) == shown and restored.signals is None and printer.signals is signals
+
+
+def test_an_epoch_line_waits_for_tune_to_hold_its_checkpoint() -> None:
+    """Tune calls ``on_trial_result`` before it registers the result's checkpoint
+    (``on_trial_save``): a line shown earlier would let a stop right after it resume
+    before that epoch. A line whose save never comes is shown before the trial's end."""
+    lines: list[str] = []
+    printer = ProgressPrinter(SPACES["margin_sweep"], 2, 2, RETRIEVAL, lines.append)
+    first, second = _trial("aaa", margin=0.1), _trial("bbb", margin=0.2)
+    trials = [first, second]
+    for trial in trials:
+        trial.set_status(Trial.RUNNING)
+        printer.on_trial_start(0, trials, trial)
+    saved = {**_report(first, 1, 50.0), SHOULD_CHECKPOINT: True}
+    printer.on_trial_result(0, trials, first, saved)
+    assert not any("epoch" in line for line in lines)
+    printer.on_trial_save(0, trials, first)
+    assert lines[-1].endswith("1/2  aaa  epoch 1/2  dev R@10 mean 50.0")
+    printer.on_trial_save(0, trials, first)  # a save without a new result: nothing
+    assert sum("epoch" in line for line in lines) == 1
+    printer.on_trial_result(0, trials, second, _report(second, 0, 10.0))  # no checkpoint
+    assert lines[-1].endswith("2/2  bbb  epoch 0/2  dev R@10 mean 10.0")
+    printer.on_trial_result(
+        0, trials, second, {**_report(second, 1, 20.0), SHOULD_CHECKPOINT: True}
+    )
+    second.set_status(Trial.ERROR)
+    printer.on_trial_error(0, trials, second)
+    assert lines[-3].endswith("2/2  bbb  epoch 1/2  dev R@10 mean 20.0")
+    assert "FAILED 2/2  bbb" in lines[-2]
 
 
 def test_trials_are_numbered_as_they_start_after_those_earlier_drivers_ended() -> None:
