@@ -142,7 +142,13 @@ class GroupAdam:
             given = (moments or {}).get(name)
             for i, mine in enumerate((self.exp_avg[name], self.exp_avg_sq[name])):
                 target = mine if member is None else mine[member]
-                target.zero_() if given is None else target.copy_(given[i])
+                if given is None:
+                    target.zero_()
+                elif given[i].shape != target.shape:  # copy_ would broadcast a smaller one
+                    raise ValueError(f"{name}: moments of shape {tuple(given[i].shape)}, "
+                                     f"expected {tuple(target.shape)}")  # fmt: skip
+                else:
+                    target.copy_(given[i])
 
     def keep(self, parameters: Mapping[str, nn.Parameter], members: Sequence[int]) -> None:
         """Follow ``FusedEncoder.keep``: the new ``parameters`` of the members kept, at

@@ -129,6 +129,39 @@ def test_an_ensemble_of_another_format_or_without_weights(trained) -> None:
         load_ensemble(checkpoint.to_bytes(empty.to_dict()))
 
 
+def test_a_damaged_optimiser_state_is_named_in_one_line(trained, tiny_world: Path) -> None:
+    """Every way the optimiser's part of a training state can be wrong: a
+    ``CheckpointError`` naming the file and the optimiser state, never a traceback
+    (torch's ``copy_`` would silently broadcast moments of a smaller shape)."""
+    trainer, _ = trained
+    state = trainer.state_dict()
+    optimiser = state["optimizer"]
+    first = optimiser["state"][0]
+    group = optimiser["param_groups"][0]
+    cases = {
+        "fewer parameters": {**optimiser, "param_groups": [{**group, "params": [0]}]},
+        "step counts differ": {
+            **optimiser,
+            "state": {**optimiser["state"], 0: {**first, "step": first["step"] + 1}},
+        },
+        "a moment's shape": {
+            **optimiser,
+            "state": {
+                **optimiser["state"],
+                0: {**first, "exp_avg": first["exp_avg"].flatten()[:1]},
+            },
+        },
+        "no param_groups": {"state": optimiser["state"]},
+        "not a dict": [1, 2, 3],
+    }
+    fresh = Trainer(trainer.config, TrainingData.from_store(str(tiny_world)))
+    for case, damaged in cases.items():
+        data = checkpoint.to_bytes({**state, "optimizer": damaged})
+        with pytest.raises(CheckpointError, match="its optimiser state: ") as caught:
+            fresh.load_checkpoint(data, what="ck.pt")
+        assert str(caught.value).startswith("ck.pt: ") and "\n" not in str(caught.value), case
+
+
 def test_resuming_with_another_config_names_the_fields(trained, tiny_world: Path) -> None:
     trainer, _ = trained
     other = Trainer(
