@@ -20,13 +20,15 @@ import torch
 from storage import CAPTIONS_PER_IMAGE, MAX_CAPTION_CHARS, FeatureStore, SplitData
 from storage import check_caption_lengths as _check_lengths
 from trainables.model import CharEncoding
-from trainables.vocabulary import Tokenizer
+from trainables.vocabulary import UNKNOWN_INDEX, Tokenizer
 
 __all__ = [
     "MAX_CAPTION_CHARS",
+    "DeviceSplit",
     "EncodedSplit",
     "TrainingData",
     "default_senteval",
+    "device_splits",
     "epoch_batches",
     "partner_rows",
 ]
@@ -111,6 +113,32 @@ class TrainingData:
                 encoding.unknown_count,
             )
         return cls(**splits, source=where)
+
+
+class DeviceSplit:
+    """A split's tensors on the training device (captions in the smallest integer type
+    that holds their indices, to save memory; lengths stay on the CPU for packing)."""
+
+    def __init__(self, split: EncodedSplit, device: torch.device) -> None:
+        self.features = torch.from_numpy(split.features).to(device)
+        self.tokens = torch.from_numpy(split.tokens).to(device)
+        self.lengths = torch.from_numpy(split.lengths)
+        self.num_images = split.num_images
+
+
+def device_splits(
+    data: TrainingData, device: torch.device, words: Tokenizer | None = None
+) -> tuple[DeviceSplit, DeviceSplit, DeviceSplit]:
+    """Train, dev and test on ``device``, encoded for the model: as the data hold them
+    (characters), or again with ``words``, a word vocabulary (its unknown words in the
+    dev and test captions logged)."""
+    splits = (data.train, data.val, data.test)
+    if words is not None:
+        splits = tuple(split.encoded_with(words) for split in splits)
+        unknown = [int((split.tokens == UNKNOWN_INDEX).sum()) for split in splits[1:]]
+        logger.info("dev and test captions: %d and %d unknown words", *unknown)
+    train, val, test = (DeviceSplit(split, device) for split in splits)
+    return train, val, test
 
 
 def check_caption_lengths(split: SplitData, where: str) -> None:

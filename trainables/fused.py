@@ -53,7 +53,7 @@ import torch
 from trainables import families
 from trainables._fused_model import FusedEncoder
 from trainables.config import ConfigError, TrainConfig
-from trainables.data import EncodedSplit, TrainingData, epoch_batches
+from trainables.data import TrainingData, device_splits, epoch_batches
 from trainables.device import set_up_training
 from trainables.loss import at_least_float32, make_loss
 from trainables.model import GroundedEncoder
@@ -123,16 +123,6 @@ def fuse(configs: Sequence[TrainConfig], data: TrainingData) -> FusedTrainer:
     return FusedTrainer(configs, data)
 
 
-class _Split:
-    """A split's tensors on the training device (lengths stay on the CPU)."""
-
-    def __init__(self, split: EncodedSplit, device: torch.device) -> None:
-        self.features = torch.from_numpy(split.features).to(device)
-        self.tokens = torch.from_numpy(split.tokens).to(device)
-        self.lengths = torch.from_numpy(split.lengths)
-        self.num_images = split.num_images
-
-
 @dataclass
 class _Member:
     """One member: its id (its position in the configs it was fused from) and config."""
@@ -161,12 +151,8 @@ class FusedTrainer:
                 models.append(self._lone_model(config, self._pretrained))
         self.model = FusedEncoder(models).to(self.device)
         self.optimizer = GroupAdam(self._trainable(), stacked=True)
-        splits: tuple[EncodedSplit, ...] = (data.train, data.val, data.test)
-        if shared.encoder != "char_rnn":
-            splits = tuple(split.encoded_with(self.tokenizer) for split in splits)
-        self.train_split, self.val_split, self.test_split = (
-            _Split(split, self.device) for split in splits
-        )
+        words = None if shared.encoder == "char_rnn" else self.tokenizer
+        self.train_split, self.val_split, self.test_split = device_splits(data, self.device, words)
         self.steps_per_epoch = 5 * (data.train.num_images // shared.batch_size)
         self.epoch = 0  # epochs trained so far
         self.step = 0  # fused steps trained so far

@@ -53,7 +53,7 @@ import torch
 from trainables import checkpoint, families, names
 from trainables._battery import BatteryWorker
 from trainables.config import TrainConfig
-from trainables.data import EncodedSplit, TrainingData, epoch_batches, partner_rows
+from trainables.data import DeviceSplit, TrainingData, device_splits, epoch_batches, partner_rows
 from trainables.device import set_up_training
 from trainables.embedding import embed_captions, embed_images, embed_sentences
 from trainables.loss import at_least_float32, make_loss
@@ -67,7 +67,7 @@ from trainables.semantic import (
     SemanticEvaluation,
     SemanticEvaluator,
 )
-from trainables.vocabulary import UNKNOWN_INDEX, Tokenizer
+from trainables.vocabulary import Tokenizer
 from trainables.word_vectors import PretrainedVectors
 
 __all__ = [
@@ -113,17 +113,6 @@ class Snapshot:
     # ensemble sums instead of embedding again (never checkpointed: a resumed run's
     # snapshots embed again)
     test: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False, compare=False)
-
-
-class _DeviceSplit:
-    """A split's tensors on the training device (captions in the smallest integer type
-    that holds their indices, to save memory)."""
-
-    def __init__(self, split: EncodedSplit, device: torch.device) -> None:
-        self.features = torch.from_numpy(split.features).to(device)
-        self.tokens = torch.from_numpy(split.tokens).to(device)
-        self.lengths = torch.from_numpy(split.lengths)  # stays on the CPU for packing
-        self.num_images = split.num_images
 
 
 class Trainer:
@@ -181,13 +170,9 @@ class Trainer:
     def _place_splits(self) -> None:
         """The three splits on the device, encoded for the model: as the data hold them
         (characters), or again with the word vocabulary."""
-        splits: tuple[EncodedSplit, ...] = (self._data.train, self._data.val, self._data.test)
-        if self.config.encoder != "char_rnn":
-            splits = tuple(split.encoded_with(self.tokenizer) for split in splits)
-            unknown = [int((split.tokens == UNKNOWN_INDEX).sum()) for split in splits[1:]]
-            logger.info("dev and test captions: %d and %d unknown words", *unknown)
-        self.train_split, self.val_split, self.test_split = (
-            _DeviceSplit(split, self.device) for split in splits
+        words = None if self.config.encoder == "char_rnn" else self.tokenizer
+        self.train_split, self.val_split, self.test_split = device_splits(
+            self._data, self.device, words
         )
 
     # -- the loop --------------------------------------------------------------
@@ -511,7 +496,7 @@ class Trainer:
 
     def _retrieval(
         self,
-        split: _DeviceSplit,
+        split: DeviceSplit,
         models: Sequence[GroundedEncoder],
         prefix: str,
         *,
@@ -562,7 +547,7 @@ class Trainer:
         return model
 
     def embed_split(
-        self, split: _DeviceSplit, models: Sequence[GroundedEncoder]
+        self, split: DeviceSplit, models: Sequence[GroundedEncoder]
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Image and caption embeddings of ``split``, summed over ``models``."""
         images = embed_images(models, split.features)
