@@ -619,6 +619,11 @@ class Trainer:
         except (KeyError, TypeError, ValueError) as err:
             raise checkpoint.CheckpointError(f"{what}: its optimiser state: {err}") from None
         self.epoch, self.step = int(state["epoch"]), int(state["step"])
+        if self.optimizer.steps != self.step:  # every step is one of Adam's
+            raise checkpoint.CheckpointError(
+                f"{what}: its optimiser state: {self.optimizer.steps} steps, "
+                f"the training state {self.step}"
+            )
         self.history = list(state["history"])
         self.snapshots = [Snapshot(s["epoch"], s["score"], s["state"]) for s in state["snapshots"]]
         torch.set_rng_state(state["rng"]["torch"])

@@ -130,9 +130,10 @@ def test_an_ensemble_of_another_format_or_without_weights(trained) -> None:
 
 
 def test_a_damaged_optimiser_state_is_named_in_one_line(trained, tiny_world: Path) -> None:
-    """Every way the optimiser's part of a training state can be wrong: a
-    ``CheckpointError`` naming the file and the optimiser state, never a traceback
-    (torch's ``copy_`` would silently broadcast moments of a smaller shape)."""
+    """Every way the optimiser's part of a training state can be wrong, its step count
+    other than the training state's too: a ``CheckpointError`` naming the file and the
+    optimiser state, never a traceback (torch's ``copy_`` would silently broadcast moments
+    of a smaller shape)."""
     trainer, _ = trained
     state = trainer.state_dict()
     optimiser = state["optimizer"]
@@ -152,6 +153,10 @@ def test_a_damaged_optimiser_state_is_named_in_one_line(trained, tiny_world: Pat
             },
         },
         "no param_groups": {"state": optimiser["state"]},
+        "steps not the training's": {
+            **optimiser,
+            "state": {i: {**e, "step": e["step"] + 1} for i, e in optimiser["state"].items()},
+        },
         "not a dict": [1, 2, 3],
     }
     fresh = Trainer(trainer.config, TrainingData.from_store(str(tiny_world)))
