@@ -42,7 +42,7 @@ if {torch_adam}:
     torch.optim.Adam([p])
 else:
     from trainables.optim import GroupAdam
-    GroupAdam({{"p": p}}, stacked=False)
+    GroupAdam({{"p": p}})
 print(time.process_time() - started)
 """
 
@@ -79,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return out
 
     ours, theirs = params(), params()
-    group_adam = GroupAdam(ours, stacked=False)
+    group_adam = GroupAdam(ours)
     torch_adam = torch.optim.Adam(theirs.values())
     runs = {
         "torch.optim.Adam": lambda: [torch_adam.step() for _ in range(args.steps)],

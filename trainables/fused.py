@@ -150,7 +150,7 @@ class FusedTrainer:
                 torch.manual_seed(config.seed)
                 models.append(self._lone_model(config, self._pretrained))
         self.model = FusedEncoder(models).to(self.device)
-        self.optimizer = GroupAdam(self._trainable(), stacked=True)
+        self.optimizer = GroupAdam(self._trainable())
         words = None if shared.encoder == "char_rnn" else self.tokenizer
         self.train_split, self.val_split, self.test_split = device_splits(data, self.device, words)
         self.steps_per_epoch = 5 * (data.train.num_images // shared.batch_size)

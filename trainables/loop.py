@@ -165,7 +165,7 @@ class Trainer:
         return model.to(self.device)
 
     def _new_optimizer(self) -> GroupAdam:
-        return GroupAdam(dict(self.model.named_parameters()), stacked=False, lr=self.config.lr_min)
+        return GroupAdam(dict(self.model.named_parameters()), lr=self.config.lr_min)
 
     def _place_splits(self) -> None:
         """The three splits on the device, encoded for the model: as the data hold them

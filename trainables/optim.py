@@ -59,20 +59,19 @@ def _step_dtype() -> torch.dtype:
 
 class GroupAdam:
     """Adam over ``parameters`` (by name; those that require a gradient are trained):
-    a lone model's (``stacked=False``) or k members' stacked ``(k, ...)`` ones, member m
-    at learning rate ``lr[m]`` (``step``'s argument). ``keep`` drops stacked members with
-    the parameters'."""
+    a lone model's, stepped at one learning rate, or k members' stacked ``(k, ...)``
+    ones, member m at ``lr[m]`` (``step``'s argument). ``keep`` drops stacked members
+    with the parameters'."""
 
     def __init__(
         self,
         parameters: Mapping[str, nn.Parameter],
         *,
-        stacked: bool,
         lr: float = 0.0,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
     ) -> None:
-        self.stacked, self.betas, self.eps = stacked, betas, eps
+        self.betas, self.eps = betas, eps
         self.lr: float | torch.Tensor = lr  # the last step's (kept in the checkpoint)
         self.steps = 0
         self._set(parameters)

@@ -283,7 +283,7 @@ def test_the_optimiser_step_on_the_device_is_torchs_adam(device: torch.device) -
     start = {n: p.detach().to(device) for n, p in model.named_parameters()}
     ours = {n: torch.nn.Parameter(p.clone()) for n, p in start.items()}
     theirs = {n: torch.nn.Parameter(p.clone()) for n, p in start.items()}
-    adam, torch_adam = GroupAdam(ours, stacked=False), torch.optim.Adam(theirs.values())
+    adam, torch_adam = GroupAdam(ours), torch.optim.Adam(theirs.values())
     for step in range(5):
         for name in start:
             grad = torch.randn(start[name].shape, generator=generator).to(device)

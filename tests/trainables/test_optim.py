@@ -37,7 +37,7 @@ def test_a_lone_models_adam_is_torchs_bit_for_bit(dtype: torch.dtype) -> None:
     ours = {n: torch.nn.Parameter(p.detach()) for n, p in ours.items()}
     ours["scale"].requires_grad_(False)
     theirs = {n: torch.nn.Parameter(p.detach().clone(), p.requires_grad) for n, p in ours.items()}
-    adam = GroupAdam(ours, stacked=False)
+    adam = GroupAdam(ours)
     torch_adam = torch.optim.Adam(theirs.values(), lr=1e-3)
     for step in range(7):
         grads = _grads(generator)
@@ -71,7 +71,7 @@ def test_its_checkpoint_is_torchs_state_dict_both_ways() -> None:
         return {n: torch.nn.Parameter(p.detach().clone()) for n, p in start.items()}
 
     ours, theirs = copy(), copy()
-    adam, torch_adam = GroupAdam(ours, stacked=False), torch.optim.Adam(theirs.values())
+    adam, torch_adam = GroupAdam(ours), torch.optim.Adam(theirs.values())
     assert adam.state_dict()["state"] == torch_adam.state_dict()["state"] == {}
     for _ in range(3):
         grads = _grads(generator)
@@ -92,7 +92,7 @@ def test_its_checkpoint_is_torchs_state_dict_both_ways() -> None:
     for target, source in ((crossed, ours), (torch_crossed, theirs)):
         for name, p in target.items():
             p.data.copy_(source[name].detach())
-    mine_loaded = GroupAdam(crossed, stacked=False)
+    mine_loaded = GroupAdam(crossed)
     mine_loaded.load_state_dict(its)
     torch_loaded = torch.optim.Adam(torch_crossed.values())
     torch_loaded.load_state_dict(mine)
@@ -106,7 +106,7 @@ def test_its_checkpoint_is_torchs_state_dict_both_ways() -> None:
         assert_close(
             crossed[name].detach(), torch_crossed[name].detach(), err_msg=name, same_kernels=True
         )
-    smaller = GroupAdam({"weight": copy()["weight"]}, stacked=False)
+    smaller = GroupAdam({"weight": copy()["weight"]})
     with pytest.raises(ValueError, match="holds 3 parameters, the model 1"):
         smaller.load_state_dict(mine)
 
@@ -121,7 +121,7 @@ def test_stacked_members_each_take_their_own_clipping_and_adam() -> None:
     lone = [{n: torch.nn.Parameter(p.detach()[m].clone()) for n, p in stacked.items()}
             for m in range(3)]  # fmt: skip
     lrs, limits = [1e-3, 3e-2, 1e-1], torch.tensor([0.5, 0.0, 2.0])
-    adam = GroupAdam(stacked, stacked=True)
+    adam = GroupAdam(stacked)
     theirs = [
         torch.optim.Adam(params.values(), lr=lr) for params, lr in zip(lone, lrs, strict=True)
     ]
