@@ -65,10 +65,6 @@ class FusedMember(Trainer):
         metrics = self._source(self.index)
         return super().train_one_epoch() if metrics is None else metrics
 
-    def check_losses(self, losses: torch.Tensor) -> None:
-        """Refuse non-finite ``losses`` of the epoch just trained, as ``Trainer`` does."""
-        self._check_finite(losses.cpu().numpy())
-
 
 class FusedGroup:
     """The fused training of ``trainers`` (module docstring): the seeds of one
@@ -130,7 +126,7 @@ class FusedGroup:
         self.fused.copy_member_to(index, trainer.model)
         trainer.epoch, trainer.step = self.fused.epoch, self.fused.step
         trainer.optimizer.lr = metrics[names.LEARNING_RATE]
-        trainer.check_losses(losses)
+        trainer._check_finite(losses.cpu().numpy())  # refused as a lone Trainer refuses them
         return metrics
 
     def _train_epoch(self) -> None:

@@ -42,11 +42,6 @@ def _extension() -> _compiled.Extension:
     return _compiled.Extension("grounded_packed_rnn", SOURCE, tuple(FLAGS))
 
 
-def _name() -> str:
-    """The build's folder name: the prefix and a digest of what it is compiled from."""
-    return _compiled.folder(_extension()).name
-
-
 def use(recurrence: str) -> None:
     """Run this process's recurrences as a run's config says (``RunConfig.recurrence``):
     "compiled" (the C++ loop where it is built) or "python" (never looked up). Each

@@ -1,5 +1,6 @@
 """The torch device a run asks for, checked once (``storage``'s one device resolver,
-worded for a run's ``device``), and the process set up as a trainer's config says."""
+worded for a run's ``device``), the process set up as a trainer's config says, and the
+autocast of a run's ``precision``."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from trainables import _packed_rnn_cpp
 if TYPE_CHECKING:
     from trainables.config import TrainConfig
 
-__all__ = ["resolve_device", "set_up_training"]
+__all__ = ["autocast", "resolve_device", "set_up_training"]
 
 
 def resolve_device(name: str) -> torch.device:
@@ -50,3 +51,8 @@ def set_up_training(config: TrainConfig, train_images: int) -> torch.device:
             f"only {train_images} images"
         )
     return device
+
+
+def autocast(device: torch.device, precision: str) -> torch.autocast:
+    """bfloat16 autocast on ``device`` where ``precision`` is "bf16", else none."""
+    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")

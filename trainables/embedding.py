@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import torch
 
 from trainables import _packed_rnn_cpp
+from trainables.device import autocast
 from trainables.model import CaptionEncoder, CharEncoding, GroundedEncoder, PackedCaptions
 from trainables.vocabulary import Tokenizer
 
@@ -67,10 +68,6 @@ def _device(models: Sequence[GroundedEncoder]) -> torch.device:
     if not models:
         raise ValueError("models: expected at least one model")
     return next(models[0].parameters()).device
-
-
-def _autocast(device: torch.device, precision: str) -> torch.autocast:
-    return torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
 @torch.inference_mode()
@@ -118,7 +115,7 @@ def embed_captions(
         on_device = rows.to(device)
         for model in models:
             encoder = model.eval().caption_encoder
-            with _autocast(device, precision):
+            with autocast(device, precision):
                 if space == "joint":
                     emb = encoder(batch, lengths[rows])
                 else:

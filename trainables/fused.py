@@ -54,12 +54,11 @@ from trainables import families
 from trainables._fused_model import FusedEncoder
 from trainables.config import ConfigError, TrainConfig
 from trainables.data import TrainingData, device_splits, epoch_batches
-from trainables.device import set_up_training
+from trainables.device import autocast, set_up_training
 from trainables.loss import at_least_float32, make_loss
 from trainables.model import GroundedEncoder
 from trainables.optim import GroupAdam, clip_per_member
 from trainables.schedule import cyclic_cosine_lr
-from trainables.word_vectors import PretrainedVectors
 
 __all__ = [
     "FUSED_ENCODERS",
@@ -142,13 +141,12 @@ class FusedTrainer:
         self.shared = shared
         self.members = [_Member(i, config) for i, config in enumerate(configs)]
         self.tokenizer = families.build_tokenizer(shared, data.train.captions)
-        self._pretrained = families.load_pretrained(shared, self.tokenizer)
-        self.feature_dim = data.feature_dim
+        pretrained = families.load_pretrained(shared, self.tokenizer)
         models = []
         with torch.random.fork_rng(devices=[]):
             for config in configs:  # each initialised as its lone Trainer initialises it
                 torch.manual_seed(config.seed)
-                models.append(self._lone_model(config, self._pretrained))
+                models.append(GroundedEncoder(config, data.feature_dim, self.tokenizer, pretrained))
         self.model = FusedEncoder(models).to(self.device)
         self.optimizer = GroupAdam(self._trainable())
         words = None if shared.encoder == "char_rnn" else self.tokenizer
@@ -170,9 +168,6 @@ class FusedTrainer:
             if member.id == member_id:
                 return position
         raise KeyError(f"member {member_id} is not in the group (members: {self.member_ids})")
-
-    def config(self, member_id: int) -> TrainConfig:
-        return self.members[self._position(member_id)].config
 
     def member_state(self, member_id: int) -> dict[str, torch.Tensor]:
         """The member's current weights as its ``GroundedEncoder``'s state dict, on the
@@ -231,11 +226,6 @@ class FusedTrainer:
         gradient)."""
         return {name: self.model.param(name) for name in self.model.names}
 
-    def _lone_model(
-        self, config: TrainConfig, pretrained: PretrainedVectors | None = None
-    ) -> GroundedEncoder:
-        return GroundedEncoder(config, self.feature_dim, self.tokenizer, pretrained)
-
     # -- training -----------------------------------------------------------------------
 
     def plans(self, epoch: int) -> np.ndarray:
@@ -280,7 +270,7 @@ class FusedTrainer:
             lengths = split.lengths[rows_cpu]
             rows = rows_cpu.to(self.device)
             tokens = split.tokens[rows, : int(lengths.max())].long()
-            with self._autocast():
+            with autocast(self.device, self.shared.precision):
                 images, captions = self.model(split.features[rows // 5], tokens, lengths)
             loss = loss_fn(at_least_float32(images), at_least_float32(captions))
             self.optimizer.zero_grad()
@@ -293,8 +283,3 @@ class FusedTrainer:
             self.step += 1
         self.last_lr = {m.id: float(v) for m, v in zip(self.members, lr, strict=True)}
         return losses
-
-    def _autocast(self) -> torch.autocast:
-        return torch.autocast(
-            self.device.type, dtype=torch.bfloat16, enabled=self.shared.precision == "bf16"
-        )

@@ -54,7 +54,7 @@ from trainables import checkpoint, families, names
 from trainables._battery import BatteryWorker
 from trainables.config import TrainConfig
 from trainables.data import DeviceSplit, TrainingData, device_splits, epoch_batches, partner_rows
-from trainables.device import set_up_training
+from trainables.device import autocast, set_up_training
 from trainables.embedding import embed_captions, embed_images, embed_sentences
 from trainables.loss import at_least_float32, make_loss
 from trainables.metrics import retrieval_metrics
@@ -252,7 +252,7 @@ class Trainer:
         penalties = torch.empty(len(plan), device=self.device) if penalised else None
         self.model.train()
         for i in range(len(plan)):
-            with self._autocast():
+            with autocast(self.device, cfg.precision):
                 images, captions, penalty = self._embed_batch(
                     rows_on_device[i], plan[i], widths[i], penalised
                 )
@@ -315,11 +315,6 @@ class Trainer:
                 f"{len(losses)} (minibatch {step_in_run + 1} of the run); lower lr_max "
                 f"(now {self.config.lr_max}) or enable gradient clipping"
             )
-
-    def _autocast(self) -> torch.autocast:
-        return torch.autocast(
-            self.device.type, dtype=torch.bfloat16, enabled=self.config.precision == "bf16"
-        )
 
     # -- evaluation ------------------------------------------------------------
 

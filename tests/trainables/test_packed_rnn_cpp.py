@@ -114,21 +114,27 @@ def test_a_config_saying_python_runs_the_python_loop_without_looking(
     assert not any(tmp_path.iterdir())  # nothing was built
 
 
+def _name() -> str:
+    """The build's folder name: the prefix and a digest of what it is compiled from."""
+    return _compiled.folder(_packed_rnn_cpp._extension()).name
+
+
 def test_the_build_name_follows_the_source_and_the_flags(monkeypatch: pytest.MonkeyPatch) -> None:
-    name = _packed_rnn_cpp._name()
-    assert name.startswith("grounded_packed_rnn_") and name == _packed_rnn_cpp._name()
+    name = _name()
+    assert name.startswith("grounded_packed_rnn_") and name == _name()
     monkeypatch.setattr(_packed_rnn_cpp, "FLAGS", [*_packed_rnn_cpp.FLAGS, "-g"])
-    assert _packed_rnn_cpp._name() != name
+    assert _name() != name
 
 
 CLONE = """
     import json, time, trainables
-    from trainables import _packed_rnn_cpp, prebuild_cpp_loop
+    from trainables import _compiled, _packed_rnn_cpp, prebuild_cpp_loop
     started = time.monotonic()
     said = []
     module = prebuild_cpp_loop(said.append)
     seconds = time.monotonic() - started
-    print(json.dumps([trainables.__file__, _packed_rnn_cpp._name(), module is not None, said,
+    print(json.dumps([trainables.__file__, _compiled.folder(_packed_rnn_cpp._extension()).name,
+                      module is not None, said,
                       seconds]))
 """
 
@@ -166,7 +172,10 @@ def test_a_second_clone_finds_the_build_without_compiling_or_waiting(tmp_path: P
     assert seconds < 10  # neither compiled (20 s and more) nor waited on the held lock
     assert (extensions / ours.name / _compiled.LOG).read_text() == before  # not built again
 
-    code = "from trainables import _packed_rnn_cpp; print(_packed_rnn_cpp._name())"
+    code = (
+        "from trainables import _compiled, _packed_rnn_cpp\n"
+        "print(_compiled.folder(_packed_rnn_cpp._extension()).name)"
+    )
     other = _child(code, {**env, "PYTHONPATH": str(second)}, cwd=second, timeout=60)
     assert other.returncode == 0, other.stderr
     assert other.stdout.strip().startswith("grounded_packed_rnn_") and other.stdout.strip() != (
