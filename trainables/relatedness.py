@@ -152,19 +152,6 @@ def _check_encoding(encoding: str) -> None:
         raise ValueError(f"stsb_encoding: got {encoding!r}, expected 'senteval' or 'rescaled'")
 
 
-def _fit(
-    train: tuple[torch.Tensor, torch.Tensor],
-    dev: tuple[torch.Tensor, torch.Tensor],
-    protocol: RelatednessProtocol,
-    generator: torch.Generator,
-    what: str,
-) -> torch.Tensor:
-    """Train in rounds; return the weights of the round with the best dev Pearson, a NaN
-    Pearson counting as 0 as in SentEval (so when every round's is NaN, the first round's
-    model is kept, with a warning). One task."""
-    return protocol.fitted([Task(what, *train, *dev, generator)])[0]
-
-
 @contextmanager
 def cpu_threads(threads: int | None, device: str | torch.device) -> Iterator[None]:
     """Set torch's intra-op thread count for the block (CPU only), then restore it."""
@@ -249,7 +236,6 @@ def predict_relatedness(
     ``None`` leaves torch's setting alone): its 64-row steps gain nothing from more
     threads, and a second thread waiting on a busy core made them 10-20x slower.
     """
-    _check_encoding(encoding)
     return predict_relatedness_tasks(
         embed,
         [task],

@@ -24,7 +24,6 @@ from trainables.relatedness import (
     N_CLASSES,
     RelatednessProtocol,
     Task,
-    _fit,
     expected_score,
     fit_batched,
     from_class_scale,
@@ -287,7 +286,9 @@ def test_a_nan_dev_pearson_keeps_the_first_rounds_weights(
     dev = (x[:20], torch.full((20,), 3.0, dtype=torch.float64))
 
     def fit(protocol: RelatednessProtocol) -> torch.Tensor:
-        return _fit((x, target), dev, protocol, torch.Generator().manual_seed(0), "const")
+        generator = torch.Generator().manual_seed(0)
+        (weights,) = protocol.fitted([Task("const", x, target, *dev, generator)])
+        return weights
 
     with caplog.at_level(logging.WARNING, logger="trainables.relatedness"):
         kept = fit(RelatednessProtocol(epochs_per_round=5))
