@@ -17,8 +17,13 @@ from typing import TypeVar
 import numpy as np
 import torch
 
-from storage import CAPTIONS_PER_IMAGE, MAX_CAPTION_CHARS, FeatureStore, SplitData
-from storage import check_caption_lengths as _check_lengths
+from storage import (
+    CAPTIONS_PER_IMAGE,
+    MAX_CAPTION_CHARS,
+    FeatureStore,
+    SplitData,
+    check_caption_lengths,
+)
 from trainables.model import CharEncoding
 from trainables.vocabulary import UNKNOWN_INDEX, Tokenizer
 
@@ -103,8 +108,8 @@ class TrainingData:
         store = FeatureStore.open(where)
         encoding = CharEncoding()
         read = {name: store.read_split(name, verify=verify) for name in ("train", "val", "test")}
-        for split in read.values():
-            check_caption_lengths(split, where)
+        for split in read.values():  # a store built before storage.build refused them
+            check_caption_lengths(where, split.name, split.image_ids, split.captions)
         splits = {name: EncodedSplit.from_split(split, encoding) for name, split in read.items()}
         if encoding.unknown_count:
             logger.warning(
@@ -139,13 +144,6 @@ def device_splits(
         logger.info("dev and test captions: %d and %d unknown words", *unknown)
     train, val, test = (DeviceSplit(split, device) for split in splits)
     return train, val, test
-
-
-def check_caption_lengths(split: SplitData, where: str) -> None:
-    """Refuse a split whose longest caption exceeds ``MAX_CAPTION_CHARS`` (a store built
-    before ``storage.build`` refused one), naming it and what padding every caption of
-    the split to its length would cost."""
-    _check_lengths(where, split.name, split.image_ids, split.captions)
 
 
 def epoch_batches(num_images: int, batch_size: int, seed: int, epoch: int) -> np.ndarray:
