@@ -25,7 +25,7 @@ from storage import (
     check_caption_lengths,
 )
 from trainables.model import CharEncoding
-from trainables.vocabulary import UNKNOWN_INDEX, Tokenizer
+from trainables.vocabulary import UNKNOWN_INDEX, Tokenizer, WordVocabulary
 
 __all__ = [
     "MAX_CAPTION_CHARS",
@@ -132,14 +132,14 @@ class DeviceSplit:
 
 
 def device_splits(
-    data: TrainingData, device: torch.device, words: Tokenizer | None = None
+    data: TrainingData, device: torch.device, tokenizer: Tokenizer
 ) -> tuple[DeviceSplit, DeviceSplit, DeviceSplit]:
-    """Train, dev and test on ``device``, encoded for the model: as the data hold them
-    (characters), or again with ``words``, a word vocabulary (its unknown words in the
-    dev and test captions logged)."""
+    """Train, dev and test on ``device``, encoded for the model of ``tokenizer``: as the
+    data hold them (characters), or again with a word vocabulary (its unknown words in
+    the dev and test captions logged)."""
     splits = (data.train, data.val, data.test)
-    if words is not None:
-        splits = tuple(split.encoded_with(words) for split in splits)
+    if isinstance(tokenizer, WordVocabulary):
+        splits = tuple(split.encoded_with(tokenizer) for split in splits)
         unknown = [int((split.tokens == UNKNOWN_INDEX).sum()) for split in splits[1:]]
         logger.info("dev and test captions: %d and %d unknown words", *unknown)
     train, val, test = (DeviceSplit(split, device) for split in splits)

@@ -149,8 +149,8 @@ class FusedTrainer:
                 models.append(GroundedEncoder(config, data.feature_dim, self.tokenizer, pretrained))
         self.model = FusedEncoder(models).to(self.device)
         self.optimizer = GroupAdam(self._trainable())
-        words = None if shared.encoder == "char_rnn" else self.tokenizer
-        self.train_split, self.val_split, self.test_split = device_splits(data, self.device, words)
+        splits = device_splits(data, self.device, self.tokenizer)
+        self.train_split, self.val_split, self.test_split = splits
         self.steps_per_epoch = 5 * (data.train.num_images // shared.batch_size)
         self.epoch = 0  # epochs trained so far
         self.step = 0  # fused steps trained so far

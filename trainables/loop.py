@@ -168,12 +168,8 @@ class Trainer:
         return GroupAdam(dict(self.model.named_parameters()), lr=self.config.lr_min)
 
     def _place_splits(self) -> None:
-        """The three splits on the device, encoded for the model: as the data hold them
-        (characters), or again with the word vocabulary."""
-        words = None if self.config.encoder == "char_rnn" else self.tokenizer
-        self.train_split, self.val_split, self.test_split = device_splits(
-            self._data, self.device, words
-        )
+        splits = device_splits(self._data, self.device, self.tokenizer)
+        self.train_split, self.val_split, self.test_split = splits
 
     # -- the loop --------------------------------------------------------------
 
