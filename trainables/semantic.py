@@ -144,9 +144,7 @@ def sts_metrics(embed: Embed, benchmark: SemanticBenchmark) -> dict[str, float]:
     if not benchmark.sts:
         return {}
     pair_sets = [pairs for year in benchmark.sts.values() for pairs in year.values()]
-    table = EmbeddingTable.build(
-        embed, (s for p in pair_sets for s in (*p.sentences1, *p.sentences2))
-    )
+    table = EmbeddingTable.build(embed, _distinct_sentences(pair_sets))
     metrics: dict[str, float] = {}
     year_means: list[float] = []
     for year, subtasks in benchmark.sts.items():
@@ -288,11 +286,6 @@ class SemanticEvaluation:
 
     dev: DevSemanticEvaluator
     test: SemanticEvaluator
-
-    @property
-    def sentences(self) -> list[str]:
-        """Every sentence either evaluator embeds, each once."""
-        return list(dict.fromkeys([*self.dev.sentences, *self.test.sentences]))
 
 
 def make_semantic(
