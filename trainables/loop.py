@@ -358,18 +358,12 @@ class Trainer:
         epoch = int(metrics["epoch"])
         return self.battery_due(epoch) and names.key(names.TEST, "semantic") not in metrics
 
-    def _test_battery(
-        self,
-        models: Sequence[GroundedEncoder],
-        on_table: Callable[[EmbeddingTable], None] | None = None,
-    ) -> dict[str, float]:
-        """The test battery of ``models`` under ``test/``, its sentences embedded once
-        (and handed to ``on_table`` before they are scored)."""
-        return self._semantic(models, dev=False, battery=names.TEST, on_table=on_table)
-
     def _start_battery(self) -> None:
-        """The current model's battery, started in the background worker."""
-        job = functools.partial(self._test_battery, on_table=self._keeper(self.epoch))
+        """The current model's battery (under ``test/``), started in the background
+        worker."""
+        job = functools.partial(
+            self._semantic, dev=False, battery=names.TEST, on_table=self._keeper(self.epoch)
+        )
         self._battery.start(self.epoch, self.model, job)
 
     def _may_join_ensemble(self, epoch: int) -> bool:
