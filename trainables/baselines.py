@@ -58,8 +58,7 @@ def char_ngram_features(texts: Sequence[str], dim: int = NGRAM_DIM) -> np.ndarra
     for row, text in enumerate(texts):
         grams = [text[i : i + n] for n in range(1, 5) for i in range(len(text) - n + 1)]
         np.add.at(counts[row], [zlib.crc32(g.encode()) % dim for g in grams], 1.0)
-    counts = np.log1p(counts)
-    return counts / np.maximum(np.linalg.norm(counts, axis=1, keepdims=True), 1e-12)
+    return _normalise(np.log1p(counts))
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
