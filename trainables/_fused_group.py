@@ -36,7 +36,7 @@ from trainables.fused import FusedTrainer
 from trainables.loop import Trainer
 from trainables.semantic import SemanticEvaluation
 
-__all__ = ["FusedGroup", "FusedMember", "fused_members"]
+__all__ = ["FusedGroup", "FusedMember"]
 
 logger = logging.getLogger(__name__)
 
@@ -67,15 +67,27 @@ class FusedMember(Trainer):
 
 
 class FusedGroup:
-    """The fused training of ``trainers`` (module docstring): the seeds of one
+    """The fused training of ``configs`` (module docstring): the seeds of one
     configuration, or the members of a fused search trial (several configurations of one
-    shape). ``reason``: why it fell back to training them one after the other (None while
-    fused). A member that leaves (``stop``: stopped early, or its epochs done) keeps its
-    ``Trainer`` with its whole state; the others train on."""
+    shape), each with its own ``Trainer`` (``trainers``, built as ``TrialGroup`` builds
+    its sequential ones). ``reason``: why it fell back to training them one after the
+    other (None while fused). A member that leaves (``stop``: stopped early, or its epochs
+    done) keeps its ``Trainer`` with its whole state; the others train on."""
 
-    def __init__(self, fused: FusedTrainer) -> None:
-        self.fused = fused
-        self.trainers: list[FusedMember] = []
+    def __init__(
+        self,
+        configs: Sequence[TrainConfig],
+        data: TrainingData,
+        semantics: Sequence[SemanticEvaluation | None],
+        complete_at: Collection[int] = (),
+    ) -> None:
+        self.trainers = [
+            FusedMember(
+                config, data, semantic, index=i, source=self.train_member, complete_at=complete_at
+            )
+            for i, (config, semantic) in enumerate(zip(configs, semantics, strict=True))
+        ]
+        self.fused = FusedTrainer(configs, data)
         self.synced = False  # the fused model holds the members' current state
         self.reason: str | None = None
         self._pending: dict[int, tuple[dict[str, float], torch.Tensor]] = {}
@@ -192,27 +204,3 @@ def _adam_state(
     """Set ``trainer``'s Adam state to ``moments`` after ``steps`` steps."""
     trainer.optimizer.load_moments(moments)
     trainer.optimizer.steps = steps
-
-
-def fused_members(
-    configs: Sequence[TrainConfig],
-    data: TrainingData,
-    semantics: Sequence[SemanticEvaluation | None],
-    complete_at: Collection[int] = (),
-) -> FusedGroup:
-    """The ``FusedGroup`` of ``configs`` (``check_fusable`` first), its members' trainers
-    built as ``TrialGroup`` builds its sequential ones."""
-    trainers = []
-    group: FusedGroup | None = None
-
-    def source(index: int) -> dict[str, float] | None:
-        assert group is not None
-        return group.train_member(index)
-
-    for i, (config, semantic) in enumerate(zip(configs, semantics, strict=True)):
-        trainers.append(
-            FusedMember(config, data, semantic, index=i, source=source, complete_at=complete_at)
-        )
-    group = FusedGroup(FusedTrainer(configs, data))
-    group.trainers = trainers
-    return group

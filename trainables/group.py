@@ -50,7 +50,7 @@ from typing import cast
 from storage import write_text_atomic
 from storage.senteval import SemanticBenchmark, load_senteval
 from trainables import names
-from trainables._fused_group import FusedGroup, fused_members
+from trainables._fused_group import FusedGroup
 from trainables.checkpoint import TRAINER_FILE
 from trainables.config import ConfigError, TrainConfig
 from trainables.data import TrainingData
@@ -164,7 +164,7 @@ class TrialGroup:
         self._fused: FusedGroup | None = None
         self.trainers: Sequence[Trainer]
         if _fuse(seats, several=len(configs) > 1):
-            self._fused = fused_members(seats, data, semantics, complete_at)
+            self._fused = FusedGroup(seats, data, semantics, complete_at)
             self.trainers = self._fused.trainers
         else:
             self.trainers = [
