@@ -63,15 +63,10 @@ class GroupAdam:
     ones, member m at ``lr[m]`` (``step``'s argument). ``keep`` drops stacked members
     with the parameters'."""
 
-    def __init__(
-        self,
-        parameters: Mapping[str, nn.Parameter],
-        *,
-        lr: float = 0.0,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-    ) -> None:
-        self.betas, self.eps = betas, eps
+    betas = (0.9, 0.999)  # torch.optim.Adam's defaults
+    eps = 1e-8
+
+    def __init__(self, parameters: Mapping[str, nn.Parameter], *, lr: float = 0.0) -> None:
         self.lr: float | torch.Tensor = lr  # the last step's (kept in the checkpoint)
         self.steps = 0
         self._set(parameters)

@@ -228,7 +228,6 @@ class SemanticEvaluator:
         seed: int = 0,
         protocol: RelatednessProtocol = SENTEVAL,
         stsb_encoding: str = "senteval",
-        cpu_threads: int | None = 1,
     ) -> None:
         unknown = [name for name in supervised if name not in OFFICIAL_SUPERVISED]
         if unknown:
@@ -246,7 +245,6 @@ class SemanticEvaluator:
         self.tasks = [benchmark.supervised[n] for n in supervised if n in benchmark.supervised]
         self.device, self.seed, self.protocol = device, seed, protocol
         self.stsb_encoding = stsb_encoding
-        self.cpu_threads = cpu_threads  # see relatedness.predict_relatedness
         pair_sets = [p for year in benchmark.sts.values() for p in year.values()]
         pair_sets += [p for task in self.tasks for p in (task.train, task.dev, task.test)]
         self.sentences = _distinct_sentences(pair_sets)
@@ -265,7 +263,6 @@ class SemanticEvaluator:
                     seed=self.seed,
                     protocol=self.protocol,
                     encodings={"STS-B": self.stsb_encoding},
-                    threads=self.cpu_threads,
                 )
             )
         for task in self.tasks:
