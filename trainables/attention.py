@@ -32,7 +32,7 @@ from typing import cast
 import torch
 from torch import nn
 
-__all__ = ["MultiHeadVectorialAttention", "VectorialAttention", "attention_diversity_penalty"]
+__all__ = ["MultiHeadVectorialAttention", "VectorialAttention"]
 
 
 class VectorialAttention(nn.Module):
@@ -76,26 +76,15 @@ class MultiHeadVectorialAttention(nn.Module):
         return self.pool(states, mask)[0]
 
     def penalty(self, weights: list[torch.Tensor], embedding: torch.Tensor) -> torch.Tensor:
-        """The diversity penalty (module docstring) of one batch: ``weights`` as ``pool``
-        returns them, ``embedding`` the normalised ``(B, heads x dim)`` embeddings."""
-        return attention_diversity_penalty(
-            [head.hidden.weight for head in self._each()], weights, embedding
-        )
-
-
-def attention_diversity_penalty(
-    first_layers: list[torch.Tensor],
-    weights: list[torch.Tensor],
-    embedding: torch.Tensor,
-    margin: float = 1.0,
-) -> torch.Tensor:
-    """The sum over head pairs of the three hinge terms of the module docstring."""
-    heads = len(first_layers)
-    parts = embedding.float().chunk(heads, dim=-1)
-    total = embedding.new_zeros((), dtype=torch.float32)
-    for x, y in itertools.combinations(range(heads), 2):
-        total = total + (margin - (first_layers[x] - first_layers[y]).norm()).clamp(min=0)
-        per_caption = (weights[x].float() - weights[y].float()).flatten(1).norm(dim=1)
-        total = total + (margin - per_caption).clamp(min=0).mean()
-        total = total + (margin - (parts[x] - parts[y]).norm()).clamp(min=0)
-    return total
+        """The diversity penalty of one batch, the sum over head pairs of the three hinge
+        terms of the module docstring: ``weights`` as ``pool`` returns them, ``embedding``
+        the normalised ``(B, heads x dim)`` embeddings."""
+        first_layers = [head.hidden.weight for head in self._each()]
+        parts = embedding.float().chunk(len(first_layers), dim=-1)
+        total = embedding.new_zeros((), dtype=torch.float32)
+        for x, y in itertools.combinations(range(len(first_layers)), 2):
+            total = total + (1.0 - (first_layers[x] - first_layers[y]).norm()).clamp(min=0)
+            per_caption = (weights[x].float() - weights[y].float()).flatten(1).norm(dim=1)
+            total = total + (1.0 - per_caption).clamp(min=0).mean()
+            total = total + (1.0 - (parts[x] - parts[y]).norm()).clamp(min=0)
+        return total
