@@ -118,12 +118,8 @@ def _checked_pair(x: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def _constant(a: np.ndarray, rtol: float, atol: float) -> bool:
-    return a.size == 0 or bool(np.ptp(a) <= rtol * np.max(np.abs(a)) + atol)
-
-
 def _either_constant(a: np.ndarray, b: np.ndarray) -> bool:
-    return _constant(a, CONSTANT_RTOL, 0.0) or _constant(b, CONSTANT_RTOL, 0.0)
+    return is_constant(a) or is_constant(b)
 
 
 def is_constant(
@@ -136,7 +132,8 @@ def is_constant(
     >>> is_constant([3.0, 3.0 + 2e-7, 3.0]), is_constant([1e-6, 2e-6, 1.5e-6])
     (True, False)
     """
-    return _constant(_vector(values, "values"), rtol, atol)
+    a = _vector(values, "values")
+    return a.size == 0 or bool(np.ptp(a) <= rtol * np.max(np.abs(a)) + atol)
 
 
 def pearson(x: Sequence[float] | np.ndarray | Any, y: Sequence[float] | np.ndarray | Any) -> float:
