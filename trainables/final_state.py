@@ -64,12 +64,7 @@ class FinalStateEncoder(nn.Module):
     ) -> None:
         super().__init__()
         self.tokenizer = tokenizer
-        self.embedding = WordEmbedding(
-            tokenizer.size,
-            config.word_embedding_dim,
-            pretrained=pretrained,
-            update=config.word_vectors_update,
-        )
+        self.embedding = WordEmbedding(config, tokenizer, pretrained)
         grounded = config.encoder == "cap2img"
         rnn_class = nn.GRU if config.rnn_type == "gru" else nn.LSTM
         self.rnn = rnn_class(

@@ -140,12 +140,7 @@ class CaptionEncoder(nn.Module):
             input_dim = config.char_embedding_dim
         else:
             self.tokenizer = _required(tokenizer, config)
-            self.embedding = WordEmbedding(
-                self.tokenizer.size,
-                config.word_embedding_dim,
-                pretrained=pretrained,
-                update=config.word_vectors_update,
-            )
+            self.embedding = WordEmbedding(config, self.tokenizer, pretrained)
             input_dim = config.word_embedding_dim
         rnn_class = nn.GRU if config.rnn_type == "gru" else nn.LSTM
         self.rnn = rnn_class(

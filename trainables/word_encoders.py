@@ -25,20 +25,17 @@ __all__ = ["BagOfWordsEncoder", "WordEmbedding"]
 
 
 class WordEmbedding(nn.Module):
-    """Word indices -> vectors. ``table`` (row 0, padding, stays zero) starts random
-    (N(0, 1), torch's default) and takes the pretrained vectors of the words that have
-    them. With ``update="frozen_map"`` the table is fixed and ``map``, a learned square
+    """A word family's word indices (``tokenizer``'s) -> ``word_embedding_dim`` vectors.
+    ``table`` (row 0, padding, stays zero) starts random (N(0, 1), torch's default) and
+    takes the ``pretrained`` vectors of the words that have them. With
+    ``word_vectors_update="frozen_map"`` the table is fixed and ``map``, a learned square
     linear map without bias (He-initialised, as GroundSent's layers), follows it."""
 
     def __init__(
-        self,
-        size: int,
-        dim: int,
-        *,
-        pretrained: PretrainedVectors | None = None,
-        update: str = "learned",
+        self, config: ModelConfig, tokenizer: Tokenizer, pretrained: PretrainedVectors | None
     ) -> None:
         super().__init__()
+        size, dim = tokenizer.size, config.word_embedding_dim
         self.table = nn.Embedding(size, dim, padding_idx=PAD_INDEX)
         if pretrained is not None:
             if pretrained.vectors.shape != (size, dim):
@@ -50,7 +47,7 @@ class WordEmbedding(nn.Module):
             with torch.no_grad():
                 self.table.weight[rows] = torch.from_numpy(pretrained.vectors[pretrained.found])
         self.map: nn.Linear | None = None
-        if update == "frozen_map":
+        if config.word_vectors_update == "frozen_map":
             self.table.weight.requires_grad_(False)
             self.map = nn.Linear(dim, dim, bias=False)
             nn.init.kaiming_normal_(self.map.weight)
@@ -68,12 +65,7 @@ class BagOfWordsEncoder(nn.Module):
     ) -> None:
         super().__init__()
         self.tokenizer = tokenizer
-        self.embedding = WordEmbedding(
-            tokenizer.size,
-            config.word_embedding_dim,
-            pretrained=pretrained,
-            update=config.word_vectors_update,
-        )
+        self.embedding = WordEmbedding(config, tokenizer, pretrained)
         self.pooling = config.bow_pooling
 
     def forward(self, words: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
