@@ -14,7 +14,7 @@ the trials started, after those a resumed search's earlier drivers ended) and id
 epoch's line comes once Tune holds that epoch's checkpoint (``on_trial_save``), so a
 search stopped after ``epoch N/`` is shown resumes after epoch N. The
 status line comes after every trial that ends and, while trials run, every
-``status_every_s`` (with each running trial's epoch and, from the trials' signals actor
+``STATUS_EVERY_S`` (with each running trial's epoch and, from the trials' signals actor
 ``trainables.tune.TrialSignals``, the share of it done). "Best" is the search's selection
 metric: the best dev value over a trial's epochs so far. The estimate assumes every trial
 left trains all its epochs at the pace of this run so far (a scheduler stopping trials
@@ -91,7 +91,6 @@ class ProgressPrinter(Callback):
         write: Callable[[str], None],
         *,
         signals: Any = None,
-        status_every_s: float = STATUS_EVERY_S,
         ask_wait_s: float = ASK_WAIT_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -102,7 +101,6 @@ class ProgressPrinter(Callback):
         self.metrics = [metric] if isinstance(metric, str) else list(metric)
         self.write = write
         self.signals = signals
-        self.status_every_s = status_every_s
         self.ask_wait_s = ask_wait_s
         self.clock = clock
         self.started = clock()
@@ -115,9 +113,8 @@ class ProgressPrinter(Callback):
         self.units_at_start: float | None = None  # work done before this driver (a resume)
         self._asked: Any = None  # the signals actor's answer on progress, while awaited
         self._told: dict[str, dict[str, float]] = {}  # its last answer
-        self._unsaved: dict[
-            str, str
-        ] = {}  # trial id -> its epoch line, until Tune holds its checkpoint
+        # trial id -> its epoch line, until Tune holds its checkpoint
+        self._unsaved: dict[str, str] = {}
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (Tune's ``tuner.pkl`` keeps the callbacks) without the signals actor,
@@ -190,17 +187,17 @@ class ProgressPrinter(Callback):
         members = self._members(trial)
         if len(members) > 1:
             ends = self._ends([self._report(trial, m) for m in members])
-            self._print(f"done  {self._number(trial)}  {trial.trial_id}  {ends}")
-            self._status(trials)
-            return
-        result = self._report(trial, members[0])
-        if names.is_finished(result):
-            status = f"test R@10 mean {result[names.FINISHED]:.1f} (ensemble)"
         else:
-            status = f"stopped early after epoch {int(result.get('epoch', 0))}"
-        best = [self._value(m, result) for m in self.metrics if _number(result.get(m)) is not None]
-        tail = f"; best {', '.join(best)}" if best else ""
-        self._print(f"done  {self._number(trial)}  {trial.trial_id}  {status}{tail}")
+            result = self._report(trial, members[0])
+            if names.is_finished(result):
+                ends = f"test R@10 mean {result[names.FINISHED]:.1f} (ensemble)"
+            else:
+                ends = f"stopped early after epoch {int(result.get('epoch', 0))}"
+            best = [
+                self._value(m, result) for m in self.metrics if _number(result.get(m)) is not None
+            ]
+            ends += f"; best {', '.join(best)}" if best else ""
+        self._print(f"done  {self._number(trial)}  {trial.trial_id}  {ends}")
         self._status(trials)
 
     def on_trial_error(
@@ -217,7 +214,7 @@ class ProgressPrinter(Callback):
         if self.units_at_start is None and trials:
             self.units_at_start = self._units(trials, self._in_epoch())
         running = any(t.status == Trial.RUNNING for t in trials)
-        if running and self.clock() - self.last_status >= self.status_every_s:
+        if running and self.clock() - self.last_status >= STATUS_EVERY_S:
             self._status(trials, detail=True)
 
     # -- the lines --------------------------------------------------------------
@@ -333,20 +330,16 @@ class ProgressPrinter(Callback):
         found = []
         for metric in self.metrics:
             scored = []
-            for trial in trials:
-                for name, report, config in self._candidates(trial):
+            for trial in trials:  # each member by its own id, last report and config
+                for member in self._members(trial):
+                    report = self._report(trial, member)
                     if (value := _number(report.get(metric))) is not None:
-                        scored.append((value, name, config))
+                        scored.append((value, member.trial_id, member.config))
             if scored:
                 value, name, config = max(scored, key=lambda found: found[0])
                 label = " ".join(filter(None, (name, self._label(config))))
                 found.append(f"best {self._value(metric, {metric: value})}: {label}")
         return found
-
-    def _candidates(self, trial: Trial) -> list[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
-        """What may be the best so far: the trial's members, each by its own id, last
-        report and config."""
-        return [(m.trial_id, self._report(trial, m), m.config) for m in self._members(trial)]
 
     def _report(self, trial: Trial, member: Member) -> Mapping[str, Any]:
         """The member's last report: seen by this printer, else in its trial's last
