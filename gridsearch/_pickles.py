@@ -160,12 +160,7 @@ def embedded_pickles(value: Any, _depth: int = 0) -> Iterator[bytes]:
             yield from embedded_pickles(item, _depth)
     elif isinstance(value, str):
         if value.startswith("80") and len(value) % 2 == 0:
-            try:
-                data = binascii.unhexlify(value)
-            except (binascii.Error, ValueError):
-                return
-            if data.startswith(_PICKLE_START):
-                yield data
+            yield from _hex_pickle(value)
         elif _depth < _MAX_DEPTH and value.lstrip()[:1] in ("{", "["):
             try:
                 inner = json.loads(value)
