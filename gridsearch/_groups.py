@@ -332,9 +332,7 @@ class GroupSearcher(Searcher):
 
     def _stops(self, member: str, metrics: dict[str, Any]) -> bool:
         """Whether the search's scheduler stops ``member`` at this report."""
-        if self.scheduler is None or self.signals is None:
-            return False
-        if "epoch" not in metrics:
+        if self.scheduler is None or self.signals is None or "epoch" not in metrics:
             return False
         seen = _Member(member)
         if member not in self.scheduled:
@@ -408,17 +406,13 @@ def group_search(
     inner = searcher.searcher
     assert isinstance(inner, ResumableOptunaSearch)
     metric, mode = inner.metric, inner.mode
-    member_scheduler = scheduler if _stops_trials(scheduler) else None
+    # anything but plain FIFO may stop a trial early (ParetoHalving is a FIFOScheduler
+    # subclass that does)
+    member_scheduler = scheduler if type(scheduler) is not FIFOScheduler else None
     if member_scheduler is not None:
         member_scheduler.set_search_properties(_first(metric), _first(mode))
     wrapped = GroupSearcher(inner, fuse, total, member_scheduler, signals)
     return ConcurrencyLimiter(wrapped, max_concurrent=searcher.max_concurrent), FIFOScheduler()
-
-
-def _stops_trials(scheduler: TrialScheduler) -> bool:
-    """Whether ``scheduler`` may stop a trial early (anything but plain FIFO;
-    ParetoHalving is a FIFOScheduler subclass that does)."""
-    return type(scheduler) is not FIFOScheduler
 
 
 def _first(value: str | Sequence[str] | None) -> str | None:
