@@ -80,7 +80,6 @@ def finish(
     if complete:
         _optuna.close_leftovers(run.settings.experiment, run.settings.optuna_storage)
     outcomes = _outcomes(results, run.shown, complete, run.ended.ids)
-    summary = format_summary(outcomes, run.settings.objective, run.baselines)
     if not interrupted:  # before the parent is closed: a signal now leaves it open
         register_best(
             outcomes,
@@ -90,18 +89,7 @@ def finish(
             objective=run.settings.objective,
             write=run.write,
         )
-    outcome = close_parent(
-        run.client, run.parent, outcomes, summary, unfinished, elapsed_s, interrupted
-    )
-    return SearchResult(
-        run.settings,
-        outcomes,
-        summary,
-        unfinished,
-        outcome,
-        dashboard,
-        stopped_by,
-    )
+    return _closed(run, outcomes, unfinished, elapsed_s, dashboard, stopped_by, interrupted)
 
 
 def stopped(
@@ -119,20 +107,29 @@ def stopped(
     outcomes = _outcomes(results, run.shown, False, run.ended.ids)
     done = sum(o.status in _ENDED for o in outcomes)
     unfinished = max(run.num_samples - done, 0)
-    summary = format_summary(outcomes, run.settings.objective, run.baselines)
     run.tracker.flush(wait_s=min(run.settings.tracking_wait_s, 30.0))
     run.tracker.runs.end_running(Outcome.SEARCH_ENDED)
-    outcome = close_parent(run.client, run.parent, outcomes, summary, unfinished, elapsed_s, True)
     resumable = _extend.resumable(run.settings)
+    return _closed(run, outcomes, unfinished, elapsed_s, dashboard, stopped_by, True, resumable)
+
+
+def _closed(
+    run: SearchRun,
+    outcomes: list[TrialOutcome],
+    unfinished: int,
+    elapsed_s: float,
+    dashboard: str | None,
+    stopped_by: str | None,
+    interrupted: bool,
+    resumable: bool = True,
+) -> SearchResult:
+    """The parent run closed with the ``outcomes`` and their summary: the result."""
+    summary = format_summary(outcomes, run.settings.objective, run.baselines)
+    outcome = close_parent(
+        run.client, run.parent, outcomes, summary, unfinished, elapsed_s, interrupted
+    )
     return SearchResult(
-        run.settings,
-        outcomes,
-        summary,
-        unfinished,
-        outcome,
-        dashboard,
-        stopped_by,
-        resumable,
+        run.settings, outcomes, summary, unfinished, outcome, dashboard, stopped_by, resumable
     )
 
 
@@ -160,15 +157,11 @@ def _flush(run: SearchRun) -> None:
 _ENDED = (Outcome.FINISHED.value, Outcome.STOPPED_EARLY.value, Outcome.FAILED.value)
 
 
-def _trial_id(result: Any) -> str:
-    return str((result.metrics or {}).get("trial_id", "?"))
-
-
 def _outcomes(
     results: Any,
     searched: Sequence[str],
     complete: bool,
-    ended: set[str] | frozenset[str] = frozenset(),
+    ended: set[str] | frozenset[str],
 ) -> list[TrialOutcome]:
     """One per trial of Tune's ``results``. ``complete``: no trial is left to run;
     ``ended``: trials Tune completed (a trial without its ensemble among them was
@@ -177,7 +170,7 @@ def _outcomes(
     outcomes = []
     for result in results:
         metrics = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
-        trial_id = _trial_id(result)
+        trial_id = str((result.metrics or {}).get("trial_id", "?"))
         status = classify(
             metrics,
             error=result.error is not None,
