@@ -108,7 +108,7 @@ class SearchSettings:
     optuna_storage: str  # the study's database URL
     max_failures: int  # retries of a failing trial
     tracking_wait_s: float  # how long the end waits for a tracking store that went away
-    min_free_disk_mb: float = 256.0  # stop (resumably) below this much free local disk (MB)
+    min_free_disk_mb: float = DEFAULT_MIN_FREE_DISK_MB  # stop (resumably) below this free disk
     baselines: bool = True  # compare with the store's char n-gram baselines (cached)
     warm_start: str | None = None  # an earlier search whose trials start the study
     seeds_per_config: int = 1  # each trial trains at this many seeds, reports their mean
