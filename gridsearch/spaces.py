@@ -7,6 +7,7 @@ ones); ``load_space_file(path)`` reads a user's YAML or TOML space (``_space_fil
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
@@ -148,15 +149,11 @@ def _encoders(trial: BaseTrial) -> dict[str, Any]:
     return {**values, "lr_max": trial.suggest_categorical("lr_max", ENCODER_LR_MAX)}
 
 
-def _seed_preset(name: str) -> dict[str, Any]:
-    """``name``'s preset exactly, its size and learning rate included even where they
+def _seeds_presets(trial: BaseTrial) -> dict[str, Any]:
+    """The system's preset exactly, its size and learning rate included even where they
     are TrainConfig's defaults (so a CPU-sized run does not shrink one seed system and
     not another, nor give it the CPU-sized learning rate)."""
-    return pinned(PRESETS[name])
-
-
-def _seeds_presets(trial: BaseTrial) -> dict[str, Any]:
-    return _seed_preset(trial.suggest_categorical("system", SEED_SYSTEMS))
+    return pinned(PRESETS[trial.suggest_categorical("system", SEED_SYSTEMS)])
 
 
 _BEST = "everything else at the paper's best"
@@ -352,7 +349,7 @@ def _grid_note(space: SearchSpace, grid: Mapping[str, Sequence[Any]] | None, tri
     full = space.grid_size()
     if grid is None or full is None:
         return f"{trials} trial{'s' if trials != 1 else ''}"
-    kept = SearchSpace(space.name, "", space.suggest, grid=grid).grid_size()
+    kept = math.prod(len(values) for values in grid.values())
     if kept == full:
         return f"all {full} grid points"
     axes = "; ".join(f"{k} {', '.join(map(str, v))}" for k, v in grid.items())
