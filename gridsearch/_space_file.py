@@ -286,12 +286,9 @@ def _parse_param(key: str, spec: Any, error: _FileError, kind: str = "YAML") -> 
         raise error(f"{where}.log", f"got {log!r}, expected true or false")
     if log and low <= 0:
         raise error(f"{where}.low", f"got {low!r}; a log scale needs low > 0")
-    step = (
-        None
-        if spec.get("step") is None
-        else _number(spec["step"], ptype, f"{where}.step", error, kind)
-    )
+    step = spec.get("step")
     if step is not None:
+        step = _number(step, ptype, f"{where}.step", error, kind)
         _check_step(low, high, step, log, f"{where}.step", error)
     for bound in (low, high):
         _checked_value(key, bound, where, error)
