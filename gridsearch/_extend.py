@@ -144,10 +144,8 @@ def check_resume(settings: SearchSettings) -> None:
     trial it was asked for (Tune holds them all terminated, its MLflow parent run is
     closed ``finished``) and ``--num-samples`` asks for no more; ``SearchError`` when
     ``--num-samples`` is below what the search recorded at its start."""
-    try:
-        trials = tune.ExperimentAnalysis(settings.experiment_path).trials
-    except Exception as err:  # Tune raises many kinds: its restore says what is wrong
-        logger.debug("cannot read %s before resuming it: %s", settings.experiment_path, err)
+    trials = _saved_trials(settings)
+    if not trials:  # none, or none readable: Tune's restore says what is wrong
         return
     parent = _parent_run(settings)
     wanted = settings.num_samples
