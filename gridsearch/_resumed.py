@@ -9,7 +9,6 @@ import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlparse
 
 from gridsearch._arguments import build_parser
 from gridsearch._flags import (
@@ -19,7 +18,7 @@ from gridsearch._flags import (
     check_count,
     check_experiment_name,
 )
-from gridsearch._layout import RunsLayout, rebase
+from gridsearch._layout import RunsLayout, local_path, rebase
 from storage.cli import error_line
 
 if TYPE_CHECKING:  # the class is handed in: settings.py builds on this module
@@ -183,8 +182,8 @@ def _moved(settings: SearchSettings, layout: RunsLayout) -> SearchSettings:
             values[name] = Path(moved) if isinstance(value, Path) else moved
     moved_settings = dataclasses.replace(settings, layout=layout, moved_from=old, **values)
     experiment = moved_settings.experiment_path
-    local = unquote(urlparse(experiment).path) if experiment.startswith("file://") else experiment
-    if "://" not in local and not Path(local).is_dir():
+    local = local_path(experiment)
+    if local is not None and not local.is_dir():
         raise SearchError(
             f"--resume: the search {settings.experiment!r} started in the runs directory "
             f"{old} (its record {layout.record(settings.experiment)} says so), which is now "

@@ -28,7 +28,7 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from gridsearch._layout import sqlite_file
+from gridsearch._layout import local_path, sqlite_file
 from gridsearch._pickles import STATE, TORCH, json_problem, pickle_problem
 from gridsearch.settings import SearchError, SearchSettings
 
@@ -56,7 +56,7 @@ def check_folders(settings: SearchSettings) -> None:
                 f"at most {SQLITE_MAX_PATH}: choose a shorter --runs-dir"
                 + (" (or --storage-path)" if "Optuna" in what else "")
             )
-    experiment = _local(settings.experiment_path)
+    experiment = local_path(settings.experiment_path)
     if experiment is not None:
         limit = _path_max(settings.layout.root)
         if len(os.fsencode(experiment)) + TRIAL_PATH_ROOM > limit:
@@ -72,7 +72,7 @@ def check_folders(settings: SearchSettings) -> None:
 def check_state_files(settings: SearchSettings) -> None:
     """(``--resume``) No pickle the search reads back runs anything (see the module
     docstring); ``SearchError`` naming the first file and what it would import or call."""
-    roots = [_local(settings.experiment_path)]
+    roots = [local_path(settings.experiment_path)]
     if not settings.tracking_uri.startswith(("http://", "https://")):
         roots.append(settings.layout.mlartifacts / settings.experiment)
     for root in roots:
@@ -160,7 +160,7 @@ def _folders(settings: SearchSettings) -> list[tuple[Path, str]]:
     ]
     if not settings.tracking_uri.startswith(("http://", "https://")):
         folders.append((layout.mlartifacts / name, "the MLflow artifacts"))
-    experiment = _local(settings.experiment_path)
+    experiment = local_path(settings.experiment_path)
     if experiment is not None:
         folders.append((experiment, "the Tune experiment"))
     for path, what in _sqlite_files(settings):
@@ -233,13 +233,6 @@ def _kind(mode: int) -> str:
     if stat.S_ISSOCK(mode):
         return "socket"
     return "device or special file"
-
-
-def _local(location: str) -> Path | None:
-    """The local path of a path or ``file://`` URI; None for other URIs."""
-    if location.startswith("file://"):
-        return Path(location.removeprefix("file://"))
-    return None if "://" in location else Path(location)
 
 
 def _path_max(path: Path) -> int:
