@@ -24,6 +24,7 @@ import json
 import logging
 import pickletools
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -128,7 +129,7 @@ def check_tune_state(folder: Path, experiment: str) -> None:
         raise DamagedState(f"the Tune experiment state {newest} is damaged ({problem}): {how}")
     # Tune pickles the search generator's state, though it names the file .json
     for pattern in ("search_gen_state-*.json", "tuner.pkl", "searcher-state-*.pkl"):
-        _check_newest(folder, pattern, _pickle_problem, experiment)
+        _check_newest(folder, pattern, experiment)
 
 
 def repair_error_files(folder: Path) -> list[Path]:
@@ -151,12 +152,11 @@ def drop_cut_short_pickle(path: Path) -> bool:
     return True
 
 
-def _check_newest(folder: Path, pattern: str, problem_of: object, experiment: str) -> None:
+def _check_newest(folder: Path, pattern: str, experiment: str) -> None:
     found = sorted(folder.glob(pattern))
     if not found:
         return
-    assert callable(problem_of)
-    problem = problem_of(found[-1])
+    problem = _pickle_problem(found[-1])
     if problem is not None:
         raise DamagedState(
             f"the Tune experiment file {found[-1]} is damaged ({problem}): restore it from a "
@@ -165,7 +165,9 @@ def _check_newest(folder: Path, pattern: str, problem_of: object, experiment: st
         )
 
 
-def _sqlite_problem(path: Path, content_problem: object) -> str | None:
+def _sqlite_problem(
+    path: Path, content_problem: Callable[[sqlite3.Connection], str | None]
+) -> str | None:
     """What is wrong with the sqlite file ``path`` (opened read-only), or None."""
     try:
         with path.open("rb") as handle:
@@ -186,9 +188,7 @@ def _sqlite_problem(path: Path, content_problem: object) -> str | None:
         row = db.execute("PRAGMA quick_check").fetchone()
         if row is None or row[0] != "ok":
             return f"sqlite's integrity check: {str(row[0] if row else 'no answer')[:120]}"
-        assert callable(content_problem)
-        result: str | None = content_problem(db)
-        return result
+        return content_problem(db)
     except sqlite3.Error as err:
         return f"sqlite: {err}"
     finally:
@@ -229,14 +229,10 @@ def _json_problem(path: Path) -> str | None:
     try:
         json.loads(data)
     except (ValueError, RecursionError) as err:
-        if _cut_short(data):
+        if not data.rstrip().endswith((b"}", b"]")):
             return f"cut short at {len(data):,} bytes"
         return f"not valid JSON: {str(err)[:120]}"
     return None
-
-
-def _cut_short(data: bytes) -> bool:
-    return not data.rstrip().endswith((b"}", b"]"))
 
 
 def _pickle_problem(path: Path) -> str | None:
