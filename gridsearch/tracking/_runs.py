@@ -107,9 +107,6 @@ class TrialRuns:
         self._runs[trial_id] = run_id
         return run_id
 
-    def logged(self, run_id: str) -> set[int]:
-        return self._logged[run_id]
-
     def is_closed(self, run_id: str) -> bool:
         return run_id in self._closed
 

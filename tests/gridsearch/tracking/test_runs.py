@@ -44,8 +44,9 @@ def test_one_run_per_trial_each_epoch_once_closed_once(tmp_path: Path) -> None:
     assert sorted(m.step for m in history) == [0, 1, 2]
 
     again = TrialRuns(client, experiment, parent, {})  # after a restart
-    assert again.run_of("trial_00001", CONFIG) == run_id and again.logged(run_id) == {0, 1, 2}
-    assert not again.log_epoch("trial_00001", CONFIG, 2, {names.PRIMARY_RETRIEVAL: 99.0})
+    assert again.run_of("trial_00001", CONFIG) == run_id
+    for epoch in (0, 1, 2):  # found in MLflow: none is logged twice
+        assert not again.log_epoch("trial_00001", CONFIG, epoch, {names.PRIMARY_RETRIEVAL: 99.0})
 
     again.close("trial_00001", CONFIG, Outcome.STOPPED_EARLY, checkpoint=None)
     again.close("trial_00001", CONFIG, Outcome.FAILED, checkpoint=None, error="late")  # no-op
