@@ -15,9 +15,17 @@ from trainables import names
 from trainables.checkpoint import ENSEMBLE_FILE, TRAINER_FILE, EnsembleWeights, load_training_state
 from trainables.config import TrainConfig
 
-__all__ = ["CURVE_KEYS", "write_trial_artifacts"]
+__all__ = ["CURVE_KEYS", "curve_history", "write_trial_artifacts"]
 
 CURVE_KEYS = (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC)
+
+
+def curve_history(client: Any, run_id: str) -> dict[str, list[tuple[int, float]]]:
+    """The run's ``(step, value)`` of each of ``CURVE_KEYS``, as MLflow holds them."""
+    return {
+        key: [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
+        for key in CURVE_KEYS
+    }
 
 
 def write_trial_artifacts(

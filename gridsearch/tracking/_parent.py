@@ -31,7 +31,7 @@ from gridsearch._space import SearchSpace
 from gridsearch.cluster import Resources
 from gridsearch.settings import SearchSettings
 from gridsearch.summary import TrialOutcome, best_trial
-from gridsearch.tracking._artifacts import CURVE_KEYS
+from gridsearch.tracking._artifacts import CURVE_KEYS, curve_history
 from gridsearch.tracking._curves import charts_view, curve_scale, tradeoff_curve
 from gridsearch.tracking._store import log_metrics, objective_metrics
 from gridsearch.tracking._tags import (
@@ -146,16 +146,7 @@ def rescale_charts_view(
     runs = client.search_runs(
         [experiment_id], f"tags.`{PARENT_TAG}` = '{parent}'", max_results=10_000
     )
-    curves = [
-        tradeoff_curve(
-            {
-                key: [(m.step, m.value) for m in client.get_metric_history(r.info.run_id, key)]
-                for key in CURVE_KEYS
-            },
-            *CURVE_KEYS,
-        )
-        for r in runs
-    ]
+    curves = [tradeoff_curve(curve_history(client, r.info.run_id), *CURVE_KEYS) for r in runs]
     if not any(curve.epochs for curve in curves):
         return
     order_by = objective_metrics(objective)[0]

@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from gridsearch._outcome import Outcome, is_disk_full
 from gridsearch._space import split_trial_config
-from gridsearch.tracking._artifacts import CURVE_KEYS, write_trial_artifacts
+from gridsearch.tracking._artifacts import curve_history, write_trial_artifacts
 from gridsearch.tracking._lineage import copy_inputs
 from gridsearch.tracking._store import log_metrics, param_value
 from gridsearch.tracking._tags import (
@@ -226,10 +226,7 @@ class TrialRuns:
         outcome: Outcome,
     ) -> None:
         config, _ = split_trial_config(trial_config)
-        history = {
-            key: [(m.step, m.value) for m in self.client.get_metric_history(run_id, key)]
-            for key in CURVE_KEYS
-        }
+        history = curve_history(self.client, run_id)
         with tempfile.TemporaryDirectory() as folder:
             write_trial_artifacts(
                 Path(folder),
