@@ -123,11 +123,9 @@ def curve_scale(curves: Sequence[TradeoffCurve]) -> CurveScale:
     return CurveScale(ticks, minor, _axis(pairs["retrieval"]), _axis(pairs["semantic"]))
 
 
-def draw_tradeoff(
-    curve: TradeoffCurve, path: Path, title: str, scale: CurveScale | None = None
-) -> Path:
+def draw_tradeoff(curve: TradeoffCurve, path: Path, title: str) -> Path:
     """``tradeoff_figure`` saved as a PNG at ``path``."""
-    tradeoff_figure(curve, title, scale).savefig(path, bbox_inches="tight")
+    tradeoff_figure(curve, title).savefig(path, bbox_inches="tight")
     return path
 
 
