@@ -51,6 +51,7 @@ from ray.tune.result import SHOULD_CHECKPOINT
 
 from gridsearch._groups import Member, members_of
 from gridsearch._space import SearchSpace
+from gridsearch.summary import key_value
 from trainables import names
 from trainables.config import TrainConfig
 from trainables.tune import member_metrics
@@ -228,7 +229,7 @@ class ProgressPrinter(Callback):
         return "; ".join(f"m{m.position} {self._label(m.config)}".rstrip() for m in members)
 
     def _label(self, config: Mapping[str, Any]) -> str:
-        return " ".join(_format(k, config[k]) for k in self.shown if k in config)
+        return " ".join(key_value(k, config[k]) for k in self.shown if k in config)
 
     def status_line(self, trials: Sequence[Trial], detail: bool = False) -> str:
         """k of N trials done / running / left (configurations: a fused trial's members
@@ -493,10 +494,6 @@ def _number(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return None if math.isnan(number) else number
-
-
-def _format(key: str, value: Any) -> str:
-    return f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
 
 
 def _clock(seconds: float) -> str:

@@ -23,6 +23,7 @@ __all__ = [
     "closing_commands",
     "dashboard_command",
     "format_summary",
+    "key_value",
     "pareto_front",
     "ray_dashboard_line",
     "report_command",
@@ -161,10 +162,14 @@ def _spread(metrics: Mapping[str, float], metric: str, spec: str) -> str:
     return "" if sd is None else f" ± {sd:{spec}} (sd over seeds)"
 
 
+def key_value(key: str, value: Any) -> str:
+    """``key=value`` as every line that names what a trial tried writes it (a float to 4
+    significant digits)."""
+    return f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value}"
+
+
 def _params(config: Mapping[str, Any]) -> str:
-    return " ".join(
-        f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(config.items())
-    )
+    return " ".join(key_value(k, v) for k, v in sorted(config.items()))
 
 
 def report_command(settings: SearchSettings, *, partial: bool = False) -> str:

@@ -21,6 +21,7 @@ from mlflow.tracking import MlflowClient
 
 from gridsearch._outcome import Outcome, is_disk_full
 from gridsearch._space import split_trial_config
+from gridsearch.summary import key_value
 from gridsearch.tracking._artifacts import curve_history, write_trial_artifacts
 from gridsearch.tracking._lineage import copy_inputs
 from gridsearch.tracking._store import log_metrics, param_value
@@ -45,11 +46,7 @@ def trial_name(trial_id: str, config: Mapping[str, Any], labels: Sequence[str]) 
     """A trial's run name: ``trial-<id>`` and what it tried (its values of ``labels``),
     which MLflow's runs table and every chart's legend show:
     ``trial-3f2a91c0 margin=0.1625``."""
-    tried = [
-        f"{k}={config[k]:.4g}" if isinstance(config[k], float) else f"{k}={config[k]}"
-        for k in labels
-        if k in config
-    ]
+    tried = [key_value(k, config[k]) for k in labels if k in config]
     return " ".join([f"trial-{trial_id.rsplit('_', 1)[-1]}", *tried])
 
 
