@@ -101,7 +101,7 @@ class SearchRun:
                 source_storage,
                 study=settings.experiment,
                 storage_url=settings.optuna_storage,
-                modes=_as_list(settings.mode),
+                modes=[settings.mode] if isinstance(settings.mode, str) else list(settings.mode),
                 space=self.space,
                 fixed=fixed,
             )
@@ -243,10 +243,6 @@ def _local_paths(settings: SearchSettings) -> list[Path]:
         if (database := sqlite_file(uri)) is not None:
             paths.append(database.parent)
     return paths
-
-
-def _as_list(value: str | list[str]) -> list[str]:
-    return list(value) if isinstance(value, list) else [value]
 
 
 class _Ended(Callback):
