@@ -93,7 +93,7 @@ class ExperimentLock:
             if self._link():
                 self._held = True
                 return
-            other = self._read()
+            other = _read_holder(self.path)
             self._refuse(other)
             self._break(other)
         raise LockHeld(f"{self.what}: could not take the lock {self.path}; another driver races")
@@ -102,7 +102,7 @@ class ExperimentLock:
         """Raise ``LockHeld`` when another live driver holds the lock, writing nothing:
         for the checks that read what that driver may be writing, before the lock is
         taken."""
-        self._refuse(self._read())
+        self._refuse(_read_holder(self.path))
 
     def _refuse(self, other: Holder | None) -> None:
         if other is not None and not other.gone():
@@ -114,7 +114,7 @@ class ExperimentLock:
 
     def release(self) -> None:
         """Remove the lock if it is still ours (never another driver's)."""
-        if self._held and self._read() == self.holder:
+        if self._held and _read_holder(self.path) == self.holder:
             self.path.unlink(missing_ok=True)
         self._held = False
 
@@ -135,11 +135,6 @@ class ExperimentLock:
             return False
         finally:
             temporary.unlink(missing_ok=True)
-
-    def _read(self) -> Holder | None:
-        """The holder in the lock file; None when there is none, or it is unreadable (a
-        lock is always written whole, so an unreadable one was damaged: stale)."""
-        return _read_holder(self.path)
 
     def _break(self, stale: Holder | None) -> None:
         """Remove a stale lock: renamed away first, so that of two drivers breaking it at
@@ -167,6 +162,8 @@ def setup_lock(path: Path) -> Iterator[None]:
 
 
 def _read_holder(path: Path) -> Holder | None:
+    """The holder in the lock file; None when there is none, or it is unreadable (a
+    lock is always written whole, so an unreadable one was damaged: stale)."""
     try:
         return Holder(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
