@@ -35,7 +35,6 @@ __all__ = [
     "StudyLinks",
     "close_leftovers",
     "make_sampler",
-    "name_metrics",
     "repeats_line",
     "searcher",
 ]
@@ -231,17 +230,12 @@ def searcher(
         study_name=study,
         storage=optuna.storages.RDBStorage(storage_url),
     )
-    name_metrics(study, storage_url, metric)
-    return ConcurrencyLimiter(search, max_concurrent=max_concurrent)
-
-
-def name_metrics(study: str, storage_url: str, metric: str | list[str]) -> None:
-    """Name the study's objectives after the metrics Tune reports (Optuna shows
-    "Objective 0" otherwise)."""
+    # the study's objectives named after the metrics Tune reports ("Objective 0" otherwise)
     loaded = optuna.load_study(study_name=study, storage=storage_url)
     with warnings.catch_warnings():  # Optuna 5 still marks it experimental (since 3.2)
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         loaded.set_metric_names([metric] if isinstance(metric, str) else list(metric))
+    return ConcurrencyLimiter(search, max_concurrent=max_concurrent)
 
 
 class StudyLinks:
