@@ -30,8 +30,8 @@ from storage._build import (
     build_karpathy,
     build_synthetic,
 )
-from storage._cli import HelpFormatter, Parser, run_cli
 from storage._schema import FEATURE_COMPRESSIONS, FEATURE_DTYPES, Manifest
+from storage.cli import ExamplesHelpFormatter, OneLineParser, run_cli
 from storage.inspect import summary
 from storage.karpathy import KNOWN_DATASETS
 
@@ -153,11 +153,11 @@ def _synthetic_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = Parser(
+    parser = OneLineParser(
         prog="python -m storage.build",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=HelpFormatter,
+        formatter_class=ExamplesHelpFormatter,
     )
     sub = parser.add_subparsers(dest="source", required=True)
     karpathy = "Flickr8k/Flickr30k/COCO from Karpathy's JSON (ResNet-152 ten-crop features)"
@@ -172,7 +172,7 @@ def _parser() -> argparse.ArgumentParser:
                 help=what,
                 description=textwrap.fill(f"{DESCRIPTION} This one: {what}.", 88),
                 epilog=EPILOG.split("\n\n", 1)[1],
-                formatter_class=HelpFormatter,
+                formatter_class=ExamplesHelpFormatter,
             )
         )
     return parser

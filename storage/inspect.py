@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import sys
 
-from storage._cli import Parser, run_cli
 from storage._reader import FeatureStore
 from storage._schema import Manifest
+from storage.cli import OneLineParser, run_cli
 
 __all__ = [
     "main",
@@ -42,7 +42,7 @@ def summary(manifest: Manifest, where: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = Parser(prog="python -m storage.inspect", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python -m storage.inspect", description=__doc__.split("\n")[0])
     parser.add_argument("store", help="store directory or URI (file://, s3://, gs://, hdfs://)")
     parser.add_argument("--no-verify", action="store_true", help="print the summary only")
     args = parser.parse_args(argv)
