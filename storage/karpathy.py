@@ -1,9 +1,14 @@
 """Karpathy's split files (``dataset_{flickr8k,flickr30k,coco}.json``) and their ingestion.
 
 The JSON holds ``{"dataset": name, "images": [{"filename", "filepath" (COCO only),
-"split": "train"|"val"|"test"|"restval", "sentences": [{"raw", "tokens", ...}, ...]}]}``;
-``storage._karpathy_json`` reads it as docs/protocols.md section 4 says. :func:`ingest` extracts the
-features of every image, shard by shard, into a store.
+"split": "train"|"val"|"test"|"restval", "sentences": [{"raw", "tokens", ...}, ...]}]}``.
+Rules (docs/protocols.md section 4): ``restval`` joins ``train``; Flickr captions are ``raw`` as is;
+COCO captions are the ``tokens`` joined with single spaces plus ``" ."``; exactly five
+captions per image (COCO images with more keep their first five, and are counted).
+``filename`` and ``filepath`` must be '/'-separated paths inside the ``--images``
+directory (no ``..``, not absolute: see ``storage._paths``); others are refused when
+the JSON is read, naming the entry. :func:`ingest` extracts the features of every image,
+shard by shard, into a store.
 
 A store needs images in every split, so a data set with an empty split is refused before
 anything is written, and so is a build that leaves a split empty because none of its
@@ -19,27 +24,24 @@ Example::
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from storage._captions import check_caption_lengths
 from storage._errors import StoreError, describe
 from storage._extractors import FeatureExtractor, ImageItem
-from storage._karpathy_json import (
-    KNOWN_DATASETS,
-    KarpathyDataset,
-    KarpathyImage,
-    check_every_split,
-    read_karpathy_json,
-    resolve_image_path,
-)
-from storage._schema import SPLITS, Manifest, SplitInfo
+from storage._files import read_regular
+from storage._json import parse_json
+from storage._paths import path_problem
+from storage._schema import CAPTIONS_PER_IMAGE, SPLITS, Manifest, SplitInfo
 from storage._writer import ShardRecord, StoreWriter
 
 __all__ = [
@@ -53,6 +55,163 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+KNOWN_DATASETS = ("flickr8k", "flickr30k", "coco", "synthetic")
+_SPLIT_OF = {"train": "train", "restval": "train", "val": "val", "test": "test"}
+
+
+@dataclass(frozen=True)
+class KarpathyImage:
+    image_id: str  # COCO: "filepath/filename"; others: "filename"
+    relpath: str  # path of the image file below the --images directory
+    captions: tuple[str, ...]  # exactly five
+    entry: Mapping[str, Any]  # the raw JSON entry
+    truncated: bool  # had more than five captions
+
+
+@dataclass(frozen=True)
+class KarpathyDataset:
+    name: str
+    path: Path
+    sha256: str
+    images: dict[str, list[KarpathyImage]]  # split -> images, in JSON order
+
+
+def read_karpathy_json(path: str | os.PathLike[str], dataset: str | None = None) -> KarpathyDataset:
+    """Read and validate a Karpathy split file; ``dataset`` overrides the name in the file."""
+    path = Path(path)
+    data = read_regular(path, "the Karpathy JSON")
+    raw = parse_json(data, str(path))
+    if not isinstance(raw, dict) or not isinstance(raw.get("images"), list):
+        raise StoreError(
+            f"{describe(path, 'images')}: expected a top-level object with an "
+            "'images' list (Karpathy's dataset_*.json format)"
+        )
+    name = dataset or raw.get("dataset") or _name_from_filename(path)
+    if name not in KNOWN_DATASETS:
+        raise StoreError(
+            f"{describe(path, 'dataset')}: unknown data set {name!r}; expected one of "
+            f"{KNOWN_DATASETS} (or pass --dataset)"
+        )
+    images: dict[str, list[KarpathyImage]] = {split: [] for split in SPLITS}
+    seen: set[str] = set()
+    for index, entry in enumerate(raw["images"]):
+        image = _parse_image(entry, name, path, index)
+        if image.image_id in seen:
+            raise StoreError(
+                f"{describe(path, f'images[{index}].filename')}: image "
+                f"{image.image_id!r} is listed twice"
+            )
+        seen.add(image.image_id)
+        images[_SPLIT_OF[entry["split"]]].append(image)
+    return KarpathyDataset(name, path, hashlib.sha256(data).hexdigest(), images)
+
+
+def _name_from_filename(path: Path) -> str | None:
+    stem = path.stem
+    return stem[len("dataset_") :] if stem.startswith("dataset_") else None
+
+
+def _parse_image(entry: Any, dataset: str, path: Path, index: int) -> KarpathyImage:
+    at = f"images[{index}]"
+    if not isinstance(entry, dict):
+        raise StoreError(f"{describe(path, at)}: expected an object")
+    filename = _image_path_field(entry, "filename", path, at)
+    split = _field(entry, "split", str, path, at)
+    if split not in _SPLIT_OF:
+        raise StoreError(
+            f"{describe(path, f'{at}.split')}: expected one of {tuple(_SPLIT_OF)}, got {split!r}"
+        )
+    relpath = filename
+    if dataset == "coco":
+        relpath = f"{_image_path_field(entry, 'filepath', path, at)}/{filename}"
+    sentences = _field(entry, "sentences", list, path, at)
+    captions = [_caption(s, dataset, path, f"{at}.sentences[{k}]") for k, s in enumerate(sentences)]
+    if len(captions) < CAPTIONS_PER_IMAGE or (
+        len(captions) > CAPTIONS_PER_IMAGE and dataset != "coco"
+    ):
+        raise StoreError(
+            f"{describe(path, f'{at}.sentences')}: image {relpath!r} has "
+            f"{len(captions)} captions, expected {CAPTIONS_PER_IMAGE}"
+        )
+    return KarpathyImage(
+        relpath,
+        relpath,
+        tuple(captions[:CAPTIONS_PER_IMAGE]),
+        entry,
+        truncated=len(captions) > CAPTIONS_PER_IMAGE,
+    )
+
+
+def _caption(sentence: Any, dataset: str, path: Path, at: str) -> str:
+    if not isinstance(sentence, dict):
+        raise StoreError(f"{describe(path, at)}: expected an object with 'raw' and 'tokens'")
+    if dataset == "coco":
+        tokens = _field(sentence, "tokens", list, path, at)
+        if not all(isinstance(t, str) for t in tokens):
+            raise StoreError(f"{describe(path, f'{at}.tokens')}: expected a list of strings")
+        return " ".join(tokens) + " ."
+    return str(_field(sentence, "raw", str, path, at))
+
+
+def _field(obj: dict[str, Any], key: str, kind: type, path: Path, at: str) -> Any:
+    if key not in obj:
+        raise StoreError(f"{describe(path, f'{at}.{key}')}: missing (expected {kind.__name__})")
+    if not isinstance(obj[key], kind):
+        raise StoreError(
+            f"{describe(path, f'{at}.{key}')}: expected {kind.__name__}, got "
+            f"{type(obj[key]).__name__}"
+        )
+    return obj[key]
+
+
+def _image_path_field(entry: dict[str, Any], key: str, path: Path, at: str) -> str:
+    """``entry[key]`` (``filename`` or ``filepath``): a path inside the images directory."""
+    value: str = _field(entry, key, str, path, at)
+    problem = path_problem(value)
+    if problem is not None:
+        raise StoreError(
+            f"{describe(path, f'{at}.{key}')}: expected a '/'-separated path inside the "
+            f"--images directory, got {value!r}, which {problem}"
+        )
+    return value
+
+
+def resolve_image_path(images_dir: Path, relpath: str) -> Path:
+    """``images_dir / relpath`` (``images_dir`` made absolute), refusing a ``relpath``
+    that would leave ``images_dir``.
+
+    The check is on the text (see ``storage._paths``), not on ``resolve()``: symlinks
+    inside ``images_dir`` are followed when the image is opened, since whoever owns the
+    directory put them there (e.g. ``train2014`` linked to a shared disk); what the JSON
+    cannot do is name a path outside it.
+    """
+    problem = path_problem(relpath)
+    if problem is not None:
+        raise StoreError(
+            f"image path {relpath!r} escapes the images directory {images_dir}: it {problem} "
+            "(expected a '/'-separated path inside it)"
+        )
+    return images_dir.resolve() / relpath
+
+
+def check_every_split(dataset: KarpathyDataset) -> None:
+    """Refuse a data set with no image in one of the store's splits: training needs
+    ``train``, selection ``val`` and reporting ``test``, so a store missing one would
+    only fail later, further from the cause; or with a caption longer than training
+    takes (``storage._captions``)."""
+    for split in SPLITS:
+        if not dataset.images.get(split):
+            sources = " or ".join(repr(s) for s, target in _SPLIT_OF.items() if target == split)
+            raise StoreError(
+                f"{describe(dataset.path, 'images')}: no image in split {split!r} (none has "
+                f"'split': {sources}); a store needs at least one image in each of "
+                f"{', '.join(SPLITS)}"
+            )
+        images = dataset.images[split]
+        check_caption_lengths(
+            str(dataset.path), split, [i.image_id for i in images], [i.captions for i in images]
+        )
 
 
 @dataclass(frozen=True)
