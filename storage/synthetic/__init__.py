@@ -25,57 +25,30 @@ from storage.synthetic._captions import (
     add_typo,
     tokenize,
 )
-from storage.synthetic._features import DEFAULT_NOISE, SceneProjectionExtractor
+from storage.synthetic._features import SceneProjectionExtractor
 from storage.synthetic._lexicon import HELD_OUT_FORMS, held_out_phrases, with_held_out_synonyms
-from storage.synthetic._phrasing import STYLES, describe_scene
-from storage.synthetic._render import IMAGE_SIZE, RenderJob, draw_scene
-from storage.synthetic._scenes import (
-    Background,
-    Relation,
-    Scene,
-    SceneArrays,
-    SceneObject,
-    generate_scene_arrays,
-)
-from storage.synthetic._semantic import (
-    STS_SUBTASKS,
-    SUITE_NAME,
-    SemanticSizes,
-    semantic_sizes,
-    write_semantic_sets,
-)
+from storage.synthetic._render import IMAGE_SIZE, RenderJob
+from storage.synthetic._scenes import Scene, generate_scene_arrays
+from storage.synthetic._semantic import STS_SUBTASKS
 from storage.synthetic._similarity import content_overlap
-from storage.synthetic._world import GENERATOR_VERSION, WorldFiles, generate_world
+from storage.synthetic._world import WorldFiles, generate_world
 
 __all__ = [
     "CAPTIONS_PER_IMAGE",
-    "DEFAULT_NOISE",
-    "GENERATOR_VERSION",
     "HELD_OUT_FORMS",
     "IMAGE_SIZE",
     "MAX_CHARS",
     "MIN_CHARS",
     "STS_SUBTASKS",
-    "STYLES",
-    "SUITE_NAME",
-    "Background",
-    "Relation",
     "RenderJob",
     "Scene",
-    "SceneArrays",
-    "SceneObject",
     "SceneProjectionExtractor",
-    "SemanticSizes",
     "WorldFiles",
     "add_typo",
     "content_overlap",
-    "describe_scene",
-    "draw_scene",
     "generate_scene_arrays",
     "generate_world",
     "held_out_phrases",
-    "semantic_sizes",
     "tokenize",
     "with_held_out_synonyms",
-    "write_semantic_sets",
 ]
