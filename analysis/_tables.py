@@ -177,12 +177,12 @@ def format_retrieval(table: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(cells, columns=columns)
 
 
-def _interval(row: dict[str, object], name: str) -> str:
-    value = float(row.get(name, math.nan))  # type: ignore[arg-type]
-    if math.isnan(value):
-        return "-"
-    low = float(row.get(f"{name}_ci_low", math.nan))  # type: ignore[arg-type]
-    high = float(row.get(f"{name}_ci_high", math.nan))  # type: ignore[arg-type]
+def _interval(row: dict[str, object], name: str, scale: float = 1.0) -> str:
+    """``row[name]`` with its interval (``name_ci_low``, ``name_ci_high``), times ``scale``."""
+    value, low, high = (
+        scale * float(row.get(k, math.nan))  # type: ignore[arg-type]
+        for k in (name, f"{name}_ci_low", f"{name}_ci_high")
+    )
     return interval_text(value, low, high)
 
 
@@ -249,15 +249,6 @@ def format_families(best: pd.DataFrame) -> pd.DataFrame:
             "dev value": row["dev value"],
         }
         for name, header in _FAMILY_HEADERS.items():
-            recall = name in _families.RECALLS
-            cells[header] = _interval(row, name) if recall else _r_interval(row, name)
+            cells[header] = _interval(row, name, 1 if name in _families.RECALLS else 100)
         rows.append(cells)
     return pd.DataFrame(rows)
-
-
-def _r_interval(row: dict[str, object], name: str) -> str:
-    r, low, high = (
-        100 * float(row.get(k, math.nan))  # type: ignore[arg-type]
-        for k in (name, f"{name}_ci_low", f"{name}_ci_high")
-    )
-    return interval_text(r, low, high)
