@@ -28,6 +28,8 @@ from trainables.stats import RECALL_KS, median_rank, recall_at
 # (NaN where no difference is meant). 1e-12 is far above that round-off (a few 1e-16 per
 # step) and far below any difference the tests could call significant.
 SAME_R = 1e-12
+CAPTIONS_PER_IMAGE = 5  # the store's (storage.CAPTIONS_PER_IMAGE; not imported: pyarrow)
+_CHUNK = 250  # bootstrap resamples drawn at a time
 
 
 class Difference(NamedTuple):
@@ -128,10 +130,8 @@ def paired_bootstrap(
     ranks_a: tuple[np.ndarray, np.ndarray],
     ranks_b: tuple[np.ndarray, np.ndarray],
     *,
-    captions_per_image: int = 5,
     resamples: int = 10_000,
     seed: int = 0,
-    chunk: int = 250,
 ) -> list[Difference]:
     """Compare two models' per-query ranks ``(c2i (5N,), i2c (N,))`` on the same split
     (``trainables.metrics.retrieval_ranks``): every retrieval metric of each, B - A, the
@@ -145,15 +145,15 @@ def paired_bootstrap(
     n = len(i2c_a)
     if n == 0:
         raise ValueError("ranks of no image: there is nothing to resample")
-    if len(i2c_b) != n or c2i_a.shape != (n * captions_per_image,) or c2i_b.shape != c2i_a.shape:
+    if len(i2c_b) != n or c2i_a.shape != (n * CAPTIONS_PER_IMAGE,) or c2i_b.shape != c2i_a.shape:
         raise ValueError(
-            f"ranks must be (c2i ({captions_per_image}N,), i2c (N,)) of the same split, got "
+            f"ranks must be (c2i ({CAPTIONS_PER_IMAGE}N,), i2c (N,)) of the same split, got "
             f"{c2i_a.shape}, {i2c_a.shape} and {c2i_b.shape}, {i2c_b.shape}"
         )
     grid_a, grid_b = c2i_a.reshape(n, -1), c2i_b.reshape(n, -1)
     observed_a, observed_b = _metrics(grid_a, i2c_a), _metrics(grid_b, i2c_b)
     draws = _bootstrap_differences(
-        (grid_a, i2c_a), (grid_b, i2c_b), list(observed_a), resamples, seed, chunk
+        (grid_a, i2c_a), (grid_b, i2c_b), list(observed_a), resamples, seed
     )
     results = []
     for name, d in draws.items():
@@ -200,16 +200,15 @@ def _bootstrap_differences(
     names: list[str],
     resamples: int,
     seed: int,
-    chunk: int,
 ) -> dict[str, np.ndarray]:
     """B - A of each metric in ``names`` on ``resamples`` resamples of the images, drawn
-    ``chunk`` at a time; ``ranks_*`` are ``(c2i (N, 5), i2c (N,))``, an image per row."""
+    ``_CHUNK`` at a time; ``ranks_*`` are ``(c2i (N, 5), i2c (N,))``, an image per row."""
     (grid_a, i2c_a), (grid_b, i2c_b) = ranks_a, ranks_b
     n = len(i2c_a)
     rng = np.random.default_rng(seed)
     draws: dict[str, list[np.ndarray]] = {name: [] for name in names}
-    for start in range(0, resamples, chunk):
-        rows = rng.integers(0, n, size=(min(chunk, resamples - start), n))
+    for start in range(0, resamples, _CHUNK):
+        rows = rng.integers(0, n, size=(min(_CHUNK, resamples - start), n))
         boot_a, boot_b = _metrics(grid_a[rows], i2c_a[rows]), _metrics(grid_b[rows], i2c_b[rows])
         for name in draws:
             draws[name].append(boot_b[name] - boot_a[name])
