@@ -38,10 +38,8 @@ class Output:
         self.root = root
         self.figures = root / "figures"
         self.tables = root / "tables"
-        for folder, pattern in ((self.figures, "*.png"), (self.tables, "*.csv")):
-            folder.mkdir(parents=True, exist_ok=True)
-            for stale in folder.glob(pattern):  # a previous report's, perhaps of other trials
-                stale.unlink()
+        for folder in (self.figures, self.tables):  # in a fresh folder: report._publish
+            folder.mkdir(parents=True, exist_ok=True)  # removes a previous report's files
 
     def figure(self, name: str) -> Path:
         return self.figures / f"{_slug(name)}.png"
