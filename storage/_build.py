@@ -19,7 +19,6 @@ from storage.karpathy import check_every_split, ingest, read_karpathy_json
 
 __all__ = [
     "MAX_SCENES",
-    "MAX_SEED",
     "MAX_WORKERS",
     "MIN_SCENES",
     "build_karpathy",

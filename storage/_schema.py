@@ -83,9 +83,8 @@ class SplitInfo:
     captions: int
     image_shards: tuple[ShardInfo, ...]
     caption_shards: tuple[ShardInfo, ...]
-    skipped_images: tuple[
-        str, ...
-    ] = ()  # listed in the JSON but missing/unreadable (--skip-unreadable)
+    # listed in the JSON but missing/unreadable (--skip-unreadable)
+    skipped_images: tuple[str, ...] = ()
     truncated_images: int = 0  # images that had more than five captions (first five kept)
 
 
@@ -105,12 +104,9 @@ class Manifest:
         return json.dumps(asdict(self), indent=2, ensure_ascii=False) + "\n"
 
     @classmethod
-    def from_json(cls, text: str | bytes, where: str) -> Manifest:
-        data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-        return cls.from_dict(parse_json(data, where), where)
-
-    @classmethod
-    def from_dict(cls, raw: Any, where: str) -> Manifest:
+    def from_json(cls, data: bytes, where: str) -> Manifest:
+        """The manifest ``data`` holds, every field checked; ``where`` names it in errors."""
+        raw = parse_json(data, where)
         _expect(raw, dict, where, None, "a JSON object")
         version = _get(raw, "schema_version", int, where)
         if version != SCHEMA_VERSION:
