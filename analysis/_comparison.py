@@ -1,15 +1,10 @@
-"""Paired significance tests between two trials' snapshot ensembles, the library part of
+"""Paired significance tests between two trials' snapshot ensembles (the tests
+``analysis.compare``'s docstring lists, every one signed as B - A), the library part of
 ``python -m analysis.compare`` (which resolves its arguments and prints) and of the
 report's family test (``analysis.report``): both import it, neither imports the other.
 
-- retrieval: per-query ranks, a paired bootstrap over images (seeded) for every metric,
-  and McNemar's exact test on the R@K hits;
-- semantic: per STS subtask, STS-B and SICK-R, Steiger's z (and Williams' t) for two
-  dependent correlations with the same gold scores.
-
-Every difference and statistic is signed as B - A. Rebuilding an ensemble needs torch
-(``analysis._ensemble``): it is imported when a comparison runs, so that the report,
-which only formats one, loads without it.
+Rebuilding an ensemble needs torch (``analysis._ensemble``): it is imported when a
+comparison runs, so that the report, which only formats one, loads without it.
 """
 
 from __future__ import annotations
