@@ -30,7 +30,7 @@ from storage._build import (
     build_karpathy,
     build_synthetic,
 )
-from storage._schema import FEATURE_COMPRESSIONS, FEATURE_DTYPES, Manifest
+from storage._schema import FEATURE_COMPRESSIONS, FEATURE_DTYPES
 from storage.cli import ExamplesHelpFormatter, OneLineParser, run_cli
 from storage.inspect import summary
 from storage.karpathy import KNOWN_DATASETS
@@ -191,34 +191,27 @@ def _common_settings(args: argparse.Namespace) -> dict[str, Any]:
     )
 
 
-def _run_karpathy(args: argparse.Namespace) -> Manifest:
-    return build_karpathy(
-        args.json,
-        args.images,
-        args.out,
-        dataset=args.dataset,
-        skip_unreadable=args.skip_unreadable,
-        **_common_settings(args),
-    )
-
-
-def _run_synthetic(args: argparse.Namespace) -> Manifest:
-    return build_synthetic(
-        args.out,
-        images=args.images,
-        seed=args.seed,
-        features=args.features,
-        **_common_settings(args),
-    )
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
+    args = _parser().parse_args(argv)
 
     def body() -> int:
-        run = _run_karpathy if args.source == "karpathy" else _run_synthetic
-        manifest = run(args)
+        if args.source == "karpathy":
+            manifest = build_karpathy(
+                args.json,
+                args.images,
+                args.out,
+                dataset=args.dataset,
+                skip_unreadable=args.skip_unreadable,
+                **_common_settings(args),
+            )
+        else:
+            manifest = build_synthetic(
+                args.out,
+                images=args.images,
+                seed=args.seed,
+                features=args.features,
+                **_common_settings(args),
+            )
         print(summary(manifest, args.out))
         return 0
 
