@@ -1,9 +1,9 @@
 """Hyperparameter importances from the search's Optuna study (computing only).
 
 The driver keeps the study in ``<runs_dir>/tune/<experiment>.optuna.db`` (study name =
-the experiment) unless ``--optuna-storage`` said otherwise; the parent run does not
-record the URL, so the report takes ``--optuna-storage`` or looks beside the sqlite
-tracking database.
+the experiment) unless ``--optuna-storage`` said otherwise; the report takes its own
+``--optuna-storage``, else the URL the search's parent run recorded, else looks beside
+the sqlite tracking database.
 """
 
 from __future__ import annotations
