@@ -48,8 +48,8 @@ class StoreWriter:
 
     Opening checks what ``out`` already holds: nothing (a new build), the same
     build unfinished (resume: finished shards are kept), the same build complete
-    (:attr:`complete` is true and :attr:`manifest` holds it), or anything else,
-    which is refused so that no existing data is overwritten.
+    (:attr:`manifest` holds it, else it is None), or anything else, which is refused
+    so that no existing data is overwritten.
     """
 
     def __init__(
@@ -81,10 +81,6 @@ class StoreWriter:
         self.feature_compression = feature_compression
         self.manifest: Manifest | None = None
         self._claim()
-
-    @property
-    def complete(self) -> bool:
-        return self.manifest is not None
 
     def _claim(self) -> None:
         loc = self.location

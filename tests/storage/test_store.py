@@ -103,13 +103,13 @@ def test_resume_keeps_finished_shards_and_refuses_a_different_store(tmp_path: Pa
     with pytest.raises(StoreError, match="did not finish"):
         open_store(out)
     again = StoreWriter(out, fingerprint=FINGERPRINT, feature_dim=DIM)
-    assert not again.complete
+    assert again.manifest is None
     assert again.existing_shard("train", 0) == first
     assert again.existing_shard("train", 1) is None
     with pytest.raises(StoreError, match=r"different store.*seed"):
         StoreWriter(out, fingerprint={**FINGERPRINT, "seed": 2}, feature_dim=DIM)
     again.finish(dataset="test", feature_extractor={}, splits={"train": [first]})
-    assert StoreWriter(out, fingerprint=FINGERPRINT, feature_dim=DIM).complete
+    assert StoreWriter(out, fingerprint=FINGERPRINT, feature_dim=DIM).manifest is not None
     assert open_store(out).manifest.splits["train"].skipped_images == ("x.jpg",)
 
 
