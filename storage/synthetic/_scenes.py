@@ -67,15 +67,6 @@ class Background:
     variant: int  # 0 .. TEXTURE_VARIANTS - 1: orientation/phase of the texture
 
 
-@dataclass(frozen=True)
-class Relation:
-    """``objects[first]`` is ``relation`` ``objects[second]`` (e.g. left of)."""
-
-    first: int
-    second: int
-    relation: str  # one of RELATIONS
-
-
 def relation_codes(dx: np.ndarray, dy: np.ndarray) -> np.ndarray:
     """Index into RELATIONS of "A <relation> B" where ``(dx, dy)`` = B's centre - A's.
 
@@ -103,15 +94,6 @@ class Scene:
 
     objects: tuple[SceneObject, ...]
     background: Background
-
-    def relations(self) -> list[Relation]:
-        """The relation of every pair ``first < second``, derived from the positions."""
-        found: list[Relation] = []
-        for i, a in enumerate(self.objects):
-            for j in range(i + 1, len(self.objects)):
-                b = self.objects[j]
-                found.append(Relation(i, j, RELATIONS[relation_code(b.x - a.x, b.y - a.y)]))
-        return found
 
     def relation(self, first: int, second: int) -> str:
         """How ``objects[first]`` lies relative to ``objects[second]``."""
@@ -219,25 +201,18 @@ class SceneArrays:
         """(n, MAX_OBJECTS) bool: which slots hold an object."""
         return self.shape >= 0
 
-    def scene(self, index: int) -> Scene:
-        """The :class:`Scene` in row ``index``."""
-        return self._slice(index, index + 1)[0]
-
     def scenes(self) -> list[Scene]:
         """Every row as a :class:`Scene`."""
-        return self._slice(0, len(self))
-
-    def _slice(self, start: int, stop: int) -> list[Scene]:
         # Python lists first: indexing numpy scalars one by one is ~10x slower.
         rows = zip(
-            self.shape[start:stop].tolist(),
-            self.colour[start:stop].tolist(),
-            self.size[start:stop].tolist(),
-            self.x[start:stop].tolist(),
-            self.y[start:stop].tolist(),
-            self.background[start:stop].tolist(),
-            self.texture[start:stop].tolist(),
-            self.variant[start:stop].tolist(),
+            self.shape.tolist(),
+            self.colour.tolist(),
+            self.size.tolist(),
+            self.x.tolist(),
+            self.y.tolist(),
+            self.background.tolist(),
+            self.texture.tolist(),
+            self.variant.tolist(),
             strict=True,
         )
         scenes: list[Scene] = []
