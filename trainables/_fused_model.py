@@ -13,6 +13,7 @@ L2 normalisation as in ``trainables.model``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -80,9 +81,9 @@ class FusedEncoder(nn.Module):
     def members(self) -> int:
         return int(self.param(self.names[0]).shape[0])
 
-    def param(self, name: str) -> torch.Tensor:
+    def param(self, name: str) -> nn.Parameter:
         """The stacked ``(k, ...)`` parameter of the member models' ``name``."""
-        return self.stacked[_slot(name)]
+        return cast(nn.Parameter, self.stacked[_slot(name)])
 
     def member_state(self, member: int) -> dict[str, torch.Tensor]:
         """Member ``member``'s weights as its ``GroundedEncoder``'s state dict (copies)."""

@@ -137,9 +137,9 @@ def device_splits(
     """Train, dev and test on ``device``, encoded for the model of ``tokenizer``: as the
     data hold them (characters), or again with a word vocabulary (its unknown words in
     the dev and test captions logged)."""
-    splits = (data.train, data.val, data.test)
+    splits = [data.train, data.val, data.test]
     if isinstance(tokenizer, WordVocabulary):
-        splits = tuple(split.encoded_with(tokenizer) for split in splits)
+        splits = [split.encoded_with(tokenizer) for split in splits]
         unknown = [int((split.tokens == UNKNOWN_INDEX).sum()) for split in splits[1:]]
         logger.info("dev and test captions: %d and %d unknown words", *unknown)
     train, val, test = (DeviceSplit(split, device) for split in splits)

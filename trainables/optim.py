@@ -20,7 +20,7 @@ norms, ``limit / (norm + 1e-6)`` clamped at 1 (a lone trial clips with torch's o
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -101,8 +101,8 @@ class GroupAdam:
         # after the other on the CPU (each one's moments still in cache for its update)
         on_gpu = self.parameters[live[0]].device.type != "cpu"
         for names in [live] if on_gpu else [[n] for n in live]:
-            params = [self.parameters[n] for n in names]
-            grads = [p.grad for p in params]
+            params: list[torch.Tensor] = [self.parameters[n] for n in names]
+            grads = [cast(torch.Tensor, p.grad) for p in params]  # live: each has one
             exp_avg = [self.exp_avg[n] for n in names]
             exp_avg_sq = [self.exp_avg_sq[n] for n in names]
             torch._foreach_lerp_(exp_avg, grads, 1 - beta1)
