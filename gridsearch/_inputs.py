@@ -5,7 +5,6 @@ a ``SearchError`` naming the flag, raised before Ray starts or any trial runs.""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +12,7 @@ from ray import tune
 
 from gridsearch import _damage, _runs_checks
 from gridsearch._lock import setup_lock
+from gridsearch._voice import Phase, Voice
 from gridsearch.settings import SMOKE_WORLD_IMAGES, SearchError, SearchSettings
 from gridsearch.tracking import TrackingError, check_reachable
 from storage import FeatureStore, StoreError, build_synthetic
@@ -27,10 +27,9 @@ __all__ = [
     "load_benchmark",
     "load_data",
     "prepare_runs_dir",
+    "store_size",
     "tracking_client",
 ]
-
-Write = Callable[[str], None]
 
 
 def check_experiment_path(settings: SearchSettings) -> None:
@@ -85,34 +84,63 @@ def tracking_client(settings: SearchSettings) -> Any:
         raise SearchError(str(err)) from None
 
 
-def load_data(settings: SearchSettings, write: Write) -> tuple[str, str | None, TrainingData | str]:
+def store_size(store: str) -> str:
+    """A store's size as the phases' measured durations are keyed by it
+    (``gridsearch._voice.PhaseTimes``): its data set and image count."""
+    try:
+        manifest = FeatureStore.open(store).manifest
+    except StoreError:
+        return "an unreadable store"
+    images = sum(split.images for split in manifest.splits.values())
+    return f"{manifest.dataset} {images} images"
+
+
+def load_data(settings: SearchSettings, voice: Voice) -> tuple[str, str | None, TrainingData | str]:
     """The store to train on, the semantic sets to evaluate on, and what the trials get:
     the data read here once (``--data-via object-store``; Ray ships it once per node) or
     the store's URI (``uri``; every trial reads it). Either way every shard is checked
-    against the manifest's sha256 (unless ``--no-verify``) before any trial starts."""
+    against the manifest's sha256 (unless ``--no-verify``) before any trial starts.
+    ``voice`` says what is being done (building the embedded world, reading the store)."""
     try:
         store = settings.data
         if store is None:
-            world = settings.layout.world(settings.smoke_test)
-            write(f"data: the embedded world in {world} (built once, then reused)")
-            # one builder at a time: two drivers starting side by side in one runs
-            # directory would each clear the other's temporary files
-            with setup_lock(settings.layout.root / "locks" / f"{world.name}.flock"):
-                images = SMOKE_WORLD_IMAGES if settings.smoke_test else 2000
-                build_synthetic(world, images=images)
-            store = str(world)
+            store = _world(settings, voice)
         senteval = settings.senteval or default_senteval(store)
         data: TrainingData | str = store
+        checks = "every shard's sha256 checked" if settings.verify else "--no-verify"
         if settings.data_via == "uri":
             if settings.verify:
-                FeatureStore.open(store).verify()
+                checking = f"checking the store {store} ({checks})"
+                with voice.phase(checking, f"check {store_size(store)}"):
+                    FeatureStore.open(store).verify()
         else:
-            data = TrainingData.from_store(store, verify=settings.verify)
+            reading = f"reading the store {store} into memory ({checks})"
+            with voice.phase(reading, f"read {store_size(store)}"):
+                data = TrainingData.from_store(store, verify=settings.verify)
     except StoreError as err:
         raise SearchError(f"{'--data' if settings.data else 'the embedded world'}: {err}") from None
     if senteval is not None and not Path(senteval).is_dir():
         raise SearchError(f"--senteval {senteval}: not a directory")
     return store, senteval, data
+
+
+def _world(settings: SearchSettings, voice: Voice) -> str:
+    """The embedded world's store, built here unless an earlier search built it."""
+    world = settings.layout.world(settings.smoke_test)
+    images = SMOKE_WORLD_IMAGES if settings.smoke_test else 2000
+    # one builder at a time: two drivers starting side by side in one runs directory
+    # would each clear the other's temporary files
+    with setup_lock(settings.layout.root / "locks" / f"{world.name}.flock"):
+        try:
+            FeatureStore.open(world)
+        except StoreError:  # not built yet (or a build was cut short: it goes on)
+            building = f"building the embedded world ({images:,} images) in {world}"
+            once, key = "once: later searches reuse it", f"world {images} images"
+            with voice.phase(building, key, say=f"data: {building}", note=once):
+                build_synthetic(world, images=images)
+        else:
+            voice(f"data: the embedded world in {world} (built earlier, reused)")
+    return str(world)
 
 
 def load_benchmark(senteval: str | None, objective: str) -> SemanticBenchmark | None:
@@ -138,10 +166,7 @@ def load_benchmark(senteval: str | None, objective: str) -> SemanticBenchmark | 
 
 
 # said before the baselines are computed (a minute or more: never a silent wait)
-COMPUTING = (
-    "baselines: computing the store's char n-gram baselines once (about a minute on 2 "
-    "idle cores; cached beside the store; --no-baselines skips them)"
-)
+COMPUTING = "baselines: computing the store's char n-gram baselines once"
 
 
 def load_baselines(
@@ -149,7 +174,7 @@ def load_baselines(
     store: str,
     senteval: str | None,
     data: TrainingData | str,
-    write: Write,
+    voice: Voice,
 ) -> dict[str, dict[str, float]] | None:
     """The store's char n-gram baselines (``trainables.baselines``), computed once per
     store and cached beside it; None with ``--no-baselines``, or (with a line saying
@@ -157,15 +182,31 @@ def load_baselines(
     if not settings.baselines:
         return None
     started = time.perf_counter()
+    computing: list[Phase] = []  # the voice's phase, once they are being computed
+
+    def begin() -> None:
+        computing.append(voice.begin(
+            "computing the store's char n-gram baselines", f"baselines {store_size(store)}",
+            say=COMPUTING, note="cached beside the store; --no-baselines skips them",
+        ))  # fmt: skip
+
     try:
         loaded = data if isinstance(data, TrainingData) else None
-        table, cache = store_baselines(store, senteval, loaded, lambda: write(COMPUTING))
+        table, cache = store_baselines(store, senteval, loaded, begin)
     except (StoreError, OSError, ValueError) as err:
-        write(f"baselines: not computed ({err}); --no-baselines skips them")
+        for phase in computing:
+            voice.end(phase, record=False)
+        voice(f"baselines: not computed ({err}); --no-baselines skips them")
         return None
+    except BaseException:
+        for phase in computing:
+            voice.end(phase, record=False)
+        raise
+    for phase in computing:
+        voice.end(phase)
     if cache != "read":
         where = f"cached in its {BASELINES_FILE}" if cache == "written" else f"cache {cache}"
-        write(
+        voice(
             f"baselines: computed once for this store in {time.perf_counter() - started:.0f} s "
             f"({where}; --no-baselines skips them)"
         )

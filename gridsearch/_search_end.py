@@ -12,6 +12,7 @@ from gridsearch import _extend, _optuna
 from gridsearch._groups import MemberResults, tune_trial_of
 from gridsearch._interrupt import Interruption
 from gridsearch._outcome import Outcome, classify
+from gridsearch._voice import voice_of
 from gridsearch.registry import register_best
 from gridsearch.settings import SearchError, SearchSettings
 from gridsearch.summary import TrialOutcome, format_summary
@@ -67,8 +68,9 @@ def finish(
             budget = run.settings.time_budget_s
             stopped_by = "time budget" if budget and elapsed_s >= budget else "Tune stopped it"
     complete = unfinished == 0 and not interrupted
-    _flush(run)
-    reconciled = run.tracker.reconcile(results, complete=complete)
+    with voice_of(run.write).phase("recording the trials' last results in MLflow"):
+        _flush(run)
+        reconciled = run.tracker.reconcile(results, complete=complete)
     if reconciled:
         run.write(
             f"recorded from Tune's results what MLflow lacked: {reconciled.epochs} "
@@ -81,14 +83,16 @@ def finish(
         _optuna.close_leftovers(run.settings.experiment, run.settings.optuna_storage)
     outcomes = _outcomes(results, run.shown, complete, run.ended.ids)
     if not interrupted:  # before the parent is closed: a signal now leaves it open
-        register_best(
-            outcomes,
-            tracking_uri=run.settings.tracking_uri,
-            experiment=run.settings.experiment,
-            space=run.space.name,
-            objective=run.settings.objective,
-            write=run.write,
-        )
+        voice = voice_of(run.write)
+        with voice.phase("registering the best models in MLflow's Model Registry", "register"):
+            register_best(
+                outcomes,
+                tracking_uri=run.settings.tracking_uri,
+                experiment=run.settings.experiment,
+                space=run.space.name,
+                objective=run.settings.objective,
+                write=voice,
+            )
     return _closed(run, outcomes, unfinished, elapsed_s, dashboard, stopped_by, interrupted)
 
 
@@ -107,8 +111,9 @@ def stopped(
     outcomes = _outcomes(results, run.shown, False, run.ended.ids)
     done = sum(o.status in _ENDED for o in outcomes)
     unfinished = max(run.num_samples - done, 0)
-    run.tracker.flush(wait_s=min(run.settings.tracking_wait_s, 30.0))
-    run.tracker.runs.end_running(Outcome.SEARCH_ENDED)
+    with voice_of(run.write).phase("recording the trials' last results in MLflow"):
+        run.tracker.flush(wait_s=min(run.settings.tracking_wait_s, 30.0))
+        run.tracker.runs.end_running(Outcome.SEARCH_ENDED)
     resumable = _extend.resumable(run.settings)
     return _closed(run, outcomes, unfinished, elapsed_s, dashboard, stopped_by, True, resumable)
 

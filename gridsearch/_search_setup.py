@@ -19,6 +19,7 @@ from gridsearch._interrupt import DiskGuard, Interruption
 from gridsearch._layout import sqlite_file
 from gridsearch._scheduler import cycle_epochs, describe_rungs, make_scheduler
 from gridsearch._scheduler_choice import FIFO_BELOW_EPOCHS, resolve_scheduler
+from gridsearch._voice import voice_of
 from gridsearch.cluster import Resources
 from gridsearch.progress import ProgressPrinter, shown_keys
 from gridsearch.settings import SearchError, SearchSettings, first_objective
@@ -166,12 +167,14 @@ class SearchRun:
         ]
         if settings.resume:  # the experiment keeps its own scheduler and searcher
             self.ended.ids |= _extend.ended_trials(settings)  # before this driver
-            restored = tune.Tuner.restore(
-                settings.experiment_path,
-                trainable=trainable,
-                resume_unfinished=True,
-                resume_errored=True,
-            )
+            restoring = f"restoring Tune's experiment from {settings.experiment_path}"
+            with voice_of(self.write).phase(restoring, "tune restore", say=restoring):
+                restored = tune.Tuner.restore(
+                    settings.experiment_path,
+                    trainable=trainable,
+                    resume_unfinished=True,
+                    resume_errored=True,
+                )
             _extend.use_callbacks(restored, callbacks)
             _extend.use_signals(restored, signals)
             if settings.num_samples is not None:  # the record's, or a larger --num-samples

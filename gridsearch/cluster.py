@@ -49,12 +49,12 @@ FUSE_ON_CPU = (
 )
 
 
-def ray_start_line(settings: SearchSettings) -> str:
-    """What the driver says before ``start_ray``, which takes seconds (about 9 s for a
-    local Ray on 2 busy cores)."""
+def ray_start_line(settings: SearchSettings) -> tuple[str, str, str]:
+    """What the driver says before ``start_ray``, which takes seconds: what it does, the
+    key its duration is measured under (``gridsearch._voice.PhaseTimes``) and a note."""
     if settings.address:
-        return f"joining the Ray cluster at {settings.address}"
-    return "starting a local Ray (a few seconds; --address joins a running cluster instead)"
+        return f"joining the Ray cluster at {settings.address}", "ray join", ""
+    return "starting a local Ray", "ray start", "--address joins a running cluster instead"
 
 
 def start_ray(settings: SearchSettings) -> str | None:

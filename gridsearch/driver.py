@@ -36,6 +36,7 @@ from gridsearch._scheduler_choice import resolve_scheduler
 from gridsearch._search_end import SearchResult, finish, stopped
 from gridsearch._search_setup import SearchInputs, SearchRun, Write
 from gridsearch._signals import Signals
+from gridsearch._voice import QUIET_S, Voice, voice_of
 from gridsearch.cluster import (
     Resources,
     fixed_settings,
@@ -48,7 +49,7 @@ from gridsearch.settings import SearchError, SearchSettings, first_objective
 from gridsearch.spaces import SearchSpace, load_space
 from storage.cli import error_line
 from storage.senteval import SemanticBenchmark
-from trainables import prebuild_cpp_loop
+from trainables import cpp_loop_build_seconds, prebuild_cpp_loop
 from trainables.data import TrainingData
 from trainables.tune import start_signals, trial
 
@@ -64,7 +65,15 @@ def run_search(
 ) -> SearchResult:
     """Run (or continue) the search ``settings`` describe (``space``: its space, when the
     caller loaded it already). Bad input or an unusable environment raises ``SearchError``
-    before anything is written; another driver running the same experiment, too."""
+    before anything is written; another driver running the same experiment, too.
+    ``write`` takes every line, stamped (``gridsearch._voice``: pass a ``Voice`` to stamp
+    from an earlier start); while the search runs it is never silent for long."""
+    voice = voice_of(write)
+    with voice:
+        return _run_search(settings, voice, space)
+
+
+def _run_search(settings: SearchSettings, write: Voice, space: SearchSpace | None) -> SearchResult:
     started = time.perf_counter()
     _optuna.quiet()
     space = space or load_space(settings)
@@ -89,24 +98,30 @@ def run_search(
             # before Ray: forked workers must not read the store again
             store, senteval, data = load_data(settings, write)
             benchmark = load_benchmark(senteval, settings.objective)
-            with setup_lock(settings.layout.setup_lock):
+            with (
+                setup_lock(settings.layout.setup_lock),
+                write.phase("opening the MLflow tracking store", "tracking store"),
+            ):
                 client = tracking_client(settings)
             baselines = load_baselines(settings, store, senteval, data, write)
             inputs = SearchInputs(space, client, store, senteval, data, benchmark, baselines)
             if settings.recurrence == "compiled":  # once per key: no trial ever compiles it
-                prebuild_cpp_loop(write)
+                building = "building the C++ recurrence, or waiting for the process that does"
+                with write.phase(building, estimate_s=cpp_loop_build_seconds()):
+                    prebuild_cpp_loop(write)
             return _with_ray(settings, inputs, write, started)
     except LockHeld as err:
         raise SearchError(str(err)) from None
 
 
 def _with_ray(
-    settings: SearchSettings, inputs: SearchInputs, write: Write, started: float
+    settings: SearchSettings, inputs: SearchInputs, write: Voice, started: float
 ) -> SearchResult:
     interruption = Interruption()
     with Signals(interruption) as signals:
-        write(ray_start_line(settings))
-        dashboard = start_ray(settings)
+        what, key, note = ray_start_line(settings)
+        with write.phase(what, key, say=what, note=note):
+            dashboard = start_ray(settings)
         signals.install()  # ray.init set its own SIGTERM handler
         run: SearchRun | None = None
         try:
@@ -126,12 +141,14 @@ def _with_ray(
             trainable = _trainable(
                 settings, inputs.space, resources, inputs.data, inputs.benchmark, rungs, side
             )
-            run = SearchRun(settings, inputs, resources, fixed, write)
+            with write.phase("recording the search in MLflow and Optuna", "search records"):
+                run = SearchRun(settings, inputs, resources, fixed, write)
             run.tracker.queue.guard = signals.deferred  # no record cut short by a stop
             tuner = run.tuner(trainable, interruption, side)
             signals.tune_running = True
-            try:
-                results = _fit(tuner, settings)
+            try:  # the progress lines break the silence; this only when Tune's loop hangs
+                with write.phase("running the trials", quiet_s=QUIET_S + 3):
+                    results = _fit(tuner, settings)
             finally:
                 signals.tune_running = False
             result = finish(run, results, dashboard, time.perf_counter() - started, interruption)
@@ -142,7 +159,9 @@ def _with_ray(
             result = stopped(run, dashboard, time.perf_counter() - started, interruption)
         finally:
             signals.done = True  # recorded (or not started): a late signal changes nothing
-            ray.shutdown()  # a joined cluster (--address) runs on: only this driver leaves
+            stopping = "leaving the Ray cluster" if settings.address else "stopping the local Ray"
+            with write.phase(stopping, "ray stop" if not settings.address else "ray leave"):
+                ray.shutdown()  # a joined cluster (--address) runs on: only this driver leaves
     return result
 
 

@@ -14,8 +14,12 @@ the trials started, after those a resumed search's earlier drivers ended) and id
 epoch's line comes once Tune holds that epoch's checkpoint (``on_trial_save``), so a
 search stopped after ``epoch N/`` is shown resumes after epoch N. The
 status line comes after every trial that ends and, while trials run, every
-``STATUS_EVERY_S`` (with each running trial's epoch and, from the trials' signals actor
-``trainables.tune.TrialSignals``, the share of it done). "Best" is the search's selection
+``STATUS_EVERY_S``, and whenever the search was silent for ``QUIET_S`` (with each running
+trial's epoch and, from the trials' signals actor ``trainables.tune.TrialSignals``, the
+share of it done). Until the first trial starts, the search is starting the trials'
+workers, a phase of the search's voice (``gridsearch._voice``), which says so and how long
+it took the last time. Every line goes through that voice, which stamps it with the time
+since the command began. "Best" is the search's selection
 metric: the best dev value over a trial's epochs so far. The estimate assumes every trial
 left trains all its epochs at the pace of this run so far (a scheduler stopping trials
 early makes it shorter).
@@ -51,12 +55,18 @@ from ray.tune.result import SHOULD_CHECKPOINT
 
 from gridsearch._groups import Member, members_of
 from gridsearch._space import SearchSpace
+from gridsearch._voice import QUIET_S, Voice, clock_text, voice_of
 from gridsearch.summary import key_value
 from trainables import names
 from trainables.config import TrainConfig
 from trainables.tune import member_metrics
 
 __all__ = ["STATUS_EVERY_S", "ProgressPrinter", "quiet_libraries", "shown_keys"]
+
+STARTING = (
+    "starting the trials' workers (Ray processes that each import PyTorch and take the data"
+    "; {time})"
+)
 
 STATUS_EVERY_S = 30.0  # a status line at least this often while trials run
 ASK_WAIT_S = 0.05  # the longest a line waits for the trials' within-epoch progress
@@ -81,7 +91,8 @@ class ProgressPrinter(Callback):
     runs; ``epochs``: each trial's; ``metric``: the selection metric(s) (one, or a list for
     two objectives); ``signals``: the trials' ``TrialSignals`` actor, which holds their
     within-epoch progress (None: none shown), asked for at most ``ask_wait_s`` a line;
-    ``clock``: seconds (monotonic)."""
+    ``clock``: seconds (monotonic). ``write`` is the search's ``Voice`` (a plain function
+    is given one of its own, stamping from now on ``clock``)."""
 
     def __init__(
         self,
@@ -100,6 +111,7 @@ class ProgressPrinter(Callback):
         self.total = total
         self.epochs = epochs
         self.metrics = [metric] if isinstance(metric, str) else list(metric)
+        self.voice: Voice = voice_of(write, clock=clock, times=False)
         self.write = write
         self.signals = signals
         self.ask_wait_s = ask_wait_s
@@ -116,6 +128,7 @@ class ProgressPrinter(Callback):
         self._told: dict[str, dict[str, float]] = {}  # its last answer
         # trial id -> its epoch line, until Tune holds its checkpoint
         self._unsaved: dict[str, str] = {}
+        self._starting: Any = None  # the voice's phase until the first trial starts
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickled (Tune's ``tuner.pkl`` keeps the callbacks) without the signals actor,
@@ -123,7 +136,12 @@ class ProgressPrinter(Callback):
         save as code when it lives in ``__main__`` (``python -m gridsearch.run``'s), and a
         ``--resume`` refuses a state file that holds code (``gridsearch._pickles``). A
         resumed search passes its own callbacks (``_extend.use_callbacks``)."""
-        return {**self.__dict__, "signals": None, "_asked": None, "write": _silent}
+        state = {**self.__dict__, "signals": None, "_asked": None, "write": _silent}
+        return {**state, "voice": None, "_starting": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.voice = Voice(_silent, clock=self.clock)
 
     # -- Tune's callback API --------------------------------------------------
 
@@ -138,10 +156,15 @@ class ProgressPrinter(Callback):
         note = getattr(self.space, "note", "")
         if note:
             self._print(note)
+        self._starting = self.voice.begin("starting the trials' workers", "trial workers",
+                                          say=STARTING)  # fmt: skip
 
     def on_trial_start(
         self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
     ) -> None:
+        if self._starting is not None:  # the first trial started: its workers did
+            self.voice.end(self._starting)
+            self._starting = None
         for known in trials:  # a resumed search's trials that earlier drivers ended first
             if known.status in ENDED:
                 self._number(known)
@@ -215,7 +238,8 @@ class ProgressPrinter(Callback):
         if self.units_at_start is None and trials:
             self.units_at_start = self._units(trials, self._in_epoch())
         running = any(t.status == Trial.RUNNING for t in trials)
-        if running and self.clock() - self.last_status >= STATUS_EVERY_S:
+        due = self.clock() - self.last_status >= STATUS_EVERY_S
+        if running and (due or self.voice.silent_for() >= QUIET_S):
             self._status(trials, detail=True)
 
     # -- the lines --------------------------------------------------------------
@@ -244,9 +268,9 @@ class ProgressPrinter(Callback):
         if detail and running:
             counts += " (" + ", ".join(self._running(t, in_epoch) for t in running) + ")"
         parts = [counts, *self._best(trials)]
-        elapsed = self.clock() - self.started
+        elapsed = self.clock() - self.started  # the estimate's: since the trials began
         estimate = self._estimate(trials, in_epoch, elapsed) if done < self.total else "done"
-        parts.append(f"{_clock(elapsed)} elapsed, {estimate}")
+        parts.append(f"{clock_text(self.voice.elapsed())} elapsed, {estimate}")
         return " | ".join(parts)
 
     def _status(self, trials: Sequence[Trial], detail: bool = False) -> None:
@@ -254,7 +278,7 @@ class ProgressPrinter(Callback):
         self._print(self.status_line(trials, detail))
 
     def _print(self, text: str) -> None:
-        self.write(f"[{_clock(self.clock() - self.started):>7}] {text}")
+        self.voice(text)
 
     def _number(self, trial: Trial) -> str:
         """``3/8``; a fused trial's, the numbers of its members: ``3-4/8``."""
@@ -395,7 +419,7 @@ class ProgressPrinter(Callback):
         since = units - self.units_at_start if self.units_at_start is not None else 0.0
         if since <= 0 or elapsed <= 0:
             return "an estimate after the first epoch"
-        return f"about {_clock(left * elapsed / since)} left"
+        return f"about {clock_text(left * elapsed / since)} left"
 
     def _in_epoch(self) -> dict[str, dict[str, float]]:
         """The running trials' within-epoch progress, as they told their signals actor
@@ -494,11 +518,3 @@ def _number(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return None if math.isnan(number) else number
-
-
-def _clock(seconds: float) -> str:
-    """``m:ss``, or ``h:mm:ss`` from an hour on."""
-    seconds = max(round(seconds), 0)
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"

@@ -15,6 +15,7 @@ only one of the package that prints.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import signal
@@ -35,6 +36,7 @@ os.environ.setdefault("TUNE_WARN_THRESHOLD_S", "10")
 # MLflow sets its logger to INFO when imported; its database set-up lines are not ours.
 os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
 
+from gridsearch._voice import PhaseTimes, Voice, process_age
 from gridsearch.settings import NothingToRun, SearchError, SearchSettings, parse_args
 
 if TYPE_CHECKING:  # the driver imports Ray: only when a search runs
@@ -53,18 +55,21 @@ def _silent(line: str) -> None:
     """``--quiet``: no progress lines."""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, started: float | None = None) -> int:
+    """The command (``argv``: its words, else ``sys.argv``'s); its exit status.
+    ``started``: when it began (``time.monotonic``), for its stamps and its "finished in"
+    line; default now."""
+    started = time.monotonic() if started is None else started
     if threading.current_thread() is not threading.main_thread():  # no signals there
-        return _main(argv)
+        return _main(argv, started)
     previous = signal.signal(signal.SIGTERM, _terminated)  # until the driver's own handler
     try:
-        return _main(argv)
+        return _main(argv, started)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    started = time.monotonic()  # "finished in": the wall time, imports and the end included
+def _main(argv: Sequence[str] | None, started: float) -> int:
     try:
         args = parse_args(argv)
     except SystemExit as stop:  # --help, or a bad command line (its error: line is printed)
@@ -87,9 +92,13 @@ def _main(argv: Sequence[str] | None) -> int:
         from gridsearch.spaces import load_space
 
         space = load_space(settings)  # a bad space file fails here, before Ray is imported
-        from gridsearch.driver import run_search
-
-        result = run_search(settings, write=_silent if quiet else say, space=space)
+        voice = Voice(_silent if quiet else say, started=started, times=PhaseTimes())
+        with voice:  # heard from while the libraries load, then while the search runs
+            with voice.phase("loading the search's libraries", "libraries",
+                             say="loading the search's libraries (PyTorch, Ray, MLflow, "
+                             "Optuna; {time})"):  # fmt: skip
+                from gridsearch.driver import run_search
+            result = run_search(settings, write=voice, space=space)
     except SearchError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -99,7 +108,7 @@ def _main(argv: Sequence[str] | None) -> int:
     except KeyboardInterrupt:
         print(_before_it_ran(settings), file=sys.stderr)
         return 130
-    return _report(result, quiet, time.monotonic() - started)
+    return _report(result, quiet, started)
 
 
 def _terminated(signum: int, frame: FrameType | None) -> None:
@@ -118,26 +127,27 @@ def _before_it_ran(settings: SearchSettings | None) -> str:
     return "interrupted before the search ran: nothing was recorded; run the same command again"
 
 
-def _report(result: SearchResult, quiet: bool, wall_s: float) -> int:
+def _report(result: SearchResult, quiet: bool, started: float) -> int:
     """Print what the search found and how to go on; the exit status: 0 finished (or at
     its time budget), 130 interrupted (Ctrl+C, SIGTERM), 2 stopped by a full disk. With
     ``quiet`` (for scripts): the summary, and on stderr how it stopped and how to go on.
-    ``wall_s``: the command's time so far (``result.elapsed_s``, the search's, leaves out
-    the imports, registering the models and closing the records)."""
+    A search that finished says last how long the command took, from ``started`` to this
+    line (the process ends right after it: ``_command``)."""
     settings = result.settings
     say(result.summary if quiet else "\n" + result.summary)
     left = bool(result.unfinished or result.interrupted)  # an interrupted one is never done
     if quiet:
         if left:
-            print(_stopped(result, wall_s).strip(), file=sys.stderr)
+            print(_stopped(result, time.monotonic() - started).strip(), file=sys.stderr)
             if result.resumable:
                 print(f"continue it:  {settings.resume_command}", file=sys.stderr)
         return _status(result)
     if left:
-        say(_stopped(result, wall_s))
-    else:
-        say(f"\nfinished in {wall_s:.0f} s ({wall_s / 60:.1f} min)")
+        say(_stopped(result, time.monotonic() - started))
     _closing(result, left)
+    if not left:
+        wall_s = time.monotonic() - started
+        say(f"\nfinished in {wall_s:.0f} s ({wall_s / 60:.1f} min)")
     return _status(result)
 
 
@@ -198,5 +208,18 @@ def _status(result: SearchResult) -> int:
     return 130
 
 
+def _command() -> None:
+    """``python -m gridsearch.run``: ``main`` timed from the process's start, then the
+    process ends at once. What Python's own exit would do after the last line (the exit
+    handlers aside, run here) is tearing down the libraries' modules: seconds that the
+    "finished in" line, then no longer the last thing to happen, would leave out."""
+    age = process_age()
+    code = main(started=None if age is None else time.monotonic() - age)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    _command()

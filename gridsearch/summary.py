@@ -17,6 +17,7 @@ from trainables import names
 
 __all__ = [
     "BASELINE_LABELS",
+    "OUTCOME_WORDS",
     "TrialOutcome",
     "baseline_lines",
     "best_trial",
@@ -67,6 +68,16 @@ def best_trial(outcomes: Sequence[TrialOutcome], metric: str) -> TrialOutcome | 
     return max(scored, key=lambda o: float(o.metrics[metric]), default=None)
 
 
+# how the summary says each outcome (gridsearch._outcome: the tags' values)
+OUTCOME_WORDS = {
+    "finished": "finished",
+    "stopped_early": "stopped early",
+    "failed": "failed",
+    "search_ended": "unfinished",
+    "abandoned": "abandoned",
+}
+
+
 def format_summary(
     outcomes: Sequence[TrialOutcome],
     objective: str,
@@ -79,7 +90,8 @@ def format_summary(
     for outcome in outcomes:
         counts[outcome.status] = counts.get(outcome.status, 0) + 1
     trials = f"{len(outcomes)} trial{'' if len(outcomes) == 1 else 's'}"
-    lines = [f"{trials}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
+    said = (f"{n} {OUTCOME_WORDS.get(s, s)}" for s, n in sorted(counts.items()))
+    lines = [f"{trials}: " + ", ".join(said)]
     for label, metric in (("retrieval", names.BEST_RETRIEVAL), ("semantic", names.BEST_SEMANTIC)):
         best = best_trial(outcomes, metric)
         if best is not None:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from trainables._packed_rnn import LOOPS, packed_bidirectional
     from trainables._packed_rnn import variant as packed_rnn_variant
+    from trainables._packed_rnn_cpp import build_seconds as cpp_loop_build_seconds
     from trainables._packed_rnn_cpp import prebuild as prebuild_cpp_loop
     from trainables.fused import (
         MEMBER_FIELDS,
@@ -31,6 +32,7 @@ _HOME_OF = {
     "packed_bidirectional": "trainables._packed_rnn",
     "packed_rnn_variant": "trainables._packed_rnn",
     "prebuild_cpp_loop": "trainables._packed_rnn_cpp",
+    "cpp_loop_build_seconds": "trainables._packed_rnn_cpp",
     **{
         name: "trainables.fused"
         for name in (
@@ -44,7 +46,11 @@ _HOME_OF = {
     },
 }
 
-_ATTRIBUTE = {"packed_rnn_variant": "variant", "prebuild_cpp_loop": "prebuild"}  # in its module
+_ATTRIBUTE = {  # in its module
+    "packed_rnn_variant": "variant",
+    "prebuild_cpp_loop": "prebuild",
+    "cpp_loop_build_seconds": "build_seconds",
+}
 
 __all__ = [
     "LOOPS",
@@ -53,6 +59,7 @@ __all__ = [
     "FusedEncoder",
     "FusedTrainer",
     "check_fusable",
+    "cpp_loop_build_seconds",
     "fuse",
     "packed_bidirectional",
     "packed_rnn_variant",

@@ -41,7 +41,7 @@ from filelock import FileLock, Timeout
 
 from storage import write_text_atomic
 
-__all__ = ["Extension", "build", "folder", "key_parts", "load", "root"]
+__all__ = ["Extension", "build", "folder", "key_parts", "last_build_seconds", "load", "root"]
 
 MANIFEST = "key.json"  # written last: the build is complete and names its module
 LOG = "builds.log"  # a line per build: who built it, where, how long it took
@@ -186,6 +186,21 @@ def build(extension: Extension, write: Write, what: str) -> ModuleType:
         lock.release()
 
 
+def last_build_seconds(extension: Extension) -> float | None:
+    """How long the latest build of ``extension`` in ``root()`` took (any key: another
+    source or torch, on this machine or one sharing the cache), as its manifest recorded;
+    None where none was built."""
+    latest: tuple[str, float] | None = None
+    for manifest in root().glob(f"{extension.prefix}_*/{MANIFEST}"):
+        try:
+            found = json.loads(manifest.read_text())
+            built = (str(found["built_at"]), float(found["seconds"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        latest = max(latest or built, built)
+    return None if latest is None else latest[1]
+
+
 def _read(path: Path) -> str:
     try:
         return path.read_text().strip()
@@ -202,9 +217,15 @@ def _compile(extension: Extension, where: Path, write: Write, what: str) -> Modu
     host, pid = socket.gethostname(), os.getpid()
     since = time.strftime("%Y-%m-%d %H:%M:%S")
     write_text_atomic(where / _BUILDER, f"pid {pid} on {host} (since {since})\n")
+    earlier = last_build_seconds(extension)
+    took = (
+        "not built on this machine before"
+        if earlier is None
+        else f"about {earlier:.0f} s, as the latest build here took"
+    )
     write(
         f"building {what} for this machine into {where} (once per source, torch, Python, "
-        "compiler and CPU; about 15 s of CPU)"
+        f"compiler and CPU; {took})"
     )
     started = time.monotonic()
     work = where / f"build-{host}-{pid}"

@@ -26,7 +26,7 @@ from types import ModuleType
 from storage.cli import error_line
 from trainables import _compiled
 
-__all__ = ["SOURCE", "extension", "prebuild", "use"]
+__all__ = ["SOURCE", "build_seconds", "extension", "prebuild", "use"]
 
 SOURCE = Path(__file__).with_name("_packed_rnn.cpp")
 # -ffast-math: glibc's vector exp and tanh (libmvec) in the gate loops; compile flags
@@ -74,6 +74,11 @@ def extension() -> ModuleType | None:
         )
     _built.append(module)
     return module
+
+
+def build_seconds() -> float | None:
+    """How long the latest build of the loops in this cache took (None: never built)."""
+    return _compiled.last_build_seconds(_extension())
 
 
 def _silent(line: str) -> None:

@@ -37,6 +37,7 @@ from gridsearch._scheduler import make_scheduler
 from gridsearch.progress import ProgressPrinter
 from gridsearch.run import main
 from gridsearch.spaces import SPACES
+from gridsearch.summary import OUTCOME_WORDS
 from tests.gridsearch.test_drivers import Driver
 from tests.gridsearch.test_interrupted import stopped_by
 from tests.gridsearch.test_run import check_runs
@@ -179,10 +180,12 @@ def _replayed_stops(
 
 
 def _summary_counts(out: str) -> Counter[str]:
-    """The summary's ``N trials: 2 finished, 1 stopped_early`` line, as counts."""
+    """The summary's ``N trials: 2 finished, 1 stopped early`` line, as counts of the
+    outcomes (``finished``, ``stopped_early``) its words say."""
     (line,) = [line for line in out.splitlines() if re.match(r"\d+ trials?: ", line)]
+    outcome = {words: tag for tag, words in OUTCOME_WORDS.items()}
     parts = line.split(": ", 1)[1].split(", ")
-    return Counter({part.split(" ", 1)[1]: int(part.split(" ", 1)[0]) for part in parts})
+    return Counter({outcome[part.split(" ", 1)[1]]: int(part.split(" ", 1)[0]) for part in parts})
 
 
 def _last_status(out: str) -> str:

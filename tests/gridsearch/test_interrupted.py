@@ -1,5 +1,5 @@
 """A search stopped by a signal says so everywhere: exit status 130, the summary's
-"search_ended" trials and "the search stopped (SIGNAL)" line, the resume command, the
+"unfinished" trials and "the search stopped (SIGNAL)" line, the resume command, the
 MLflow parent run KILLED with outcome "interrupted", no run left RUNNING, and trials
 that ran out "finished" (never "stopped_early": FIFO stops no trial). Every signal at
 several phases of a real search (the CLI in a subprocess, a real local Ray, a real
@@ -23,6 +23,7 @@ import optuna
 import pytest
 
 from gridsearch.run import main
+from gridsearch.summary import OUTCOME_WORDS
 from tests.gridsearch.test_drivers import Driver
 from tests.gridsearch.test_run import check_runs
 
@@ -61,7 +62,8 @@ def stopped_by(
     assert "Tuner.restore" not in out and "resume=True" not in out  # not Tune's advice
     lines = out.splitlines()
     counts = [line for line in lines if re.match(r"\d+ trials?: ", line)]
-    assert len(counts) == 1 and "stopped_early" not in counts[0], out
+    assert len(counts) == 1 and "stopped early" not in counts[0], out
+    assert "search_ended" not in counts[0] and "unfinished" in counts[0], out  # its words
     stopped = [line for line in lines if line.startswith(f"the search stopped ({signals[0]})")]
     assert len(stopped) == 1 and "not finished" in stopped[0], out
     resume = " ".join(
@@ -125,9 +127,11 @@ def test_a_signal_is_an_interruption_everywhere(
 
 
 def _summary_counts(line: str) -> dict[str, int]:
-    """``2 trials: 1 finished, 1 search_ended`` -> {"finished": 1, "search_ended": 1}."""
+    """``2 trials: 1 finished, 1 unfinished`` -> {"finished": 1, "search_ended": 1} (the
+    outcomes, from the words the summary says them in)."""
+    outcome = {words: tag for tag, words in OUTCOME_WORDS.items()}
     parts = line.split(": ", 1)[1].split(", ")
-    return {part.split(" ", 1)[1]: int(part.split(" ", 1)[0]) for part in parts}
+    return {outcome[part.split(" ", 1)[1]]: int(part.split(" ", 1)[0]) for part in parts}
 
 
 def test_an_interrupted_end_closes_everything_as_interrupted(tmp_path: Path) -> None:
