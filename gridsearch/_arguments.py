@@ -268,7 +268,7 @@ def _where_results_go(p: argparse.ArgumentParser) -> None:
         metavar="NAME",
         default=None,
         help="names the Tune and MLflow experiments and the Optuna study "
-        "(default: SPACE-YYYYmmdd-HHMMSS)",
+        "(default: SPACE-YYYYmmdd-HHMMSS-XXXXXX, X a random hex digit)",
     )
     out.add_argument(
         "--resume",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -70,6 +71,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     args.given = given_flags(argv)
     return args
+
+
+def default_experiment(space: str) -> str:
+    """A new search's name when ``--experiment`` gives none: the space, when it started
+    and 6 random hex digits, so that two searches started in the same second (a script
+    launching several) are two experiments (one in 16.8 million pairs would not be)."""
+    return f"{space}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
 
 
 @dataclass(frozen=True)
@@ -156,7 +164,7 @@ class SearchSettings:
         check_args(args)
         layout = RunsLayout.at(args.runs_dir)
         space_name = args.space or args.space_file.stem
-        experiment = args.experiment or f"{space_name}-{time.strftime('%Y%m%d-%H%M%S')}"
+        experiment = args.experiment or default_experiment(space_name)
         storage_path = args.storage_path or str(layout.tune)
         return cls(
             space=args.space,

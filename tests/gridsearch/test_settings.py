@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -15,12 +16,21 @@ from gridsearch._layout import RunsLayout
 from gridsearch.settings import SearchError, SearchSettings
 
 
+def test_searches_started_in_the_same_second_get_different_default_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = ["--space", "margin_sweep", "--runs-dir", str(tmp_path)]
+    monkeypatch.setattr(time, "strftime", lambda fmt, *when: "20261127-233845")  # one second
+    first, second = (SearchSettings.from_argv(argv).experiment for _ in range(2))
+    assert first.startswith("margin_sweep-20261127-233845-") and first != second
+
+
 def test_defaults_from_a_short_command_line(tmp_path: Path) -> None:
     s = SearchSettings.from_argv(["--space", "margin_sweep", "--runs-dir", str(tmp_path)])
     assert (s.space, s.space_file, s.objective, s.scheduler) == (
         "margin_sweep", None, "retrieval", "auto",
     )  # fmt: skip
-    assert s.experiment.startswith("margin_sweep-")
+    assert re.fullmatch(r"margin_sweep-\d{8}-\d{6}-[0-9a-f]{6}", s.experiment), s.experiment
     assert s.layout == RunsLayout(tmp_path.resolve())
     assert s.storage_path == str(tmp_path.resolve() / "tune")
     assert s.tracking_uri == f"sqlite:///{tmp_path.resolve() / 'mlflow.db'}"
