@@ -1,13 +1,22 @@
-"""MkDocs hooks (``hooks:`` in mkdocs.yml): what the code already states is generated
-from it when the site is built, never copied into a page by hand.
+"""What the pages state that the code states already is generated from the code, into
+the Markdown files themselves (so that a page reads the same on GitHub as on the site),
+never copied by hand. ``python docs/hooks.py`` writes it; ``python docs/hooks.py
+--check`` lists the pages whose generated parts are stale (exit 1), as
+tests/test_docs_site.py does, and a stale page stops the site's build.
 
-- ``<!-- generated: options MODULE [SUBCOMMAND] -->`` in a page becomes that command's
-  options, read from its own argument parser: the command's real ``main(argv)`` is asked
-  for ``--help`` and the parser that would print it is rendered instead;
-- ``<!-- generated: spaces -->``: the named search spaces (``gridsearch.spaces.SPACES``);
-- ``<!-- generated: metric-names -->``: the metric names (``trainables.names``), each with
-  its meaning from ``MEANINGS`` below; a name the code has and this table lacks, or the
-  reverse, stops the build;
+A generated part sits between ``<!-- generated: WHAT [ARGS] -->`` and ``<!-- end of
+generated -->``:
+
+- ``options MODULE [SUBCOMMAND]``: that command's options, read from its own argument
+  parser: the command's real ``main(argv)`` is asked for ``--help`` and the parser that
+  would print it is rendered instead;
+- ``spaces``: the named search spaces (``gridsearch.spaces.SPACES``);
+- ``metric-names``: the metric names (``trainables.names``), each with its meaning from
+  ``MEANINGS`` below; a name the code has and this table lacks, or the reverse, is an
+  error.
+
+And, as the site's MkDocs hooks (``hooks:`` in mkdocs.yml), pages of the site only:
+
 - ``api/<package>.md``: each package's face and public modules, rendered by mkdocstrings
   from their docstrings (the modules are found on disk, so a new one is listed without
   editing anything);
@@ -32,7 +41,14 @@ from mkdocs.structure.pages import Page
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("storage", "trainables", "gridsearch", "analysis")
-PLACEHOLDER = re.compile(r"<!-- generated: (?P<what>[\w-]+)(?P<args>(?: [\w.-]+)*) -->")
+END = "<!-- end of generated -->"
+# a generated part: its opening marker, then (once generated) its text and END
+PLACEHOLDER = re.compile(
+    r"<!-- generated: (?P<what>[\w-]+)(?P<args>(?: [\w.-]+)*) -->"
+    rf"(?P<body>\n(?:(?!<!-- generated: ).)*?{re.escape(END)})?",
+    re.DOTALL,
+)
+REGENERATE = "python docs/hooks.py"
 
 
 # -- the commands' options, from their parsers ------------------------------------------
@@ -65,6 +81,24 @@ def command_parser(module: str, argv: list[str]) -> argparse.ArgumentParser:
     raise RuntimeError(f"python -m {module} {' '.join(argv)} --help printed no parser's help")
 
 
+def _invocation(action: argparse.Action) -> str:
+    """``--name METAVAR`` as ``--help`` shows an option (written out here, as argparse's
+    own formatting differs between Python versions)."""
+    names = ", ".join(action.option_strings)
+    if not action.option_strings or action.nargs == 0:
+        return names or str(action.metavar or action.dest)
+    if action.metavar is not None:
+        metavar = action.metavar if isinstance(action.metavar, str) else " ".join(action.metavar)
+    elif action.choices is not None:
+        metavar = "{" + ",".join(str(choice) for choice in action.choices) + "}"
+    else:
+        metavar = action.dest.upper()
+    shown = {"?": f"[{metavar}]", "*": f"[{metavar} ...]", "+": f"{metavar} [{metavar} ...]"}
+    if isinstance(action.nargs, int):
+        return f"{names} {' '.join([metavar] * action.nargs)}"
+    return f"{names} {shown.get(str(action.nargs), metavar)}"
+
+
 def _text(text: str) -> str:
     """Help text as HTML: escaped, white space folded, `backquoted` words as code."""
     escaped = html.escape(" ".join(text.split()), quote=False)
@@ -84,7 +118,7 @@ def options_html(module: str, argv: list[str]) -> str:
             continue
         rows.append(f'<tr><th colspan="2">{html.escape(group.title or "")}</th></tr>')
         for action in actions:
-            invocation = html.escape(formatter._format_action_invocation(action))
+            invocation = html.escape(_invocation(action))
             help_text = _text(formatter._expand_help(action)) if action.help else ""
             rows.append(f"<tr><td><code>{invocation}</code></td><td>{help_text}</td></tr>")
     parts = [f"<p><code>{html.escape(parser.prog)}</code>: {_text(parser.description or '')}</p>"]
@@ -249,15 +283,75 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
     return files
 
 
-def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
-    def generate(match: re.Match[str]) -> str:
-        what, args = match["what"], match["args"].split()
-        if what == "options":
-            return options_html(args[0], args[1:])
-        if what == "spaces":
-            return spaces_html()
-        if what == "metric-names":
-            return metric_names_html()
-        raise ValueError(f"{page.file.src_path}: unknown placeholder {match[0]!r}")
+def generated(what: str, args: list[str]) -> str:
+    """The text of the generated part ``<!-- generated: WHAT ARGS -->``."""
+    if what == "options":
+        return options_html(args[0], args[1:])
+    if what == "spaces":
+        return spaces_html()
+    if what == "metric-names":
+        return metric_names_html()
+    raise ValueError(f"unknown generated part {what!r}")
 
-    return PLACEHOLDER.sub(generate, markdown)
+
+def regenerate(text: str, where: str = "a page") -> str:
+    """``text`` (a page) with every generated part written anew."""
+
+    def part(match: re.Match[str]) -> str:
+        what, args = match["what"], match["args"].split()
+        try:
+            body = generated(what, args)
+        except ValueError as err:
+            raise ValueError(f"{where}: {err}") from None
+        opening = match[0][: len(match[0]) - len(match["body"] or "")]
+        return f"{opening}\n\n{body}\n\n{END}"
+
+    return PLACEHOLDER.sub(part, text)
+
+
+def pages() -> list[Path]:
+    return sorted((REPO / "docs").glob("*.md"))
+
+
+def stale_pages() -> list[Path]:
+    """The pages whose generated parts are not what the code states now."""
+    return [p for p in pages() if regenerate(_read(p), p.name) != _read(p)]
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    """A page whose generated parts are stale stops the build (the site shows what the
+    files hold, as GitHub does)."""
+    if PLACEHOLDER.search(markdown) and regenerate(markdown, page.file.src_path) != markdown:
+        raise ValueError(
+            f"docs/{page.file.src_path}: its generated parts are stale: run `{REGENERATE}`"
+        )
+    return markdown
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python docs/hooks.py``: write every page's generated parts; ``--check``: list
+    the stale pages and exit 1 if there are any, writing nothing."""
+    parser = argparse.ArgumentParser(
+        prog=REGENERATE, description="Write the docs pages' generated parts from the code."
+    )
+    parser.add_argument("--check", action="store_true", help="list stale pages, write nothing")
+    args = parser.parse_args(argv)
+    stale = stale_pages()
+    for page in stale:
+        if args.check:
+            print(f"stale: {page.relative_to(REPO)}")
+        else:
+            page.write_text(regenerate(_read(page), page.name), encoding="utf-8")
+            print(f"written: {page.relative_to(REPO)}")
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(REPO))  # the packages, from a checkout run as a script
+    sys.exit(main())

@@ -1,7 +1,8 @@
 """The documentation site builds with warnings as errors (a broken link or anchor, a page
 missing from the navigation, an API name mkdocstrings cannot resolve all fail it), and
-what it generates from the code is there: every command's options from its own parser,
-the named spaces, the metric names, an API page per package and the history."""
+what it generates from the code is there: an API page per package and the history; and
+the pages' generated parts (every command's options from its own parser, the named
+spaces, the metric names) are in the Markdown files, as the code states them now."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
@@ -93,6 +95,41 @@ def test_every_command_has_its_options_in_the_docs() -> None:
     commands = [" ".join([module, *argv]) for module, argv in _commands()]
     assert "gridsearch.run" in commands and "storage.build karpathy" in commands
     assert sorted(asked) == sorted(commands)
+
+
+def test_the_pages_generated_parts_are_what_the_code_states() -> None:
+    """The options, the spaces and the metric names are written into the Markdown files
+    (GitHub shows them as the site does); a part the code has changed since is stale."""
+    hooks = _hooks()
+    stale = [str(page.relative_to(ROOT)) for page in hooks.stale_pages()]
+    assert stale == [], f"stale generated parts in {stale}: run `{hooks.REGENERATE}`"
+    assert hooks.main(["--check"]) == 0
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda text: text.replace("<code>margin_sweep</code>", "<code>margin_swept</code>"),
+        lambda text: text.replace("<!-- end of generated -->", "", 1).replace(
+            "<table>", "<table>\n<tr><td>left over</td></tr>", 1
+        ),  # a part begun but never generated (no end marker), after a stray row
+        lambda text: re.sub(
+            r"(<!-- generated: spaces -->).*?(<!-- end of generated -->)",
+            r"\1\n\2",
+            text,
+            flags=re.DOTALL,
+        ),
+    ],
+    ids=["hand-edited", "never-generated", "emptied"],
+)
+def test_a_stale_generated_part_is_written_anew(edit: Callable[[str], str]) -> None:
+    hooks = _hooks()
+    page = (ROOT / "docs" / "search.md").read_text(encoding="utf-8")
+    stale = edit(page)
+    assert stale != page and hooks.regenerate(stale) != stale
+    if "left over" not in stale:
+        assert hooks.regenerate(stale) == page
+    assert hooks.regenerate(page) == page
 
 
 def test_a_metric_name_without_a_meaning_stops_the_build(monkeypatch: pytest.MonkeyPatch) -> None:
