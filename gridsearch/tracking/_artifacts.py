@@ -10,12 +10,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gridsearch.tracking._curves import draw_tradeoff, tradeoff_curve
+import numpy as np
+
+from gridsearch.tracking._curves import draw_tradeoff, tradeoff_curve, trajectory_figure
 from trainables import names
 from trainables.checkpoint import ENSEMBLE_FILE, TRAINER_FILE, EnsembleWeights, load_training_state
 from trainables.config import TrainConfig
 
-__all__ = ["CURVE_KEYS", "curve_history", "write_trial_artifacts"]
+__all__ = ["CURVE_KEYS", "curve_history", "trajectory_image", "write_trial_artifacts"]
 
 CURVE_KEYS = (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC)
 
@@ -26,6 +28,21 @@ def curve_history(client: Any, run_id: str) -> dict[str, list[tuple[int, float]]
         key: [(m.step, m.value) for m in client.get_metric_history(run_id, key)]
         for key in CURVE_KEYS
     }
+
+
+def trajectory_image(
+    history: Mapping[str, Sequence[tuple[int, float]]], colour: str
+) -> np.ndarray | None:
+    """The trial's ``_curves.trajectory_figure`` as an RGB array (what
+    ``MlflowClient.log_image`` takes), or None when it has nothing to draw."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    figure = trajectory_figure(tradeoff_curve(history, *CURVE_KEYS), colour)
+    if figure is None:
+        return None
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[..., :3].copy()
 
 
 def write_trial_artifacts(

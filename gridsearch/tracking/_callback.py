@@ -192,7 +192,12 @@ class TrialTracker(Callback):
 
     def _save_charts_view(self, experiment_id: str) -> None:
         order_by = objective_metrics(self.runs.tags.get("objective", "retrieval"))[0]
-        view = charts_view(*CURVE_KEYS, order_by, int(time.time() * 1000))
+        params = self._client.get_run(self.runs.parent_run_id).data.params
+        try:  # room in the view for as many trials as the search runs
+            trials = int(params.get("num_samples", "4"))
+        except ValueError:
+            trials = 4
+        view = charts_view(*CURVE_KEYS, order_by, int(time.time() * 1000), trials=trials)
         self._client.set_experiment_tag(experiment_id, VIEW_TAG_PREFIX + CHARTS_VIEW, view)
 
     def _link(self, trial_id: str, config: Mapping[str, Any]) -> None:

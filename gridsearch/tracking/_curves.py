@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gridsearch.tracking._tags import ROLE_TAG, ROLE_TRIAL
+from gridsearch.tracking._tags import ROLE_TAG, ROLE_TRIAL, TRADEOFF_IMAGE
 
 __all__ = [
     "EPOCH_ZERO_AT",
@@ -39,9 +39,11 @@ __all__ = [
     "mark_untrained",
     "tradeoff_curve",
     "tradeoff_figure",
+    "trajectory_figure",
 ]
 
-CHARTS_SECTION = "Trade-off (dev, per epoch)"
+CHARTS_SECTION = "Trade-off (dev), epoch by epoch"
+EPOCHS_SECTION = "dev R@10 mean and dev semantic per epoch"
 EPOCH_ZERO_AT = 0.5  # log(0) does not exist: on a log axis epoch 0 is drawn here, labelled "0"
 TITLE_WIDTH = 60  # characters per line of a trial's figure's title
 LABELLED_UP_TO = 8  # epochs labelled one by one; beyond, the powers of two and the last
@@ -161,6 +163,54 @@ def tradeoff_figure(curve: TradeoffCurve, title: str, scale: CurveScale | None =
     return fig
 
 
+def trajectory_figure(curve: TradeoffCurve, colour: str) -> Any:
+    """One trial's dev semantic score against its dev R@10 mean, epoch by epoch: each
+    trained epoch a point numbered by its epoch, an arrow from each to the next (which way
+    the trial went, epoch 1 on), the last epoch filled; on axes spanning the trained
+    epochs, epoch 0 (the untrained model) named under them when it falls off. ``colour``:
+    the trial's, as MLflow draws its run, which names it beside the image. Drawn large
+    (MLflow shows a copy of at most 256 pixels). A matplotlib ``Figure``, or None when the
+    trial has no trained epoch with both values."""
+    from matplotlib.figure import Figure
+
+    points = [
+        (e, r, s)
+        for e, r, s in zip(curve.epochs, curve.retrieval, curve.semantic, strict=True)
+        if e > 0 and not (math.isnan(r) or math.isnan(s))
+    ]
+    if not points:
+        return None
+    scale = curve_scale([curve])
+    fig = Figure(figsize=(4.8, 3.9), dpi=100)
+    ax = fig.subplots()
+    x = [scale.retrieval.clip(r) for _, r, _ in points]
+    y = [scale.semantic.clip(s) for _, _, s in points]
+    ax.plot(x, y, "o", color=colour, markerfacecolor="white", markersize=9, zorder=3)
+    ax.plot(x[-1:], y[-1:], "o", color=colour, markersize=9, zorder=4)
+    for start, end in zip(zip(x, y, strict=True), zip(x[1:], y[1:], strict=True), strict=False):
+        arrow = {"arrowstyle": "-|>,head_length=0.6,head_width=0.35", "color": colour,
+                 "shrinkA": 7, "shrinkB": 7, "linewidth": 2}  # fmt: skip
+        ax.annotate("", xy=end, xytext=start, zorder=2, arrowprops=arrow)
+    for (epoch, _, _), xi, yi in zip(points, x, y, strict=True):
+        ax.annotate(str(epoch), (xi, yi), xytext=(6, 5), textcoords="offset points",
+                    fontsize=16, fontweight="bold", color="0.1", zorder=5)  # fmt: skip
+    ax.set_xlim(scale.retrieval.low, scale.retrieval.high)
+    ax.set_ylim(scale.semantic.low, scale.semantic.high)
+    ax.tick_params(labelsize=12)
+    label = "dev R@10 mean (%)"
+    untrained = [
+        (r, s) for e, r, s in zip(curve.epochs, curve.retrieval, curve.semantic, strict=True)
+        if e == 0
+    ]  # fmt: skip
+    if untrained and (scale.retrieval.untrained or scale.semantic.untrained):
+        label += f"\nepoch 0 off the axes: {untrained[0][0]:.3g}, {untrained[0][1]:.3g}"
+    ax.set_xlabel(label, fontsize=13)
+    ax.set_ylabel("dev semantic (r)", fontsize=13)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 def epoch_axis(ax: Any, scale: CurveScale) -> None:
     """A log epoch axis, epoch 0 at ``EPOCH_ZERO_AT``, every epoch ticked."""
     ax.set_xscale("log")
@@ -192,6 +242,7 @@ def mark_untrained(ax: Any, axis: AxisRange, colour: Any, *, left_side: bool = T
 
 TRIALS_ONLY = f"tags.`{ROLE_TAG}` = '{ROLE_TRIAL}'"  # the trials' runs, not the search's
 CHART_HEIGHT = 520  # pixels: MLflow's default of 360 cut the legend naming the trials
+IMAGE_ROW = 300  # pixels of the image card per row of trials' images (three, 1,600 px wide)
 
 
 def charts_view(
@@ -200,80 +251,91 @@ def charts_view(
     order_by: str,
     now_ms: int,
     scale: CurveScale | None = None,
+    trials: int = 4,
 ) -> str:
     """The value of the experiment tag that saves the search's chart view (``CHARTS_VIEW``):
     the trials only (not the search's own run), each named by what it tried (its run
-    name, in every chart's legend), in a first section of large charts, one per row: the
-    trade-off (each trial a line through its epochs, one point per epoch,
-    ``retrieval_key`` across and ``semantic_key`` up), then each of the two against epoch;
-    with ``scale`` (the trials' ``curve_scale``, once they ran) the axes span the trained
-    epochs, epoch 0 falling off them. The runs are sorted by the metric ``order_by``, best
-    first, which lists them flat (nested under the search's run they are collapsed, and
-    not drawn), every one drawn (the UI draws the first 10 otherwise); MLflow's own
-    sections, one per metric prefix, follow."""
-    section = "tradeoff"
-    common = {"metricSectionId": section, "isGenerated": False, "deleted": False}
-    line = {
-        **common,
-        "type": "LINE",
-        "runsCountToCompare": 100,
-        "lineSmoothness": 0,
-        "scaleType": "linear",
-        "xAxisScaleType": "linear",
-        "yAxisKey": "metric",
-        "yAxisExpressions": [],
-        "ignoreOutliers": False,
-        "useGlobalLineSmoothing": True,
-        "displayPoints": True,
-    }
+    name, in every chart's legend) and drawn in its own colour (``RUN_COLOUR_TAG``). A
+    first section shows the trade-off epoch by epoch: each trial's image of
+    ``semantic_key`` against ``retrieval_key`` (``TRADEOFF_IMAGE``, its epochs numbered
+    and joined by arrows in their order: MLflow's own chart of one metric against another
+    joins a run's points in the order of the metric across, not of the epochs), room for
+    three rows of them; a second, one large chart per row, each of the two against epoch,
+    every trial named in its legend (two rows of it: the charts take the whole width, the
+    list of runs beside them hidden); with ``scale`` (the trials' ``curve_scale``, once
+    they ran) their axes span the trained epochs, epoch 0 falling off them. The runs are
+    sorted by the metric
+    ``order_by``, best first, which lists them flat (nested under the search's run they
+    are collapsed, and not drawn), every one drawn (the UI draws the first 10 otherwise);
+    MLflow's own sections, one per metric prefix, follow."""
+    common = {"isGenerated": False, "deleted": False}
     axes = {}
     if scale is not None:
         axes = {retrieval_key: scale.retrieval, semantic_key: scale.semantic}
-    cards = [
+    image = {
+        **common,
+        "metricSectionId": "tradeoff",
+        "uuid": "tradeoff-epochs",
+        "type": "IMAGE",
+        "displayName": f"{semantic_key} against {retrieval_key}, epoch by epoch (one image "
+        "per trial: the numbers are its epochs, the arrows their order)",
+        "imageKeys": [TRADEOFF_IMAGE],
+        "step": 0,
+        "showRunParams": False,
+    }
+    lines = [
         {
-            **line,
-            "uuid": "tradeoff-curve",
-            "displayName": f"{semantic_key} against {retrieval_key} (one point per epoch)",
-            "metricKey": semantic_key,
-            "selectedMetricKeys": [semantic_key],
-            "xAxisKey": "metric",
-            "selectedXAxisMetricKey": retrieval_key,
+            **common,
+            "metricSectionId": "per-epoch",
+            "type": "LINE",
+            "runsCountToCompare": 100,
+            "lineSmoothness": 0,
+            "scaleType": "linear",
+            "xAxisScaleType": "linear",
+            "yAxisKey": "metric",
+            "yAxisExpressions": [],
+            "ignoreOutliers": False,
+            "useGlobalLineSmoothing": True,
+            "displayPoints": True,
+            "uuid": f"tradeoff-{key.replace('/', '-')}",
+            "displayName": f"{key} per epoch",
+            "metricKey": key,
+            "selectedMetricKeys": [key],
+            "xAxisKey": "step",
+            "selectedXAxisMetricKey": "",
             "useGlobalXaxisKey": False,
-            **_range(axes.get(retrieval_key), axes.get(semantic_key)),
-        },
-        *(
-            {
-                **line,
-                "uuid": f"tradeoff-{key.replace('/', '-')}",
-                "displayName": f"{key} per epoch",
-                "metricKey": key,
-                "selectedMetricKeys": [key],
-                "xAxisKey": "step",
-                "selectedXAxisMetricKey": "",
-                "useGlobalXaxisKey": False,
-                **_range(None, axes.get(key)),
-            }
-            for key in (retrieval_key, semantic_key)
-        ),
+            **_range(None, axes.get(key)),
+        }
+        for key in (retrieval_key, semantic_key)
     ]
+    rows = min(max(math.ceil(trials / 3), 1), 3)  # more scroll inside the card
     state = {
         "searchFilter": TRIALS_ONLY,
         "orderByKey": f"metrics.`{order_by}`",
         "orderByAsc": False,
-        "compareRunCharts": cards,
+        "compareRunCharts": [image, *lines],
         "compareRunSections": [
             {
-                "uuid": section,
+                "uuid": "tradeoff",
                 "name": CHARTS_SECTION,
                 "display": True,
                 "isReordered": True,
                 "columns": 1,
+                "cardHeight": 140 + rows * IMAGE_ROW,
+            },
+            {
+                "uuid": "per-epoch",
+                "name": EPOCHS_SECTION,
+                "display": True,
+                "isReordered": True,
+                "columns": 1,
                 "cardHeight": CHART_HEIGHT,
-            }
+            },
         ],
         "isAccordionReordered": True,
         "runsHiddenMode": "SHOW_ALL",
         "hideEmptyCharts": True,
+        "runListHidden": True,  # the charts the whole width: two rows of legend name more trials
     }
     envelope = {"name": "search charts", "createdAt": now_ms, "updatedAt": now_ms}
     return json.dumps({**envelope, "state": json.dumps(state)})

@@ -150,7 +150,8 @@ def rescale_charts_view(
     if not any(curve.epochs for curve in curves):
         return
     order_by = objective_metrics(objective)[0]
-    view = charts_view(*CURVE_KEYS, order_by, int(time.time() * 1000), curve_scale(curves))
+    now = int(time.time() * 1000)
+    view = charts_view(*CURVE_KEYS, order_by, now, curve_scale(curves), trials=len(runs))
     client.set_experiment_tag(experiment_id, VIEW_TAG_PREFIX + CHARTS_VIEW, view)
 
 

@@ -22,7 +22,7 @@ from mlflow.tracking import MlflowClient
 from gridsearch._outcome import Outcome, is_disk_full
 from gridsearch._space import split_trial_config
 from gridsearch.summary import key_value
-from gridsearch.tracking._artifacts import curve_history, write_trial_artifacts
+from gridsearch.tracking._artifacts import curve_history, trajectory_image, write_trial_artifacts
 from gridsearch.tracking._lineage import copy_inputs
 from gridsearch.tracking._store import log_metrics, param_value
 from gridsearch.tracking._tags import (
@@ -32,6 +32,9 @@ from gridsearch.tracking._tags import (
     PARENT_TAG,
     ROLE_TAG,
     ROLE_TRIAL,
+    RUN_COLOUR_TAG,
+    TRADEOFF_IMAGE,
+    TRIAL_COLOURS,
     TRIAL_TAG,
 )
 from trainables import names
@@ -74,6 +77,7 @@ class TrialRuns:
         # the failure (a server gone before it answered), so its retry looks first
         self._failed: set[tuple[str, str, int]] = set()
         self._labels: list[str] | None = None  # the keys that say what a trial tried
+        self._created: int | None = None  # the search's trial runs so far (their colours)
 
     def _label_keys(self) -> list[str]:
         """The keys that say what a trial tried (the parent run's ``labels``)."""
@@ -107,6 +111,21 @@ class TrialRuns:
     def is_closed(self, run_id: str) -> bool:
         return run_id in self._closed
 
+    def _next_colour(self) -> str:
+        """The colour of the search's next trial run: the next of ``TRIAL_COLOURS``, after
+        those of the runs earlier drivers of the search created."""
+        if self._created is None:
+            self._created = len(
+                self.client.search_runs(
+                    [self.experiment_id],
+                    f"tags.`{PARENT_TAG}` = '{self.parent_run_id}'",
+                    max_results=50_000,
+                )
+            )
+        colour = TRIAL_COLOURS[self._created % len(TRIAL_COLOURS)]
+        self._created += 1
+        return colour
+
     def _create(self, trial_id: str, trial_config: Mapping[str, Any]) -> str:
         config, helpers = split_trial_config(trial_config)
         run = self.client.create_run(
@@ -117,6 +136,7 @@ class TrialRuns:
                 ROLE_TAG: ROLE_TRIAL,
                 TRIAL_TAG: trial_id,
                 OUTCOME_TAG: OUTCOME_RUNNING,
+                RUN_COLOUR_TAG: self._next_colour(),
                 **self.tags,
             },
         )
@@ -234,6 +254,10 @@ class TrialRuns:
                 finished=outcome is Outcome.FINISHED,
             )
             self.client.log_artifacts(run_id, folder)
+        colour = self.client.get_run(run_id).data.tags.get(RUN_COLOUR_TAG, TRIAL_COLOURS[0])
+        image = trajectory_image(history, colour)
+        if image is not None:  # one image, at step 0: the chart view shows it (_curves)
+            self.client.log_image(run_id, image, key=TRADEOFF_IMAGE, step=0, synchronous=True)
 
     def _running(self) -> list[Any]:
         """The runs of this search's trials still RUNNING in MLflow."""

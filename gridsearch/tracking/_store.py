@@ -6,8 +6,9 @@ stores the same way.
 MLflow 3.17's UI opens an experiment on its GenAI pages unless its "Model training"
 switch is on; the experiment's kind tag says what it is, and ``results_url`` is the link
 that opens the runs table of a search directly: the switch set by the URL, and the
-search's saved view (``results_view``: the trial runs in one flat list, best first,
-with the objectives, test values, searched parameters and outcome as columns)."""
+search's saved view (``results_view``: the trials alone, best first, their searched
+parameters, objectives, test values and outcome as columns; the description above the
+table links the search's own run)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from mlflow.entities import Metric, Param
 from mlflow.tracking import MlflowClient
 
 from gridsearch.settings import first_objective
-from gridsearch.tracking._curves import charts_url
+from gridsearch.tracking._curves import TRIALS_ONLY, charts_url
 from gridsearch.tracking._lineage import log_store_input
 from gridsearch.tracking._tags import (
     CHARTS_VIEW,
@@ -70,6 +71,9 @@ RESULT_METRICS = (
     "epoch",
 )
 
+# the runs table's column ids (MLflow 3.17's UI) of the run's name, when it started, how long
+RUN_NAME_COLUMN = "attributes.`Run Name`"
+TIME_COLUMNS = ("runDateAndNestInfo", "duration")
 GUIDE_MARK = "**Reading these runs:**"  # a description this module wrote starts so
 PARENT_MARK = "[search]"
 DESCRIPTION_TAG = "mlflow.note.content"  # MLflow's: an experiment's description
@@ -136,15 +140,27 @@ def start_parent_run(
     tags: Mapping[str, str],
     artifacts: Mapping[str, Any],
 ) -> str:
-    """The search's run (``ROLE_TAG`` = ``ROLE_SEARCH``), named ``parent_name(name)`` so
-    that its row stands apart from the trials', reused when it is resumed; ``artifacts``
-    are written as JSON files. Also (again on resume) the experiment's results view and
-    the description that says how to read it, from ``params["objective"]`` and
-    ``params["searched"]``."""
+    """The search's run (``ROLE_TAG`` = ``ROLE_SEARCH``), named ``parent_name(name)``,
+    reused when it is resumed; ``artifacts`` are written as JSON files. Also (again on
+    resume) the experiment's results view, which lists the trials alone, and the
+    description that says how to read it and links the search's own run, from
+    ``params["objective"]`` and ``params["searched"]``."""
     objective = str(params.get("objective", "retrieval"))
     view = results_view(objective, params.get("searched", ()))
     client.set_experiment_tag(experiment_id, VIEW_TAG_PREFIX + RESULTS_VIEW, view)
-    _describe(client, experiment_id, name, objective)
+    run_id = _parent_run(client, experiment_id, name, params, tags, artifacts)
+    _describe(client, experiment_id, name, objective, run_id)
+    return run_id
+
+
+def _parent_run(
+    client: MlflowClient,
+    experiment_id: str,
+    name: str,
+    params: Mapping[str, Any],
+    tags: Mapping[str, str],
+    artifacts: Mapping[str, Any],
+) -> str:
     existing = client.search_runs(
         [experiment_id], f"tags.`{ROLE_TAG}` = '{ROLE_SEARCH}'", max_results=1
     )
@@ -171,34 +187,45 @@ def parent_name(experiment: str) -> str:
     return f"{PARENT_MARK} {experiment}"
 
 
-def reading_guide(experiment: str, objective: str) -> str:
+def reading_guide(
+    experiment: str, objective: str, experiment_id: str = "", parent_run_id: str = ""
+) -> str:
     """How to read a search's runs table (Markdown): the metric it selects on and the one
-    it reports first, named as such, and which row is the search itself."""
+    it reports first, named as such, and where the search's own run is (linked, given
+    the ids)."""
     selected = objective_metrics(objective)
     if objective == "both":
         on = f"`{selected[0]}` and `{selected[1]}` together (their Pareto front)"
     else:
         on = f"`{selected[0]}`"
+    own = f"`{parent_name(experiment)}`"
+    if experiment_id and parent_run_id:
+        own = f"[{parent_name(experiment)}](#/experiments/{experiment_id}/runs/{parent_run_id})"
     return (
-        f"{GUIDE_MARK} **Selected on: {on}**; **Reported first: `{names.FINISHED}`**; the "
-        f"row `{parent_name(experiment)}` is the search itself, not a trial.\n\n"
+        f"{GUIDE_MARK} **Selected on: {on}**; **Reported first: `{names.FINISHED}`**; "
+        f"the rows are the trials; the search's own run is {own}.\n\n"
         f"Selected on: each trial's best over its epochs of a dev metric (dev data only: "
         f"`dev/r10_mean` is the dev R@10 mean, `dev/semantic` the dev semantic score); the "
         f"table is sorted by `{selected[0]}`, best first. Reported first: the test R@10 mean "
         f"of the trial's snapshot ensemble (test data: reported, never selected on); "
         f"`{names.key(names.TEST, 'r10_mean')}` is its last epoch's model on the same test "
-        "split. Each other row is a trial, named by what it tried; the search's row holds "
-        "its best trials' values (its `best_trial.<metric>` tags name them). The Chart view "
-        "draws each trial's trade-off per epoch."
+        "split. Each row is a trial, named by what it tried, its searched parameters in the "
+        f"first columns and its colour the same in every chart. The search's own run, {own}, "
+        "holds its configuration, its summary and its best trials' values (its "
+        "`best_trial.<metric>` tags name them); clearing the search box lists it with the "
+        "trials. The Chart view draws each trial's trade-off epoch by epoch."
     )
 
 
-def _describe(client: MlflowClient, experiment_id: str, name: str, objective: str) -> None:
+def _describe(
+    client: MlflowClient, experiment_id: str, name: str, objective: str, parent_run_id: str
+) -> None:
     """The experiment's description (shown above its runs) set to ``reading_guide``,
     unless someone wrote their own."""
     found = client.get_experiment(experiment_id).tags.get(DESCRIPTION_TAG)
     if found is None or found.startswith(GUIDE_MARK):
-        client.set_experiment_tag(experiment_id, DESCRIPTION_TAG, reading_guide(name, objective))
+        guide = reading_guide(name, objective, experiment_id, parent_run_id)
+        client.set_experiment_tag(experiment_id, DESCRIPTION_TAG, guide)
 
 
 def param_value(value: Any) -> str:
@@ -226,19 +253,25 @@ def objective_metrics(objective: str) -> tuple[str, ...]:
 
 def results_view(objective: str, searched: Sequence[str]) -> str:
     """The saved runs-table view of a search, as the value of its experiment tag (the
-    envelope and state of MLflow 3.17's saved views): sorted by the search's objective,
-    best first, which lists the runs flat instead of nested under the parent; columns:
-    ``objective_metrics``, ``RESULT_METRICS``, the ``searched`` parameters and the
-    outcome tag."""
+    envelope and state of MLflow 3.17's saved views): the trials alone (``TRIALS_ONLY``:
+    the search's own run would sort among them, showing the best values of two trials as
+    one row), flat and sorted by the search's objective, best first; columns: the run's
+    name, then what it tried and how it ended (the ``searched`` parameters and the outcome
+    tag, first, so that a window of 1,600 pixels shows them beside MLflow's assistant),
+    ``objective_metrics`` and ``RESULT_METRICS``, then when it ran and for how long."""
     metrics = [*objective_metrics(objective), *RESULT_METRICS]
+    columns = [
+        *(f"params.`{p}`" for p in searched),
+        f"tags.`{OUTCOME_TAG}`",
+        *(f"metrics.`{m}`" for m in metrics),
+    ]
     state = {
+        "searchFilter": TRIALS_ONLY,
         "orderByKey": f"metrics.`{metrics[0]}`",
         "orderByAsc": False,
-        "selectedColumns": [
-            *(f"metrics.`{m}`" for m in metrics),
-            *(f"params.`{p}`" for p in searched),
-            f"tags.`{OUTCOME_TAG}`",
-        ],
+        "selectedColumns": columns,
+        # the UI groups columns by kind (metrics, parameters, tags) unless told an order
+        "columnOrder": [RUN_NAME_COLUMN, *columns, *TIME_COLUMNS],
     }
     now = int(time.time() * 1000)
     envelope = {"name": "search results", "createdAt": now, "updatedAt": now}

@@ -18,6 +18,9 @@ __all__ = [
     "ROLE_SEARCH",
     "ROLE_TAG",
     "ROLE_TRIAL",
+    "RUN_COLOUR_TAG",
+    "TRADEOFF_IMAGE",
+    "TRIAL_COLOURS",
     "TRIAL_TAG",
     "VIEW_TAG_PREFIX",
     "best_trial_tag",
@@ -51,6 +54,19 @@ EXPERIMENT_KIND = "custom_model_development"
 VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 RESULTS_VIEW = "search-results"  # the key of the view a search writes
 CHARTS_VIEW = "search-charts"  # the key of its chart view (_curves.charts_view)
+# A run's colour in every chart and list of the UI (a run without one gets a colour from a
+# hash of its id: two of four trials drew in one colour, or in two shades of it). Each
+# trial takes the next of TRIAL_COLOURS, in the order their runs were created: ten
+# colours of the UI's own palette, told apart at a glance (blue, orange, green, red,
+# purple, brown, pink, near-black, teal, gold).
+RUN_COLOUR_TAG = "mlflow.runColor"
+TRIAL_COLOURS = (
+    "#2272b4", "#de7921", "#3ba65e", "#c83243", "#8a63bf",
+    "#a6630c", "#e65b77", "#1f272d", "#04867d", "#facb66",
+)  # fmt: skip
+# The image key (MlflowClient.log_image) of a trial's dev semantic score against its dev
+# R@10 mean, epoch by epoch (_curves.trajectory_figure), which the chart view shows
+TRADEOFF_IMAGE = "tradeoff"
 
 
 def best_trial_tag(metric: str) -> str:

@@ -1,12 +1,17 @@
 """MLflow's own UI server on a tracking store, and headless Chromium to look at its pages:
-for the UI test and ``docs/screenshots.py``.
+for the UI tests and ``docs/screenshots.py``.
 
-MLflow's UI is a JavaScript app: Chromium renders a page for ``budget_ms`` of virtual time
-(which waits for pending requests) and then dumps its DOM or takes a screenshot.
+MLflow's UI is a JavaScript app. ``dump_dom`` and ``screenshot`` have Chromium render a
+page for ``budget_ms`` of virtual time (which waits for pending requests) and then dump
+its DOM or take a screenshot; ``Browser`` drives a Chromium through chromedriver (the W3C
+WebDriver protocol, over HTTP: no client library), which can wait for what a page shows
+and measure where it shows it.
 """
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import html
 import json
 import os
@@ -20,12 +25,22 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from html.parser import HTMLParser
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-__all__ = ["MlflowUI", "chromium", "dump_dom", "runs_table", "screenshot", "visible_text"]
+__all__ = [
+    "Browser",
+    "MlflowUI",
+    "chromedriver",
+    "chromium",
+    "dump_dom",
+    "runs_table",
+    "screenshot",
+    "visible_text",
+]
 
 WINDOW = (1920, 720)  # wide enough for every column of a search's results view
 
@@ -34,6 +49,11 @@ def chromium() -> str | None:
     """The Chromium executable, or None when there is none."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     return found or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+
+
+def chromedriver() -> str | None:
+    """Chromium's WebDriver server (Debian's chromium-driver), or None."""
+    return shutil.which("chromedriver")
 
 
 def _free_port() -> int:
@@ -189,3 +209,112 @@ def runs_table(dom: str) -> dict[str, dict[str, str]]:
     parser = _GridCells()
     parser.feed(dom)
     return parser.rows
+
+
+class Browser:
+    """A headless Chromium of ``window`` pixels, driven through chromedriver for the
+    duration of a ``with`` block: ``open`` a page, ``run`` JavaScript in it, ``wait_for``
+    what it shows, take a ``screenshot``."""
+
+    def __init__(self, window: tuple[int, int] = WINDOW, timeout_s: float = 60.0) -> None:
+        self.window, self.timeout_s = window, timeout_s
+        self.url = f"http://127.0.0.1:{_free_port()}"
+        self._process: subprocess.Popen[bytes] | None = None
+        self._session = ""
+
+    def __enter__(self) -> Browser:
+        driver, browser = chromedriver(), chromium()
+        if driver is None or browser is None:
+            raise RuntimeError("no chromium and chromedriver on this machine")
+        port = self.url.rsplit(":", 1)[1]
+        self._process = subprocess.Popen(
+            [driver, f"--port={port}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                self._call("GET", "/status")
+                break
+            except (OSError, urllib.error.URLError):
+                if time.monotonic() > deadline or self._process.poll() is not None:
+                    self.__exit__(None, None, None)
+                    raise RuntimeError(f"chromedriver did not answer at {self.url}") from None
+                time.sleep(0.1)
+        width, height = self.window
+        options = {
+            "binary": browser,
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                     f"--window-size={width},{height}"],
+        }  # fmt: skip
+        capabilities = {"browserName": "chrome", "goog:chromeOptions": options}
+        found = self._call("POST", "/session", {"capabilities": {"alwaysMatch": capabilities}})
+        self._session = str(found["sessionId"])
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if self._session:
+            with contextlib.suppress(OSError, urllib.error.URLError):
+                self._call("DELETE", f"/session/{self._session}")
+            self._session = ""
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=30)
+            self._process = None
+
+    def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        request = urllib.request.Request(self.url + path, data, headers, method=method)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s + 60) as response:
+                return json.loads(response.read())["value"]
+        except urllib.error.HTTPError as err:  # WebDriver's errors say what went wrong
+            raise RuntimeError(f"{method} {path}: {err.read().decode()[:2000]}") from None
+
+    def open(self, url: str) -> None:
+        """Load ``url`` anew (after a blank page: MLflow's UI, one JavaScript app, would
+        take another of its pages as a move within it and keep the earlier page's
+        state)."""
+        for page in ("about:blank", url):
+            self._call("POST", f"/session/{self._session}/url", {"url": page})
+
+    def run(self, script: str, *args: Any) -> Any:
+        """The value of the JavaScript function body ``script`` (``arguments``: ``args``)."""
+        body = {"script": script, "args": list(args)}
+        return self._call("POST", f"/session/{self._session}/execute/sync", body)
+
+    def wait_for(
+        self,
+        script: str,
+        *args: Any,
+        until: Callable[[Any], bool] = bool,
+        timeout_s: float | None = None,
+    ) -> Any:
+        """The value of ``script`` (run every half second) once ``until`` holds for it; an
+        error saying the last value after ``timeout_s`` (default: the browser's)."""
+        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+        while True:
+            found = self.run(script, *args)
+            if until(found):
+                return found
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"the page never showed what was waited for: {script.strip()[:200]}; "
+                    f"last {str(found)[:1500]}"
+                )
+            time.sleep(0.5)
+
+    def screenshot(self, path: Path) -> Path:
+        """A PNG of the window at ``path``."""
+        png = self._call("GET", f"/session/{self._session}/screenshot")
+        path.write_bytes(base64.b64decode(png))
+        return path

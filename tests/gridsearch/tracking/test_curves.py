@@ -1,5 +1,6 @@
 """A trial's trade-off curve (the paper's Fig. 4): computed from its metric histories, its
-scale (the trained epochs, every epoch ticked), drawn; and MLflow's chart view of them."""
+scale (the trained epochs, every epoch ticked), drawn; its trajectory epoch by epoch;
+and MLflow's chart view of them."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gridsearch.tracking._artifacts import trajectory_image
 from gridsearch.tracking._curves import (
     TradeoffCurve,
     charts_view,
@@ -17,8 +19,10 @@ from gridsearch.tracking._curves import (
     epoch_ticks,
     tradeoff_curve,
     tradeoff_figure,
+    trajectory_figure,
 )
 from gridsearch.tracking._runs import trial_name
+from gridsearch.tracking._tags import TRADEOFF_IMAGE
 
 
 def test_tradeoff_curve_marks_the_best_semantic_epoch(tmp_path: Path) -> None:
@@ -87,21 +91,45 @@ def test_a_trials_figure_is_drawn_on_that_scale(tmp_path: Path) -> None:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_the_chart_view_shows_the_trials_large_on_the_trained_scale() -> None:
-    state = json.loads(json.loads(charts_view("r", "s", "r_best", 0, curve_scale(SWEEP)))["state"])
+def test_the_chart_view_shows_each_trials_epochs_in_order_then_each_metric_per_epoch() -> None:
+    view = charts_view("r", "s", "r_best", 0, curve_scale(SWEEP), trials=5)
+    state = json.loads(json.loads(view)["state"])
     assert state["searchFilter"] == "tags.`search.role` = 'trial'"  # not the search's run
-    (section,) = state["compareRunSections"]
-    assert (section["columns"], section["cardHeight"]) == (1, 520)
-    tradeoff, retrieval, semantic = state["compareRunCharts"]
+    epochs, per_epoch = state["compareRunSections"]
+    # the images three to a row: 2 rows for 5 trials; the charts one large one per row
+    assert (epochs["columns"], epochs["cardHeight"]) == (1, 140 + 2 * 300)
+    assert state["runListHidden"]  # the charts the whole width, their legends too
+    assert (per_epoch["columns"], per_epoch["cardHeight"]) == (1, 520)
+    image, retrieval, semantic = state["compareRunCharts"]
+    assert image["type"] == "IMAGE" and image["imageKeys"] == [TRADEOFF_IMAGE]
+    assert image["metricSectionId"] == epochs["uuid"] and image["step"] == 0
+    assert "epoch by epoch" in image["displayName"] and "arrows" in image["displayName"]
     scale = curve_scale(SWEEP)
-    assert tradeoff["range"] == {
-        "xMin": scale.retrieval.low, "xMax": scale.retrieval.high,
-        "yMin": scale.semantic.low, "yMax": scale.semantic.high,
-    }  # fmt: skip
-    assert retrieval["range"] == {"yMin": scale.retrieval.low, "yMax": scale.retrieval.high}
-    assert semantic["range"] == {"yMin": scale.semantic.low, "yMax": scale.semantic.high}
+    for card, key, axis in ((retrieval, "r", scale.retrieval), (semantic, "s", scale.semantic)):
+        assert (card["type"], card["xAxisKey"], card["metricKey"]) == ("LINE", "step", key)
+        assert card["metricSectionId"] == per_epoch["uuid"]
+        assert card["range"] == {"yMin": axis.low, "yMax": axis.high}
     unscaled = json.loads(json.loads(charts_view("r", "s", "r_best", 0))["state"])
     assert all("range" not in card for card in unscaled["compareRunCharts"])  # while it runs
+
+
+def test_a_trials_trajectory_numbers_its_epochs_and_points_from_each_to_the_next() -> None:
+    """MLflow's chart of one metric against another joins a run's points in the order of
+    the metric across: the image draws them in epoch order, arrows between them."""
+    curve = SWEEP[0]  # R@10 61.0, 64.0, 68.45, 61.6 at epochs 1-4: back to the left at 4
+    figure = trajectory_figure(curve, "#de7921")
+    (ax,) = figure.axes
+    numbers = [t for t in ax.texts if t.get_text().isdigit()]
+    assert [t.get_text() for t in numbers] == ["1", "2", "3", "4"]
+    assert [t.xy[0] for t in numbers] == [61.0, 64.0, 68.45, 61.6]  # in epoch order
+    arrows = [t for t in ax.texts if t.arrow_patch is not None]
+    assert [(a.xyann[0], a.xy[0]) for a in arrows] == [(61.0, 64.0), (64.0, 68.45), (68.45, 61.6)]
+    assert "epoch 0 off the axes: 10.2, 0.21" in ax.get_xlabel() and "dev" in ax.get_ylabel()
+    image = trajectory_image({"dev/r10_mean": [(1, 60.0)], "dev/semantic": [(1, 0.7)]}, "#000")
+    assert image is not None and image.shape[2] == 3
+    assert (
+        trajectory_image({"dev/r10_mean": [(0, 5.0)], "dev/semantic": [(0, 0.1)]}, "#000") is None
+    )
 
 
 def test_a_trials_run_name_says_what_it_tried() -> None:

@@ -16,6 +16,7 @@ from analysis import load_search
 from analysis._tracking import find_run
 from gridsearch._outcome import Outcome
 from gridsearch.summary import TrialOutcome
+from gridsearch.tracking._curves import TRIALS_ONLY
 from gridsearch.tracking._parent import close_parent, summary_step
 from gridsearch.tracking._runs import TrialRuns
 from gridsearch.tracking._store import (
@@ -94,10 +95,18 @@ def test_the_experiment_is_a_model_training_one_with_a_results_view(tmp_path: Pa
     assert view["name"] == "search results" and isinstance(view["createdAt"], int)
     state = json.loads(view["state"])
     assert state["orderByKey"] == f"metrics.`{SEM}`" and state["orderByAsc"] is False
+    assert state["searchFilter"] == TRIALS_ONLY  # the search's own run apart
     columns = state["selectedColumns"]
-    assert columns[:2] == [f"metrics.`{SEM}`", f"metrics.`{R10}`"]  # its objective first
+    # the searched parameters first (in view beside MLflow's assistant), then the objective
+    assert columns[:5] == [
+        "params.`margin`", "params.`rnn_type`", "tags.`outcome`",
+        f"metrics.`{SEM}`", f"metrics.`{R10}`",
+    ]  # fmt: skip
     assert f"metrics.`{names.FINISHED}`" in columns and f"metrics.`{TEST_R10}`" in columns
-    assert columns[-3:] == ["params.`margin`", "params.`rnn_type`", "tags.`outcome`"]
+    assert state["columnOrder"][1:-2] == columns  # not grouped by kind
+    guide = client.get_experiment(experiment).tags[DESCRIPTION_TAG]
+    (parent,) = client.search_runs([experiment], "tags.`search.role` = 'search'")
+    assert f"(#/experiments/{experiment}/runs/{parent.info.run_id})" in guide  # linked
 
     url = results_url(experiment)
     assert url == (
@@ -226,7 +235,7 @@ def test_the_runs_table_names_the_selected_and_the_reported_metric_and_the_searc
     guide = client.get_experiment(experiment).tags[DESCRIPTION_TAG]
     assert f"**Selected on: `{SEM}`**" in guide and f"sorted by `{SEM}`" in guide
     assert f"**Reported first: `{names.FINISHED}`**" in guide and f"`{TEST_R10}`" in guide
-    assert "`[search] sweep` is the search itself" in guide
+    assert "the rows are the trials; the search's own run is [[search] sweep](" in guide
     _record(runs)
     names_of = {
         r.data.tags.get("tune.trial_id", "search"): r.info.run_name
@@ -269,14 +278,7 @@ def test_the_chart_view_is_rescaled_to_the_trials_trained_epochs_at_the_end(
             runs.log_epoch(trial, {"margin": 0.1}, epoch, metrics)
     close_parent(client, parent, [], "summary", 0, 1.0)
     view = json.loads(client.get_experiment(experiment).tags[VIEW_TAG_PREFIX + CHARTS_VIEW])
-    tradeoff, retrieval_card, semantic_card = json.loads(view["state"])["compareRunCharts"]
-    assert 59 < tradeoff["range"]["xMin"] < 61 and 68 < tradeoff["range"]["xMax"] < 69
-    assert 0.68 < tradeoff["range"]["yMin"] < 0.69 and 0.72 < tradeoff["range"]["yMax"] < 0.73
-    assert retrieval_card["range"] == {
-        "yMin": tradeoff["range"]["xMin"],
-        "yMax": tradeoff["range"]["xMax"],
-    }
-    assert semantic_card["range"] == {
-        "yMin": tradeoff["range"]["yMin"],
-        "yMax": tradeoff["range"]["yMax"],
-    }
+    _, retrieval_card, semantic_card = json.loads(view["state"])["compareRunCharts"]
+    retrieval, semantic = retrieval_card["range"], semantic_card["range"]
+    assert 59 < retrieval["yMin"] < 61 and 68 < retrieval["yMax"] < 69
+    assert 0.68 < semantic["yMin"] < 0.69 and 0.72 < semantic["yMax"] < 0.73
