@@ -50,3 +50,17 @@ def test_constraints_pin_every_dependency_within_its_range() -> None:
         assert requirement.specifier.contains(pins[name], prereleases=True), (
             f"constraints.txt pins {requirement.name}=={pins[name]}, outside {text!r}"
         )
+
+
+def test_ci_installs_the_browser_the_ui_tests_skip_without() -> None:
+    """The UI tests skip where Chromium or chromedriver is missing; CI installs Debian's
+    packages of both when either is, before the tests, so that they run on every landing
+    (and fails, not skips, where it cannot install them)."""
+    script = (ROOT / ".ci" / "run").read_text()
+    tests = script.index("python -m pytest")
+    install = script.index("apt-get install -y -qq chromium chromium-driver")
+    assert install < tests
+    assert "! command -v chromium" in script and "! command -v chromedriver" in script
+    assert "exit 1" in script[:install]  # not root: a failed CI, not skipped UI tests
+    looked_for = (ROOT / "tests" / "gridsearch" / "tracking" / "mlflow_ui.py").read_text()
+    assert 'shutil.which("chromium")' in looked_for and 'shutil.which("chromedriver")' in looked_for
