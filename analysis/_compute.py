@@ -40,6 +40,44 @@ class ParetoSet(NamedTuple):
     front: pd.DataFrame  # the points on the front, retrieval descending, with the config
 
 
+class TradeoffShapes(NamedTuple):
+    """What each trial's dev curves did after its dev semantic score peaked (trial ids):
+    ``tradeoff`` the paper's Fig. 4 (the peak before the last epoch, the semantic score
+    lower at it and dev R@10 mean higher there than at the peak); ``still_rising`` the
+    semantic score highest at the last epoch; ``both_fell`` the peak before the last
+    epoch and dev R@10 mean no higher at it than at the peak. ``last``: the latest epoch
+    any trial reached."""
+
+    tradeoff: list[str]
+    still_rising: list[str]
+    both_fell: list[str]
+    last: int
+
+
+def tradeoff_shapes(curves: Mapping[str, TradeoffCurve]) -> TradeoffShapes:
+    """Each trial's curves sorted into ``TradeoffShapes``, on its trained epochs (1 on)
+    where it has both values; a trial with none is left out."""
+    shapes = TradeoffShapes([], [], [], 0)
+    for trial_id, curve in curves.items():
+        points = {
+            e: (r, s)
+            for e, r, s in zip(curve.epochs, curve.retrieval, curve.semantic, strict=True)
+            if e > 0 and not (math.isnan(r) or math.isnan(s))
+        }
+        if not points:
+            continue
+        last = max(points)
+        peak = max(points, key=lambda e: (points[e][1], e))  # the later of equal peaks
+        shapes = shapes._replace(last=max(shapes.last, last))
+        if peak == last:
+            shapes.still_rising.append(trial_id)
+        elif points[last][0] > points[peak][0]:
+            shapes.tradeoff.append(trial_id)
+        else:
+            shapes.both_fell.append(trial_id)
+    return shapes
+
+
 def tradeoff_curves(record: SearchRecord) -> dict[str, TradeoffCurve]:
     """Each trial's dev R@10 mean and dev semantic score per epoch (the paper's Fig. 4),
     with the epoch where its semantic score peaks."""

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
+from matplotlib import patheffects
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -19,21 +20,26 @@ from analysis._compute import ParetoSet, ReferenceLine
 from analysis.reference import MARGIN_STABLE_RANGE
 from gridsearch.tracking import (
     EPOCH_ZERO_AT,
-    NOTE_BOX,
     AxisRange,
     CurveScale,
     TradeoffCurve,
     curve_scale,
     epoch_axis,
-    mark_untrained,
     tradeoff_figure,
+    untrained_note,
 )
 
 DPI = 100
 # per trial on the overlaid curves (with its colour), so that coinciding curves show
 _MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 _DASHES: tuple[Literal["-", "--", ":", "-."], ...] = ("-", "--", ":", "-.")
-_REFERENCE_STYLES: tuple[Literal["--", ":", "-."], ...] = ("--", ":", "-.")  # baselines
+# the baselines': dash patterns no trial's line has (long dashes, dash-dot-dot, sparse
+# dots), grey and without markers
+_REFERENCE_STYLES: tuple[tuple[float, tuple[float, ...]], ...] = (
+    (0, (10, 3)),
+    (0, (7, 2, 1.5, 2, 1.5, 2)),
+    (0, (1, 4)),
+)
 
 
 def _save(fig: Figure, path: Path, *, tight: bool = True) -> Path:
@@ -89,18 +95,19 @@ def draw_tradeoff_overlay(
             if curve.best_semantic_epoch is not None:
                 at = curve.epochs.index(curve.best_semantic_epoch)
                 ax.plot(x[at], values[at], "*", color=colour, markersize=12, markeredgecolor="k")
-    _frame_panels(panels, scale)
-    for ax, field, axis in panels:
-        far = [
+    far = {
+        field: [
             f"{r.label} {getattr(r, field):.3g}"
             for r in references
             if not axis.low <= getattr(r, field) <= axis.high
             and not math.isnan(getattr(r, field))  # NaN: the baseline has none
         ]
-        if far:
-            ax.text(0.99, 0.02, f"baselines off the scale: {', '.join(far)}",
-                    transform=ax.transAxes, fontsize=7, color="0.35", ha="right",
-                    va="bottom", bbox=NOTE_BOX)  # fmt: skip
+        for _, field, axis in panels
+    }
+    notes = {
+        field: f"baselines off the axis: {', '.join(f)}" if f else None for field, f in far.items()
+    }
+    _frame_panels(panels, scale, notes)
     retrieval_ax.set_title("retrieval (★ = the trial's best-semantic epoch)", fontsize=10)
     semantic_ax.set_title("semantic score", fontsize=10)
     handles, names = retrieval_ax.get_legend_handles_labels()
@@ -116,15 +123,21 @@ def draw_tradeoff_overlay(
     return _save(fig, path, tight=False)
 
 
-def _frame_panels(panels: Sequence[tuple[Axes, str, AxisRange]], scale: CurveScale) -> None:
-    """The two trade-off panels' epoch axis, value range, label and untrained mark."""
-    for (ax, _, axis), label in zip(
-        panels, ("dev R@10 mean (%)", "dev semantic score (r)"), strict=True
+def _frame_panels(
+    panels: Sequence[tuple[Axes, str, AxisRange]],
+    scale: CurveScale,
+    notes: Mapping[str, str | None] | None = None,
+) -> None:
+    """The two trade-off panels' epoch axis, value range and label; under each, where
+    epoch 0 falls off its axis and ``notes`` (by field: the baselines off it)."""
+    for (ax, field, axis), (label, what) in zip(
+        panels,
+        (("dev R@10 mean (%)", "dev R@10 mean"), ("dev semantic score (r)", "dev semantic")),
+        strict=True,
     ):
-        epoch_axis(ax, scale)
+        epoch_axis(ax, scale, [untrained_note(axis, what), (notes or {}).get(field)])
         ax.set_ylim(axis.low, axis.high)
         ax.set_ylabel(label)
-        mark_untrained(ax, axis, "0.3")
 
 
 def _with_references(axis: AxisRange, values: Mapping[str, float]) -> AxisRange:
@@ -183,10 +196,11 @@ def _draw_references(
     for reference, style in zip(references, _REFERENCE_STYLES, strict=False):
         for ax, value in ((retrieval_ax, reference.retrieval), (semantic_ax, reference.semantic)):
             if not math.isnan(value):
-                ax.axhline(value, color="0.35", linestyle=style, linewidth=1.2)
+                ax.axhline(value, color="0.45", linestyle=style, linewidth=1.6, zorder=1)
         handles.append(
-            Line2D([], [], color="0.35", linestyle=style, label=f"baseline: {reference.label}")
-        )
+            Line2D([], [], color="0.45", linestyle=style, linewidth=1.6,
+                   label=f"baseline: {reference.label}")
+        )  # fmt: skip
     if handles and legend:
         _legend_below(semantic_ax, handles=handles, ncol=3, title="baselines' dev values",
                       title_fontsize=8)  # fmt: skip
@@ -374,8 +388,9 @@ def draw_pareto(
                    linewidth=0.8, label=labels.get(trial_id, trial_id), **style)  # fmt: skip
         if numbered:
             for row in rows.itertuples():
-                right.annotate(str(int(row.epoch)), (row.retrieval, row.semantic), fontsize=6,
-                               color=colour, xytext=(2, 2), textcoords="offset points")  # fmt: skip
+                right.annotate(str(int(row.epoch)), (row.retrieval, row.semantic), fontsize=9,
+                               fontweight="bold", color=colour, xytext=(3, 3),
+                               textcoords="offset points", path_effects=_HALO)  # fmt: skip
     _front_line(right, epochs.front)
     _limits_of(right, trained)
     _mark_untrained(right, pairs[pairs["epoch"] == 0])
@@ -397,6 +412,8 @@ def draw_pareto(
 
 
 _NUMBERED_UP_TO = 60  # (trial, epoch) points written with their epoch; more would be a blur
+# a white edge around a point's number, so that it reads over the grid and the lines
+_HALO = [patheffects.withStroke(linewidth=2.5, foreground="white")]
 
 
 def _limits_of(ax: Axes, points: pd.DataFrame) -> None:

@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from gridsearch.tracking._callback import TrialTracker
     from gridsearch.tracking._curves import (
         EPOCH_ZERO_AT,
-        NOTE_BOX,
         TITLE_WIDTH,
         AxisRange,
         CurveScale,
@@ -34,9 +33,9 @@ if TYPE_CHECKING:
         charts_url,
         curve_scale,
         epoch_axis,
-        mark_untrained,
         tradeoff_curve,
         tradeoff_figure,
+        untrained_note,
     )
     from gridsearch.tracking._parent import close_parent, parent_params
     from gridsearch.tracking._store import (
@@ -63,7 +62,6 @@ _HOMES = {
     "gridsearch.tracking._callback": ["TrialTracker"],
     "gridsearch.tracking._curves": [
         "EPOCH_ZERO_AT",
-        "NOTE_BOX",
         "TITLE_WIDTH",
         "AxisRange",
         "CurveScale",
@@ -71,9 +69,9 @@ _HOMES = {
         "charts_url",
         "curve_scale",
         "epoch_axis",
-        "mark_untrained",
         "tradeoff_curve",
         "tradeoff_figure",
+        "untrained_note",
     ],
     "gridsearch.tracking._parent": ["close_parent", "parent_params"],
     "gridsearch.tracking._store": [
@@ -101,7 +99,6 @@ _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 __all__ = [
     "CHARTS_VIEW",
     "EPOCH_ZERO_AT",
-    "NOTE_BOX",
     "OUTCOME_TAG",
     "PARENT_TAG",
     "ROLE_SEARCH",
@@ -121,13 +118,13 @@ __all__ = [
     "curve_scale",
     "ensure_experiment",
     "epoch_axis",
-    "mark_untrained",
     "parent_params",
     "results_link",
     "results_url",
     "start_parent_run",
     "tradeoff_curve",
     "tradeoff_figure",
+    "untrained_note",
     "using_tracking_uri",
 ]
 

@@ -24,7 +24,6 @@ from gridsearch.tracking._tags import ROLE_TAG, ROLE_TRIAL, TRADEOFF_IMAGE
 
 __all__ = [
     "EPOCH_ZERO_AT",
-    "NOTE_BOX",
     "TITLE_WIDTH",
     "TRIALS_ONLY",
     "AxisRange",
@@ -36,10 +35,10 @@ __all__ = [
     "draw_tradeoff",
     "epoch_axis",
     "epoch_ticks",
-    "mark_untrained",
     "tradeoff_curve",
     "tradeoff_figure",
     "trajectory_figure",
+    "untrained_note",
 ]
 
 CHARTS_SECTION = "Trade-off (dev), epoch by epoch"
@@ -47,8 +46,6 @@ EPOCHS_SECTION = "dev R@10 mean and dev semantic per epoch"
 EPOCH_ZERO_AT = 0.5  # log(0) does not exist: on a log axis epoch 0 is drawn here, labelled "0"
 TITLE_WIDTH = 60  # characters per line of a trial's figure's title
 LABELLED_UP_TO = 8  # epochs labelled one by one; beyond, the powers of two and the last
-# behind a note on a panel's edge, where a baseline's line may run
-NOTE_BOX = {"facecolor": "white", "alpha": 0.85, "edgecolor": "none", "pad": 1.0}
 
 
 class TradeoffCurve(NamedTuple):
@@ -145,16 +142,17 @@ def tradeoff_figure(curve: TradeoffCurve, title: str, scale: CurveScale | None =
     left = fig.subplots()
     right = left.twinx()
     x = [max(float(e), EPOCH_ZERO_AT) for e in curve.epochs]
+    notes = []
     for ax, values, axis, style, colour, label in (
         (left, curve.retrieval, scale.retrieval, "o-", "tab:blue", "dev R@10 mean"),
         (right, curve.semantic, scale.semantic, "s--", "tab:red", "dev semantic"),
     ):
         ax.plot(x, [axis.clip(v) for v in values], style, color=colour, label=label)
         ax.set_ylim(axis.low, axis.high)
-        mark_untrained(ax, axis, colour, left_side=ax is left)
-    epoch_axis(left, scale)
-    left.set_ylabel("R@10 mean (%)", color="tab:blue")
-    right.set_ylabel("semantic score (r)", color="tab:red")
+        notes.append(untrained_note(axis, label))
+    epoch_axis(left, scale, notes)
+    left.set_ylabel("dev R@10 mean (%)", color="tab:blue")
+    right.set_ylabel("dev semantic score (r)", color="tab:red")
     if curve.best_semantic_epoch is not None:
         right.axvline(max(curve.best_semantic_epoch, EPOCH_ZERO_AT), color="tab:red", alpha=0.3)
     wrapped = textwrap.wrap(title, TITLE_WIDTH, break_long_words=True)
@@ -211,33 +209,29 @@ def trajectory_figure(curve: TradeoffCurve, colour: str) -> Any:
     return fig
 
 
-def epoch_axis(ax: Any, scale: CurveScale) -> None:
-    """A log epoch axis, epoch 0 at ``EPOCH_ZERO_AT``, every epoch ticked."""
+def epoch_axis(ax: Any, scale: CurveScale, notes: Sequence[str | None] = ()) -> None:
+    """A log epoch axis, epoch 0 at ``EPOCH_ZERO_AT``, every epoch ticked; ``notes``
+    (what is off the value axes: ``untrained_note``) each a line of its label, under the
+    axes, where no line of the plot runs through them."""
     ax.set_xscale("log")
     at = [max(float(e), EPOCH_ZERO_AT) for e in scale.ticks]
     ax.set_xticks(at, [str(e) for e in scale.ticks])
     ax.set_xticks([float(e) for e in scale.minor], minor=True)
     ax.set_xticklabels([], minor=True)
     ax.set_xlim(EPOCH_ZERO_AT / 1.25, max(at, default=1.0) * 1.15)
-    ax.set_xlabel("epoch (log scale)")
+    ax.set_xlabel("\n".join(["epoch (log scale)", *filter(None, notes)]))
     ax.grid(alpha=0.3)
 
 
-def mark_untrained(ax: Any, axis: AxisRange, colour: Any, *, left_side: bool = True) -> None:
-    """Where epoch 0 is off ``axis``, say so in the corner it is off at (its points sit on
-    that edge)."""
+def untrained_note(axis: AxisRange, what: str) -> str | None:
+    """Where epoch 0 is off ``axis`` (its points sit on that edge), say so: ``dev R@10
+    mean: epoch 0 below the axis, 10.2``; None where it is on it."""
     if axis.untrained is None:
-        return
+        return None
     low, high = axis.untrained
     below = high < axis.low or (low < axis.low and not high > axis.high)
     values = f"{low:.3g}" if low == high else f"{low:.3g} to {high:.3g}"
-    ax.text(
-        0.01 if left_side else 0.99,
-        0.02 if below else 0.98,
-        f"epoch 0 {'below' if below else 'above'} the scale: {values}",
-        transform=ax.transAxes, fontsize=7, color=colour, bbox=NOTE_BOX,
-        ha="left" if left_side else "right", va="bottom" if below else "top",
-    )  # fmt: skip
+    return f"{what}: epoch 0 {'below' if below else 'above'} the axis, {values}"
 
 
 TRIALS_ONLY = f"tags.`{ROLE_TAG}` = '{ROLE_TRIAL}'"  # the trials' runs, not the search's

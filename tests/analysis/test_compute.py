@@ -8,6 +8,8 @@ import pytest
 
 from analysis import _compute
 from analysis._data import CATEGORICAL, CONTINUOUS
+from analysis._sections import shapes_text
+from gridsearch.tracking import TradeoffCurve
 from tests.analysis.helpers import make_record
 from trainables import names
 from trainables.metrics import pearson_ci, recall_ci
@@ -134,3 +136,28 @@ def test_best_trials_are_finished_and_deduplicated() -> None:
     labels = {names.BEST_RETRIEVAL: "by R", names.BEST_SEMANTIC: "by S"}
     assert _compute.best_trials(record, labels) == [("b", "by R, by S")]
     assert _compute.best_trials(make_record([{"trial_id": "a"}]), labels) == []
+
+
+def test_each_trials_curves_are_said_as_they_are_not_as_the_paper_has_them() -> None:
+    """The report says what the run shows: a trial with the paper's trade-off (semantic
+    peaking, then falling while retrieval rises), one whose semantic score still rises at
+    its last epoch, one whose retrieval fell after the peak too; NaN epochs (no semantic
+    evaluation) and epoch 0 do not count."""
+    nan = math.nan
+    curves = {
+        "paper": TradeoffCurve([0, 1, 2, 3], [5.0, 60.0, 62.0, 66.0], [0.3, 0.6, 0.7, 0.65], 2),
+        "rising": TradeoffCurve([0, 1, 2], [5.0, 60.0, 61.0], [0.9, 0.6, 0.7], 2),
+        "fell": TradeoffCurve([0, 1, 2, 3], [5.0, 64.0, 62.0, 60.0], [0.3, 0.7, nan, 0.6], 1),
+    }
+    shapes = _compute.tradeoff_shapes(curves)
+    assert shapes == _compute.TradeoffShapes(["paper"], ["rising"], ["fell"], 3)
+    said = shapes_text(shapes)
+    assert said.startswith("In these runs (up to epoch 3): in 1 of 3, the dev semantic score")
+    assert (
+        "as in the paper's Fig. 4 (paper)" in said and "highest at the last epoch (rising)" in said
+    )
+    assert "no higher at the last epoch than at that peak (fell)" in said
+    none = shapes_text(_compute.tradeoff_shapes({"rising": curves["rising"]}))
+    assert "in all, the dev semantic score is highest at the last epoch" in none
+    assert "Fig. 4 (" not in none  # no trial is said to show what none shows
+    assert shapes_text(_compute.tradeoff_shapes({})) == ""
