@@ -152,8 +152,37 @@ def _sentences(model_input: Any) -> list[str]:
     return sentences
 
 
+ECHO_LIMIT = 200  # characters of a refused request that the answer repeats
+
+
+class RefusedInput(MlflowException):
+    """A request the model refuses (``_sentences``): a model server answers 400 with this
+    message, which says what was expected. MLflow's scoring server writes the whole
+    request before the message of an error that ``predict`` raises (``Failed to predict
+    data '<the request>'``): a refused request of 500,000 characters was answered with
+    those 500,000 characters. What is written before this message is cut to
+    ``ECHO_LIMIT`` characters."""
+
+    def __init__(self, what: str) -> None:
+        self._own = f"model input: {what}"
+        super().__init__(self._own, error_code=INVALID_PARAMETER_VALUE)
+
+    @property
+    def message(self) -> str:
+        return self._message
+
+    @message.setter
+    def message(self, value: str) -> None:
+        own = getattr(self, "_own", "")
+        before = value[: len(value) - len(own)] if own and value.endswith(own) else ""
+        if len(before) > ECHO_LIMIT:
+            cut = len(before) - ECHO_LIMIT
+            value = f"{before[:ECHO_LIMIT]} [{cut:,} more characters of the request] {own}"
+        self._message = value
+
+
 def _bad_input(what: str) -> MlflowException:
-    return MlflowException(f"model input: {what}", error_code=INVALID_PARAMETER_VALUE)
+    return RefusedInput(what)
 
 
 def model_name(space: str) -> str:

@@ -101,3 +101,25 @@ def test_a_request_that_is_not_sentences_is_a_400_saying_what_was_expected(
     model, _ = served
     status, answer = _answer(model, body)
     assert status == 400 and expected in answer, (status, answer[:300])
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"inputs": ["x" * 500_000]},
+        {"inputs": ["ok", "x" * 500_000]},
+        {"dataframe_split": {"columns": ["sentence"], "data": [["x" * 500_000]]}},
+        {"dataframe_records": [{"sentence": "x" * 500_000}]},
+    ],
+    ids=["inputs", "inputs-second", "split", "records"],
+)
+def test_a_refused_request_is_not_answered_with_itself(served, body: object) -> None:
+    """MLflow's scoring server writes the request before the model's error: the answer to
+    a refused 500,000-character request stays short and says why."""
+    model, _ = served
+    schema = model.metadata.get_input_schema()
+    with pytest.raises(MlflowException) as refused:
+        scoring_server.invocations(json.dumps(body), "application/json", model, schema)
+    answer = refused.value.serialize_as_json()  # the body a model server sends
+    assert refused.value.get_http_status_code() == 400 and len(answer) < 1_000, len(answer)
+    assert "has 500,000 characters; sentences of at most 10,000 are encoded" in answer
