@@ -159,9 +159,9 @@ class RefusedInput(MlflowException):
     """A request the model refuses (``_sentences``): a model server answers 400 with this
     message, which says what was expected. MLflow's scoring server writes the whole
     request before the message of an error that ``predict`` raises (``Failed to predict
-    data '<the request>'``): a refused request of 500,000 characters was answered with
-    those 500,000 characters. What is written before this message is cut to
-    ``ECHO_LIMIT`` characters."""
+    data '<the request>'``), so that a refused request of 500,000 characters would be
+    answered with those 500,000 characters: what is written before this message is cut
+    to ``ECHO_LIMIT`` characters."""
 
     def __init__(self, what: str) -> None:
         self._own = f"model input: {what}"

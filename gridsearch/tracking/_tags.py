@@ -55,7 +55,7 @@ VIEW_TAG_PREFIX = "mlflow.sharedViewState."
 RESULTS_VIEW = "search-results"  # the key of the view a search writes
 CHARTS_VIEW = "search-charts"  # the key of its chart view (_curves.charts_view)
 # A run's colour in every chart and list of the UI (a run without one gets a colour from a
-# hash of its id: two of four trials drew in one colour, or in two shades of it). Each
+# hash of its id, which can give two trials one colour, or two shades of it). Each
 # trial takes the next of TRIAL_COLOURS, in the order their runs were created: ten
 # colours of the UI's own palette, told apart at a glance (blue, orange, green, red,
 # purple, brown, pink, near-black, teal, gold).
