@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 HEARD_EVERY_S = 10.0  # the longest a search is silent, from its first line to its last
-QUIET_S = 6.0  # a phase silent this long says how far it is (the thread wakes every TICK_S)
+QUIET_S = 7.0  # a phase silent this long says how far it is (the thread wakes every TICK_S)
 TICK_S = 0.5
 TIMES_FILE = "phase-seconds.json"
 

@@ -74,6 +74,7 @@ RESULT_METRICS = (
 # the runs table's column ids (MLflow 3.17's UI) of the run's name, when it started, how long
 RUN_NAME_COLUMN = "attributes.`Run Name`"
 TIME_COLUMNS = ("runDateAndNestInfo", "duration")
+RUN_NAME_WIDTH = 250  # pixels: trial-<id> and a margin, lr_max or family; the UI's is 190
 GUIDE_MARK = "**Reading these runs:**"  # a description this module wrote starts so
 PARENT_MARK = "[search]"
 DESCRIPTION_TAG = "mlflow.note.content"  # MLflow's: an experiment's description
@@ -272,6 +273,7 @@ def results_view(objective: str, searched: Sequence[str]) -> str:
         "selectedColumns": columns,
         # the UI groups columns by kind (metrics, parameters, tags) unless told an order
         "columnOrder": [RUN_NAME_COLUMN, *columns, *TIME_COLUMNS],
+        "columnWidths": {RUN_NAME_COLUMN: RUN_NAME_WIDTH},  # what it tried, not cut
     }
     now = int(time.time() * 1000)
     envelope = {"name": "search results", "createdAt": now, "updatedAt": now}
