@@ -19,7 +19,7 @@ import ray
 from ray.tune.experiment import Trial
 from ray.tune.result import SHOULD_CHECKPOINT
 
-from gridsearch._voice import QUIET_S
+from gridsearch._voice import QUIET_S, clock_text
 from gridsearch.progress import ProgressPrinter, quiet_libraries, shown_keys
 from gridsearch.spaces import SPACES
 from trainables import names
@@ -100,12 +100,13 @@ def test_status_line_counts_trials_names_the_best_and_estimates(signals: Any) ->
     assert lines[-1] == status  # nothing new while the search was heard from lately
     clock.now += 1
     printer.on_step_end(0, trials)  # silent for QUIET_S: where the running trials are
-    assert "1 running, 2 left (bbb epoch 2/2 50%)" in lines[-1] and "1:01 elapsed" in lines[-1]
+    now = clock_text(55 + QUIET_S)
+    assert "1 running, 2 left (bbb epoch 2/2 50%)" in lines[-1] and f"{now} elapsed" in lines[-1]
     second.set_status(Trial.ERROR)
     printer.on_trial_error(0, trials, second)
     assert lines[-2].endswith("FAILED 2/4  bbb  unknown error")
-    assert lines[-1].startswith("[   1:01] 2 of 4 trials done, 0 running, 2 left")
-    assert lines[-1].endswith("about 1:01 left")  # 6 of 12 epochs done in 61 s
+    assert lines[-1].startswith(f"[{now:>7}] 2 of 4 trials done, 0 running, 2 left")
+    assert lines[-1].endswith(f"about {now} left")  # 6 of 12 epochs done in that time
     # Tune keeps its callbacks in tuner.pkl: the signals actor, which ends with this
     # driver, stays out of it (a resumed search could not unpickle its handle)
     # nor its write function (code, when it lives in __main__: a --resume refuses it)
