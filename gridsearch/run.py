@@ -94,10 +94,13 @@ def _main(argv: Sequence[str] | None, started: float) -> int:
         space = load_space(settings)  # a bad space file fails here, before Ray is imported
         voice = Voice(_silent if quiet else say, started=started, times=PhaseTimes())
         with voice:  # heard from while the libraries load, then while the search runs
-            with voice.phase("loading the search's libraries", "libraries",
-                             say="loading the search's libraries (PyTorch, Ray, MLflow, "
-                             "Optuna; {time})"):  # fmt: skip
-                from gridsearch.driver import run_search
+            if "gridsearch.driver" not in sys.modules:  # not loaded by an earlier call yet
+                with voice.phase("loading the search's libraries", "libraries",
+                                 say="loading the search's libraries (PyTorch, Ray, MLflow, "
+                                 "Optuna; {time})"):  # fmt: skip
+                    import gridsearch.driver  # noqa: F401
+            from gridsearch.driver import run_search
+
             result = run_search(settings, write=voice, space=space)
     except SearchError as err:
         print(f"error: {err}", file=sys.stderr)
