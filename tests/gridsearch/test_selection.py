@@ -225,11 +225,16 @@ def test_a_corrupt_shard_stops_the_search_before_it_starts(
 SEARCHED = ("lr_min", "lr_max")  # the lr_bounds space
 OBJECTIVES = (names.BEST_RETRIEVAL, names.BEST_SEMANTIC)
 WINDOW = (1600, 900)  # a laptop's screen; MLflow's assistant takes 410 pixels of it
-needs_chromium = pytest.mark.skipif(
-    chromium() is None or chromedriver() is None,
-    reason="Chromium and chromedriver are not installed (Debian: apt-get install chromium "
-    "chromium-driver): MLflow's UI cannot be rendered on this machine",
-)
+
+
+def needs_chromium(test: Any) -> Any:
+    """A UI test: slow (it waits for the honest search), skipped without a browser."""
+    skip = pytest.mark.skipif(
+        chromium() is None or chromedriver() is None,
+        reason="Chromium and chromedriver are not installed (Debian: apt-get install "
+        "chromium chromium-driver): MLflow's UI cannot be rendered on this machine",
+    )
+    return pytest.mark.slow(skip(test))
 
 
 class RunRow(NamedTuple):
