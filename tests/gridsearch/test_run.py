@@ -25,11 +25,12 @@ from gridsearch._inputs import COMPUTING
 from gridsearch._optuna import MLFLOW_RUN_ATTR, TUNE_TRIAL_ATTR
 from gridsearch.registry import model_name
 from gridsearch.run import main
-from gridsearch.tracking._curves import CHARTS_SECTION
+from gridsearch.tracking._curves import CHARTS_SECTION, EPOCHS_SECTION
 from gridsearch.tracking._tags import (
     CHARTS_VIEW,
     OPTUNA_STUDY_TAG,
     OPTUNA_TRIAL_TAG,
+    TRADEOFF_IMAGE,
     TRIAL_TAG,
     VIEW_TAG_PREFIX,
 )
@@ -94,12 +95,13 @@ def check_links(
 
     view = json.loads(client.get_experiment_by_name(experiment).tags[VIEW_TAG_PREFIX + CHARTS_VIEW])
     state = json.loads(view["state"])
-    assert [s["name"] for s in state["compareRunSections"]] == [CHARTS_SECTION]
-    first = state["compareRunCharts"][0]
-    assert (first["selectedXAxisMetricKey"], first["metricKey"]) == (
-        names.PRIMARY_RETRIEVAL,
-        names.PRIMARY_SEMANTIC,
-    )
+    assert [s["name"] for s in state["compareRunSections"]] == [CHARTS_SECTION, EPOCHS_SECTION]
+    image, *per_epoch = state["compareRunCharts"]
+    assert (image["type"], image["imageKeys"]) == ("IMAGE", [TRADEOFF_IMAGE])
+    assert [c["metricKey"] for c in per_epoch] == [names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC]
+    for run in children:  # each trial's trade-off, epoch by epoch, as the view shows it
+        images = client.list_artifacts(run.info.run_id, "images")
+        assert any(f.path.startswith(f"images/{TRADEOFF_IMAGE}+step+0+") for f in images)
 
 
 @pytest.mark.slow
@@ -152,7 +154,8 @@ def test_smoke_search_records_every_trial_once(
             *on_cluster]  # fmt: skip
     assert main(warm) == 0
     out = capsys.readouterr().out
-    warnings = [line for line in out.splitlines() if line.startswith("warning:")]
+    said = [line.split("] ", 1)[-1] for line in out.splitlines()]  # without the stamps
+    warnings = [line for line in said if line.startswith("warning:")]
     assert len(warnings) == 1 and "were not registered" in warnings[0], out
     assert "1 trial: 1 finished" in out and "registered models:/" not in out
     assert "warm start: 2 ended trial(s) of 'smoke' start the study" in out
@@ -184,7 +187,8 @@ def test_smoke_search_records_every_trial_once(
     assert list(table["baseline"]) == ["char n-gram ridge", "char n-gram cosine", "chance"]
     assert table.loc[0, "dev R@10 mean"] == pytest.approx(ridge[names.PRIMARY_RETRIEVAL])
     page = (folder / "report.html").read_text(encoding="utf-8")
-    assert "Baselines of this store" in page and "Dashed grey lines: the store&#x27;s" in page
+    assert "Baselines of this store" in page
+    assert "Grey lines of their own dashes: the store&#x27;s baselines" in page
 
 
 def _fails(args: list[str], capsys: pytest.CaptureFixture[str]) -> str:
