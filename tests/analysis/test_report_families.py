@@ -177,8 +177,11 @@ def test_the_report_of_an_encoders_search(runs: Path, tmp_path: Path, capsys, mo
     assert sorted(legend[: len(tried)]) == sorted(f"{t}: {what}" for t, what in tried.items())
     for trial_id, what in tried.items():
         assert f'alt="{trial_id}: {what}"' in page  # the per-trial figure's caption
-    titles = [f.axes[0].get_title() for f in figures if len(f.axes) == 2 and f.axes[1].get_ylabel()
-              == "semantic score (r)"]  # fmt: skip
+    titles = [  # the per-trial figures: one panel, its semantic axis a twin of its R@10 one
+        f.axes[0].get_title()
+        for f in figures
+        if len(f.axes) == 2 and f.axes[0].get_shared_x_axes().joined(*f.axes)
+    ]
     assert sorted(" ".join(t.split("\n")) for t in titles) == sorted(
         f"{t}: {what}" for t, what in tried.items()
     )
