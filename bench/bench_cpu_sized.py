@@ -194,8 +194,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"load average at end {os.getloadavg()[0]:.2f}")
     if args.figure is not None:
         cycle = args.cycle_epochs or CPU_SIZED["cycle_epochs"]
-        draw_fig4(runs, args.figure, f"the embedded world ({args.store}), CPU-sized char "
-                  f"model, {cycle}-epoch learning-rate cycles")  # fmt: skip
+        images = sum(split.num_images for split in (data.train, data.val, data.test))
+        draw_fig4(runs, args.figure, f"a world of {images:,} images, CPU-sized char model "
+                  f"(n = {args.hidden_size}), {cycle}-epoch learning-rate cycles")  # fmt: skip
     return 0
 
 
