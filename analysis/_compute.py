@@ -13,7 +13,7 @@ import pandas as pd
 
 from analysis._data import FAMILY, SearchRecord
 from analysis.reference import MARGIN_STABLE_RANGE
-from gridsearch.summary import BASELINE_LABELS, TrialOutcome, pareto_front
+from gridsearch.summary import BASELINE_LABELS, TrialOutcome, best_trial, pareto_front
 from gridsearch.tracking import TradeoffCurve, tradeoff_curve
 from trainables import names
 from trainables.stats import pearson_ci, recall_ci
@@ -214,19 +214,57 @@ def sensitivity(record: SearchRecord) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*columns, "ci_low", "ci_high"])
 
 
-def semantic_interval(parts: pd.Series, pair_counts: dict[str, int]) -> tuple[float, float]:
-    """Approximate 95% interval of ``dev/semantic``, the mean of the cosine Pearsons on
-    STS-B dev and SICK-R trial (the parts at the epoch it peaked): each part's Fisher-z
-    interval over its dev pairs, endpoints averaged. Averaging endpoints assumes the two
-    errors move together, so it is conservative."""
+def semantic_interval(
+    parts: Mapping[str, float], pair_counts: Mapping[str, int], keys: tuple[str, ...] = _DEV_PARTS
+) -> tuple[float, float]:
+    """Approximate 95% interval of a semantic score that is the mean of the Pearsons
+    ``keys`` (by default ``dev/semantic``'s: the cosine Pearsons on STS-B dev and SICK-R
+    trial, at the epoch it peaked): each part's Fisher-z interval over its pairs,
+    endpoints averaged. Averaging endpoints assumes the two errors move together, so it
+    is conservative."""
     bounds = []
-    for key in _DEV_PARTS:
+    for key in keys:
         r, n = parts.get(key, math.nan), pair_counts.get(key, 0)
         if not _missing(r) and n > 3:
             bounds.append(pearson_ci(float(r), n))
     if not bounds:
         return math.nan, math.nan
     return float(np.mean([b[0] for b in bounds])), float(np.mean([b[1] for b in bounds]))
+
+
+# test/semantic and ensemble/semantic: (STS12-16 r + SICK-R r) / 2 (trainables.names); the
+# STS part's interval counts all its pairs
+_TEST_PARTS = ("sts12_16_pearson", "sickr_pearson")
+_TEST_SEMANTIC = names.key(names.TEST, "semantic")
+
+
+def semantic_against_baselines(record: SearchRecord) -> pd.DataFrame:
+    """The best-semantic trial's snapshot ensemble (chosen on dev) against each baseline
+    on the test semantic score: the trial's score with its 95% interval
+    (``semantic_interval`` over the test parts), the baseline's, and whether the trial
+    is ahead by more than that interval's lower half."""
+    columns = ["trial_id", "test semantic", "ci_low", "ci_high", "baseline", "its score", "verdict"]
+    best = best_trial(trial_outcomes(record), names.BEST_SEMANTIC)
+    if best is None:
+        return pd.DataFrame([], columns=columns)
+    ours = best.metrics.get(names.key(names.ENSEMBLE, "semantic"), math.nan)
+    parts = {k: best.metrics.get(names.key(names.ENSEMBLE, k), math.nan) for k in _TEST_PARTS}
+    low, high = semantic_interval(parts, record.pair_counts, _TEST_PARTS)
+    rows = []
+    for name, label in BASELINE_LABELS.items():
+        theirs = float(
+            record.baselines.get(name, {}).get(names.key(names.TEST, "semantic"), math.nan)
+        )
+        if math.isnan(theirs) or math.isnan(ours):
+            continue
+        if theirs < low:
+            verdict = "ahead by more than the interval"
+        elif ours > theirs:
+            verdict = "ahead, within the interval"
+        else:
+            verdict = "behind"
+        rows.append([best.trial_id, ours, low, high, label, theirs, verdict])
+    return pd.DataFrame(rows, columns=columns)
 
 
 class RangeCheck(NamedTuple):

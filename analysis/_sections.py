@@ -88,10 +88,20 @@ def trials_section(record: SearchRecord, out: Output) -> Section:
             "existed): python -m trainables.baselines --data STORE computes them"
         )
     out.csv(baselines, "baselines")
-    return section.table(
+    section.table(
         baselines,
         "Baselines of this store (python -m trainables.baselines): a trial worth keeping "
         "beats them; the trade-off curves draw their dev values",
+    )
+    against = _compute.semantic_against_baselines(record)
+    if against.empty:
+        return section
+    out.csv(against, "semantic_against_baselines")
+    return section.table(
+        against,
+        "The best-semantic trial's snapshot ensemble against the baselines on the test "
+        "semantic score, with its 95% interval (Fisher z of each part over its pairs, "
+        "endpoints averaged); Table 5 below has them per subtask",
     )
 
 

@@ -3,6 +3,8 @@
     python bench/bench_cpu_sized.py --lr-max 0.001,0.004,0.008,0.016,0.032 --epochs 4
     python bench/bench_cpu_sized.py --lr-max 0.016 --hidden-size 64 --margin 0.1
     python bench/bench_cpu_sized.py --lr-max 0.004,0.016 --epochs 12 --seeds 0,1,2   # trade-off
+    python bench/bench_cpu_sized.py --epochs 12 --cycle-epochs 4 --seeds 0,1,2 \
+        --figure docs/img/tradeoff-world.png   # the paper's schedule, its Fig. 4 layout
 
 Trains the paper's char model with the settings a search uses on a CPU
 (``gridsearch.settings.CPU_SIZED``: n = 32, batch 64, 1-epoch cycles, a snapshot every
@@ -13,6 +15,8 @@ With ``--seeds``, each rate is trained once per seed, and a trade-off line per r
 where the dev semantic score peaked and how both dev curves moved from that epoch to the
 last: the paper's shape (Fig. 4) is a semantic peak at least two epochs before the last
 while retrieval keeps rising.
+With ``--figure``, every run's dev curves are drawn in the layout of the paper's Fig. 4:
+R@10 mean and the semantic score x 100 against the epoch on a log axis (epoch 0 at 0.5).
 Seconds are comparable only on a quiet machine (the load average is printed).
 """
 
@@ -62,7 +66,9 @@ def tradeoff(retrieval: list[float], semantic: list[float]) -> str:
     )
 
 
-def _run(config: TrainConfig, data: TrainingData, senteval: str | None) -> None:
+def _run(
+    config: TrainConfig, data: TrainingData, senteval: str | None
+) -> tuple[list[float], list[float]]:
     started = time.perf_counter()
     curve, retrieval, semantic = [], [], []
     last: dict[str, float] = {}
@@ -84,11 +90,46 @@ def _run(config: TrainConfig, data: TrainingData, senteval: str | None) -> None:
     )
     if len(semantic) >= 3:
         print(f"  trade-off: {tradeoff(retrieval, semantic)}", flush=True)
+    return retrieval, semantic
+
+
+def draw_fig4(runs: dict[str, tuple[list[float], list[float]]], path: Path, title: str) -> None:
+    """The runs' dev curves in the paper's Fig. 4 layout: R@10 mean (blue) and the semantic
+    score x 100 (red) against the epoch, log axis, a line style per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 4.2))
+    ax = fig.subplots()
+    styles = ("-", "--", ":", "-.")
+    for k, (label, (retrieval, semantic)) in enumerate(runs.items()):
+        x = [max(e, 0.5) for e in range(len(retrieval))]
+        style = styles[k % len(styles)]
+        ax.plot(x, retrieval, style, color="tab:blue", marker="o", ms=3,
+                label=f"dev R@10 mean, {label}")  # fmt: skip
+        ax.plot(x, [100 * v for v in semantic], style, color="tab:red", marker="s", ms=3,
+                label=f"dev semantic x 100, {label}")  # fmt: skip
+    ax.set_xscale("log")
+    epochs = len(next(iter(runs.values()))[0])
+    ticks = [0.5, *[e for e in (1, 2, 4, 8, 12, 16, 24, 32) if e < epochs]]
+    ax.set_xticks(ticks, ["0", *[str(int(t)) for t in ticks[1:]]])
+    ax.set_xlabel("epoch (log scale; 0 = untrained)")
+    ax.set_ylabel("R@10 mean (%) / Pearson r x 100")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=6, ncol=2, loc="lower right")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    print(f"figure: {path}")
 
 
 def _configs(args: argparse.Namespace) -> list[TrainConfig]:
     """One training config per --lr-max x --seeds, CPU-sized; a bad value is BadInput."""
     sized = {**CPU_SIZED, "epochs": args.epochs, "semantic_every": args.epochs}
+    if args.cycle_epochs:
+        sized |= {"cycle_epochs": args.cycle_epochs, "snapshot_interval": args.cycle_epochs}
     try:
         return [
             TrainConfig.from_dict(
@@ -119,12 +160,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--margin", type=float, default=TrainConfig.margin, help="the loss's margin")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--seeds", type=ints, default="0", help="comma-separated training seeds")
+    p.add_argument("--cycle-epochs", type=int, default=0,
+                   help="epochs per learning-rate cycle, a snapshot at each cycle's end "
+                   "(default: CPU_SIZED's 1; the paper's is 4)")  # fmt: skip
+    p.add_argument(
+        "--figure",
+        type=Path,
+        default=None,
+        help="draw the dev curves in the paper's Fig. 4 layout into this PNG",
+    )
     p.add_argument("--store", type=Path, default=Path("runs/world"),
                    help=f"the embedded world (built there, {WORLD_IMAGES:,} images, "
                    "if absent)")  # fmt: skip
     args = p.parse_args(argv)
     if args.epochs < 1:
         p.error(f"--epochs: got {args.epochs}, expected at least 1")
+    if args.cycle_epochs < 0 or (args.cycle_epochs and args.epochs % args.cycle_epochs):
+        p.error(f"--cycle-epochs: got {args.cycle_epochs}, expected a divisor of --epochs")
     configs = _configs(args)
     if not (args.store / "manifest.json").exists():
         _common.build_world(args.store, WORLD_IMAGES)
@@ -135,9 +187,16 @@ def main(argv: Sequence[str] | None = None) -> int:
           + "; ".join(f"{name} {m.get(names.key(TEST, 'r10_mean'), float('nan')):.1f}, "
                       f"{m.get(names.key(TEST, 'semantic'), float('nan')):.3f}"
                       for name, m in table.items()))  # fmt: skip
-    for config in configs:
-        _run(config, data, senteval)
+    runs = {
+        f"lr {config.lr_max:g}, seed {config.seed}": _run(config, data, senteval)
+        for config in configs
+    }
     print(f"load average at end {os.getloadavg()[0]:.2f}")
+    if args.figure is not None:
+        cycle = args.cycle_epochs or CPU_SIZED["cycle_epochs"]
+        images = sum(split.num_images for split in (data.train, data.val, data.test))
+        draw_fig4(runs, args.figure, f"a world of {images:,} images, CPU-sized char model "
+                  f"(n = {args.hidden_size}), {cycle}-epoch learning-rate cycles")  # fmt: skip
     return 0
 
 

@@ -100,7 +100,7 @@ def build_synthetic(
 ) -> Manifest:
     """Generate the embedded world inside ``out/world`` and ingest it through the same
     Karpathy path as real data."""
-    from storage.synthetic import generate_world
+    from storage.synthetic import GENERATOR_VERSION, generate_world
 
     _check_sizes(shard_size=shard_size, batch_size=batch_size, workers=workers)
     _check_world(images, seed)
@@ -113,6 +113,7 @@ def build_synthetic(
     extractor = _world_extractor(features, seed, weights, device, batch_size, workers)
     fingerprint: dict[str, Any] = {
         "source": "synthetic",
+        "generator": GENERATOR_VERSION,  # another generator's world is another store
         "images": images,
         "seed": seed,
         "shard_size": shard_size,

@@ -31,10 +31,11 @@ from storage.synthetic._render import IMAGE_SIZE, RenderJob
 from storage.synthetic._scenes import Scene, generate_scene_arrays
 from storage.synthetic._semantic import STS_SUBTASKS
 from storage.synthetic._similarity import content_overlap
-from storage.synthetic._world import WorldFiles, generate_world
+from storage.synthetic._world import GENERATOR_VERSION, WorldFiles, generate_world
 
 __all__ = [
     "CAPTIONS_PER_IMAGE",
+    "GENERATOR_VERSION",
     "HELD_OUT_FORMS",
     "IMAGE_SIZE",
     "MAX_CHARS",

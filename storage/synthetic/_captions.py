@@ -20,6 +20,8 @@ from storage.synthetic._lexicon import (
     COLUMNS,
     CORNERS,
     ROWS,
+    SETTING_TEMPLATES,
+    TEXTURE_WORDS,
     TRAIN_COLOUR,
     TRAIN_RELATION,
     TRAIN_SHAPE,
@@ -36,6 +38,8 @@ TYPO_RATE = 0.07  # fraction of training captions with one character-level typo
 _SIZE_DROP = 0.3  # chance that a caption leaves an object's size out
 _COLOUR_DROP = 0.05  # ... or its colour
 _PARTIAL = {2: 0.15, 3: 0.3}  # chance that a caption skips the least salient object
+SETTING_MENTION = 0.35  # chance that a caption also says what the background looks like
+_DARK, _LIGHT = 105, 155  # background grey levels below / above which a tone is named
 _ATTEMPTS = 200  # drafts per scene before giving up (never reached in practice)
 
 # Templates by number of mentioned objects. Slots: {a}/{b}/{c} = object phrase with
@@ -144,7 +148,26 @@ def _draft(scene: Scene, order: list[int], rng: random.Random) -> str:
             templates = templates + _NEXT_TO
     if len(order) == 3:
         slots["rel_cb"] = rng.choice(TRAIN_RELATION[scene.relation(order[2], order[1])])
-    return _punctuate(rng.choice(templates).format(**slots), rng)
+    text = rng.choice(templates).format(**slots)
+    if rng.random() < SETTING_MENTION:
+        text = with_setting(text, scene, rng)
+    return _punctuate(text, rng)
+
+
+def setting_phrase(scene: Scene, rng: random.Random) -> str:
+    """The background in words: "on a dark striped background"."""
+    background = scene.background
+    words = [rng.choice(TEXTURE_WORDS[background.texture])]
+    grey = sum(background.colour) / 3
+    if (grey < _DARK or grey > _LIGHT) and rng.random() < 0.5:
+        words.insert(0, "dark" if grey < _DARK else "light")
+    return rng.choice(SETTING_TEMPLATES).format(t=" ".join(words))
+
+
+def with_setting(text: str, scene: Scene, rng: random.Random) -> str:
+    """``text`` with the setting said before its final punctuation."""
+    body = text.rstrip(".!?")
+    return f"{body} {setting_phrase(scene, rng)}{text[len(body) :]}"
 
 
 def _punctuate(text: str, rng: random.Random) -> str:

@@ -6,17 +6,25 @@ non-linear network to a non-negative ``dim``-vector, like the post-ReLU, average
 ResNet-152 features of real images:
 
 1. each object: random embeddings of its shape, colour and size and of their pairwise
-   interactions, plus random Fourier features of its position, through a random
-   ``tanh`` layer; summed over the objects;
-2. each ordered pair of objects: a random embedding of (relation, shape, shape);
-3. the background (colour, texture): nuisance content no caption mentions;
-4. Gaussian noise seeded by the image id alone, so a feature never depends on the
-   batch it was computed in;
+   interactions (an attribute looks different on different shapes), plus random
+   Fourier features of its position, through a random ``tanh`` layer; summed over the
+   objects;
+2. each ordered pair of objects: a random embedding of (relation, shape, shape), as
+   strong as an object's (what a picture shows includes how its things are arranged);
+3. the background: its colour and texture, and its clutter (each item a random
+   embedding of its kind plus its position's Fourier features, through ``tanh``);
+4. a little Gaussian noise (the camera's), seeded by the image id alone, so a feature
+   never depends on the batch it was computed in;
 5. a random linear layer to ``dim`` dimensions and a ReLU.
 
-So features separate scenes by what captions say (objects, attributes, relations) but
-also by what they do not (exact positions, background, noise), which keeps caption to
-image retrieval learnable yet far from perfect.
+So features separate scenes by what captions say (objects, attributes, relations,
+sometimes the setting) and by much that they do not (the clutter above all, exact
+positions, the background's colour). What keeps caption-to-image retrieval hard is
+that content: it recurs across images, so an image encoder learns to look past it
+rather than memorise it, and the ReLU entangles it with the rest, so it is never
+removed entirely. Per-image noise would do the first job too, but an encoder can
+memorise it on the training images, and then retrieval on unseen images falls while
+training goes on (which real features do not do).
 """
 
 from __future__ import annotations
@@ -32,7 +40,9 @@ import numpy as np
 from storage._errors import StoreError
 from storage._extractors import ImageItem
 from storage.synthetic._scenes import (
+    CLUTTER_KINDS,
     COLOUR_NAMES,
+    MAX_CLUTTER,
     MAX_OBJECTS,
     RELATIONS,
     SHAPES,
@@ -44,18 +54,17 @@ from storage.synthetic._scenes import (
     relation_codes,
 )
 
-# Standard deviation of the per-image noise in the scene code (whose entries spread with
-# a standard deviation of ~1.5 across scenes). Tuned so that simple baselines stay well
-# below perfect on the default world's 200 test images: a ridge regression from
-# character n-grams of the captions to the features reaches caption->image R@10 ~35%
-# and image->caption R@10 ~79% (python -m trainables.baselines), while the noiseless
-# scene still finds its noisy feature at R@1 ~74% and R@10 ~98%, so retrieval remains
-# learnable well beyond the baseline.
-DEFAULT_NOISE = 3.5
+# Standard deviation of the camera's per-image noise in the scene code: small beside the
+# clutter's code, so that no encoder can gain by memorising it.
+DEFAULT_NOISE = 0.5
 _HIDDEN = 256  # width of the scene code before the projection to ``dim``
 _FOURIER = 16  # random Fourier features of an object's position
-_RELATION_WEIGHT = 0.8  # scale of the pairwise relation code relative to the objects'
-_BACKGROUND_WEIGHT = 1.0  # scale of the nuisance background code
+_RELATION_WEIGHT = 3.0  # scale of the pairwise relation code relative to the objects'
+_BACKGROUND_WEIGHT = 2.0  # scale of the background's colour and texture code
+# Scale of the clutter's code: with it, a ridge regression from the captions' character
+# n-grams to the features reaches a dev R@10 mean near 40% on the default world and the
+# trained CPU-sized model near 75% (BENCHMARKS.md, "The embedded world").
+_CLUTTER_WEIGHT = 6.0
 _ROWS_PER_CHUNK = 2048  # images featurised at a time
 _PAIRS = tuple(itertools.permutations(range(MAX_OBJECTS), 2))
 
@@ -78,6 +87,7 @@ class _Weights:
     relation_first: np.ndarray  # (len(SHAPES), H)
     relation_second: np.ndarray  # (len(SHAPES), H)
     background: np.ndarray  # (3 + len(TEXTURES) + TEXTURE_VARIANTS, H)
+    clutter: np.ndarray  # (CLUTTER_KINDS, H)
     output: np.ndarray  # (H, dim) float32
     output_bias: np.ndarray  # (dim,) float32
 
@@ -93,9 +103,9 @@ def _draw_weights(dim: int, seed: int) -> _Weights:
         shape=table(n_shape, 1.0),
         colour=table(n_colour, 1.0),
         size=table(n_size, 0.8),
-        shape_colour=table(n_shape * n_colour, 0.5),
-        shape_size=table(n_shape * n_size, 0.4),
-        colour_size=table(n_colour * n_size, 0.4),
+        shape_colour=table(n_shape * n_colour, 1.5),
+        shape_size=table(n_shape * n_size, 1.2),
+        colour_size=table(n_colour * n_size, 1.2),
         fourier=rng.normal(0.0, 1.5, size=(2, _FOURIER)),
         phase=rng.uniform(0.0, 2 * np.pi, size=_FOURIER),
         position=table(_FOURIER, 0.5),
@@ -104,6 +114,7 @@ def _draw_weights(dim: int, seed: int) -> _Weights:
         relation_first=table(n_shape, 0.5),
         relation_second=table(n_shape, 0.5),
         background=table(3 + len(TEXTURES) + TEXTURE_VARIANTS, 0.8),
+        clutter=table(CLUTTER_KINDS, 1.0),
         output=rng.normal(0.0, 1.0 / np.sqrt(h), size=(h, dim)).astype(np.float32),
         output_bias=rng.normal(0.1, 0.3, size=dim).astype(np.float32),
     )
@@ -120,6 +131,7 @@ class _Tables:
     phase: np.ndarray  # (_FOURIER,)
     pairs: np.ndarray  # (relations * shapes * shapes, H): tanh of each pair's code
     background: np.ndarray  # (3 + len(TEXTURES) + TEXTURE_VARIANTS, H)
+    clutter: np.ndarray  # (CLUTTER_KINDS, H)
 
 
 def _fold(w: _Weights) -> _Tables:
@@ -149,6 +161,7 @@ def _fold(w: _Weights) -> _Tables:
         phase=w.phase.astype(f32),
         pairs=(_RELATION_WEIGHT * pairs).astype(f32),
         background=w.background.astype(f32),
+        clutter=w.clutter.astype(f32),
     )
 
 
@@ -180,6 +193,11 @@ def scene_code(scenes: SceneArrays, tables: _Tables) -> np.ndarray:
         dtype=np.float32,
     )
     code += _BACKGROUND_WEIGHT * np.tanh(background @ tables.background)
+    items = scenes.clutter >= 0
+    spots = np.stack([scenes.clutter_x, scenes.clutter_y], axis=-1).astype(np.float32)
+    where = np.cos(spots.reshape(-1, 2) @ tables.fourier + tables.phase) @ tables.position
+    pre = tables.clutter[np.maximum(scenes.clutter, 0)] + where.reshape(*items.shape, -1)
+    code += _CLUTTER_WEIGHT * (np.tanh(pre) * items[..., None]).sum(axis=1)
     return code
 
 
@@ -252,6 +270,15 @@ def _fill_row(arrays: SceneArrays, row: int, raw: Mapping[str, Any]) -> None:
     arrays.background[row] = colour
     arrays.texture[row] = _TEXTURE_INDEX[background["texture"]]
     arrays.variant[row] = variant
+    clutter = background.get("clutter", [])
+    if len(clutter) > MAX_CLUTTER:
+        raise ValueError("too much clutter")
+    for k, (kind, x, y) in enumerate(clutter):
+        if not (type(kind) is int and 0 <= kind < CLUTTER_KINDS):
+            raise ValueError("bad clutter kind")
+        if not (type(x) in (int, float) and type(y) in (int, float) and 0 <= x <= 1 >= y >= 0):
+            raise ValueError("bad clutter position")
+        arrays.clutter[row, k], arrays.clutter_x[row, k], arrays.clutter_y[row, k] = kind, x, y
 
 
 def scene_arrays(items: Sequence[ImageItem]) -> SceneArrays:
@@ -271,6 +298,9 @@ def scene_arrays(items: Sequence[ImageItem]) -> SceneArrays:
         background=np.zeros((n, 3), dtype=np.int64),
         texture=np.zeros(n, dtype=np.int64),
         variant=np.zeros(n, dtype=np.int64),
+        clutter=np.full((n, MAX_CLUTTER), -1, dtype=np.int64),
+        clutter_x=np.zeros((n, MAX_CLUTTER)),
+        clutter_y=np.zeros((n, MAX_CLUTTER)),
     )
     for row, item in enumerate(items):
         raw = item.entry.get("scene")

@@ -90,6 +90,16 @@ CORNERS = {
     (2, 2): "in the bottom right corner",
 }
 COUNT_WORDS = ("no", "one", "two", "three")
+# The setting, which captions mention now and then (as Flickr8k's mention the beach or
+# the snow): the background's texture, and its tone when it is clearly dark or light.
+TEXTURE_WORDS: dict[str, tuple[str, ...]] = {
+    "plain": ("plain", "bare"),
+    "stripes": ("striped", "stripy"),
+    "checks": ("checked", "chequered"),
+    "dots": ("dotted", "spotted"),
+    "grain": ("grainy", "speckled"),
+}
+SETTING_TEMPLATES = ("on a {t} background", "against a {t} backdrop", "in front of a {t} wall")
 
 assert set(TRAIN_SHAPE) == set(HELD_OUT_SHAPE) == set(SHAPES)
 assert set(TRAIN_SIZE) == set(HELD_OUT_SIZE) == set(SIZES)

@@ -15,7 +15,13 @@ import random
 import re
 from collections.abc import Callable
 
-from storage.synthetic._captions import add_typo, noun_slots, object_phrase
+from storage.synthetic._captions import (
+    SETTING_MENTION,
+    add_typo,
+    noun_slots,
+    object_phrase,
+    with_setting,
+)
 from storage.synthetic._lexicon import (
     COUNT_WORDS,
     HELD_OUT_COLOUR,
@@ -30,6 +36,8 @@ from storage.synthetic._lexicon import (
     capitalise,
 )
 from storage.synthetic._scenes import Scene
+
+SENTENCE_SETTING = SETTING_MENTION
 
 # Templates by object count (1, 2, 3); slots as in _captions plus {REL} (capitalised
 # relation of a to b), {rel_bc} (b to c), {pass}/{pass_cb} (passive of a->b / c->b),
@@ -79,6 +87,13 @@ _LONG = (
 )  # fmt: skip
 
 _TRAIN_WORDS = (TRAIN_SIZE, TRAIN_COLOUR, TRAIN_SHAPE, TRAIN_RELATION)
+# the training words split for the synonyms subtask: each thing's commonest word, and the
+# others (the commonest again where there is no other)
+_COMMONEST_WORDS = tuple({k: v[:1] for k, v in table.items()} for table in _TRAIN_WORDS)
+_OTHER_WORDS = tuple(
+    {k: tuple(w for w in v if w != v[0]) or v[:1] for k, v in table.items()}
+    for table in _TRAIN_WORDS
+)
 _HELD_OUT_WORDS = (HELD_OUT_SIZE, HELD_OUT_COLOUR, HELD_OUT_SHAPE, HELD_OUT_RELATION)
 Words = tuple[
     dict[str, tuple[str, ...]],
@@ -116,7 +131,8 @@ def _templated(
 ) -> Callable[[Scene, random.Random], str]:
     def describe(scene: Scene, rng: random.Random) -> str:
         slots = _slots(scene, rng, words)
-        return rng.choice(table[len(scene.objects) - 1]).format(**slots)
+        text = rng.choice(table[len(scene.objects) - 1]).format(**slots)
+        return with_setting(text, scene, rng) if rng.random() < SENTENCE_SETTING else text
 
     return describe
 
@@ -154,9 +170,12 @@ _STYLES: dict[str, Callable[[Scene, random.Random], str]] = {
     "passive": _templated(_PASSIVE),
     "unseen-templates": _templated(_UNSEEN),
     "unseen-synonyms": _templated(_CAPTIONS, _HELD_OUT_WORDS),
+    "commonest-words": _templated(_CAPTIONS, _COMMONEST_WORDS),  # type: ignore[arg-type]
+    "other-words": _templated(_CAPTIONS, _OTHER_WORDS),  # type: ignore[arg-type]
     "long": _templated(_LONG),
 }
 _MIXABLE = tuple(_STYLES)
+_STYLES["word-order"] = _STYLES["captions"]  # its pairs are built apart (_semantic)
 _STYLES["mixed"] = _mixed
 STYLES: tuple[str, ...] = tuple(_STYLES)
 

@@ -39,6 +39,7 @@ logger = logging.getLogger(__name__)
 
 IMAGE_SIZE = 64  # pixels per side
 _TEXTURE_AMPLITUDE = 24.0  # how far a texture moves the background colour (0-255 scale)
+_CLUTTER_SHADES = ((90, 90, 80), (60, 55, 50), (150, 145, 130), (110, 100, 70))
 _CHUNK = 512  # scenes per pool task: large enough to amortise pickling
 
 
@@ -106,6 +107,14 @@ def draw_scene(scene: Scene) -> Image.Image:
     )
     image = Image.fromarray(np.clip(textured, 0, 255).astype(np.uint8))  # (H, W, 3): RGB
     draw = ImageDraw.Draw(image)
+    for item in bg.clutter:  # small dull marks, under the objects
+        cx, cy = item.x * IMAGE_SIZE, item.y * IMAGE_SIZE
+        shade = tuple(int(c) for c in _CLUTTER_SHADES[item.kind % len(_CLUTTER_SHADES)])
+        r = 1.0 + item.kind % 3 * 0.5
+        if item.kind % 2:
+            draw.ellipse((cx - r, cy - r, cx + r, cy + r), fill=shade)
+        else:
+            draw.line((cx - r, cy - r / 2, cx + r, cy + r / 2), fill=shade, width=1)
     # Larger objects first, so a small shape is never hidden behind a large one.
     for obj in sorted(scene.objects, key=lambda o: -SIZES.index(o.size)):
         radius = SIZE_RADIUS[SIZES.index(obj.size)] * IMAGE_SIZE

@@ -2,10 +2,12 @@
 
 A scene holds 1-3 objects, each with a shape, a colour, a size and a position in the
 unit square (``x`` to the right, ``y`` downwards, as in image coordinates), plus a
-background colour and texture. Captions describe the objects and their spatial
-relations but never the background: it is nuisance content that the image features
-carry and no caption explains, as a photograph's CNN features carry far more than its
-captions mention.
+background: a colour, a texture and up to ``MAX_CLUTTER`` small items of clutter.
+Captions describe the objects and their spatial relations, sometimes the background's
+texture (the setting), never the clutter: it is content that the image features carry
+and no caption explains, as a photograph's CNN features carry far more than its
+captions mention. Shapes and colours are Zipf-distributed (``zipf``), as the things
+photographs show are: a few are common, most are rare.
 
 Scenes are generated in bulk with numpy (:func:`generate_scene_arrays`) because the
 COCO-sized world has 123,287 of them; :class:`Scene` is the per-scene view used by the
@@ -40,7 +42,10 @@ TEXTURES: tuple[str, ...] = ("plain", "stripes", "checks", "dots", "grain")
 TEXTURE_VARIANTS = 4  # orientation/phase variants of each texture
 RELATIONS: tuple[str, ...] = ("left of", "right of", "above", "below", "next to")
 MAX_OBJECTS = 3
+CLUTTER_KINDS = 12  # kinds of small things nobody mentions (pebbles, leaves, specks)
+MAX_CLUTTER = 6  # items of clutter per scene: 0 to this many, uniformly
 _OBJECT_COUNT_P = (0.2, 0.4, 0.4)  # probability of 1, 2, 3 objects
+ZIPF_EXPONENT = 1.0  # shapes and colours are Zipf-distributed, as the things photos show are
 _GRID = 3  # objects sit in distinct cells of a 3x3 grid, so they rarely overlap
 _JITTER = 0.05  # how far an object may stray from its cell centre
 _NEAR = 0.45  # same-row objects closer than this are "next to" each other
@@ -59,12 +64,30 @@ class SceneObject:
 
 
 @dataclass(frozen=True)
+class Clutter:
+    """A small thing in the picture that no caption mentions."""
+
+    kind: int  # 0 .. CLUTTER_KINDS - 1
+    x: float  # centre in the unit square (3 decimals), as for objects
+    y: float
+
+
+@dataclass(frozen=True)
 class Background:
-    """The nuisance part of a scene: drawn and featurised, never captioned."""
+    """What surrounds the objects: drawn and featurised; captions name its texture now
+    and then (the setting), never its clutter."""
 
     colour: tuple[int, int, int]  # RGB, muted so objects stand out
     texture: str  # one of TEXTURES
     variant: int  # 0 .. TEXTURE_VARIANTS - 1: orientation/phase of the texture
+    clutter: tuple[Clutter, ...] = ()
+
+
+def zipf(count: int, exponent: float = ZIPF_EXPONENT) -> np.ndarray:
+    """Probabilities proportional to 1 / rank ** exponent over ``count`` ranks (the first
+    shape and colour in SHAPES and COLOURS are the commonest)."""
+    weights = 1.0 / np.arange(1, count + 1) ** exponent
+    return weights / weights.sum()
 
 
 def relation_codes(dx: np.ndarray, dy: np.ndarray) -> np.ndarray:
@@ -111,6 +134,7 @@ class Scene:
                 "colour": list(self.background.colour),
                 "texture": self.background.texture,
                 "variant": self.background.variant,
+                "clutter": [[c.kind, c.x, c.y] for c in self.background.clutter],
             },
         }
 
@@ -177,7 +201,26 @@ def _parse_background(raw: Any) -> Background:
             f"{where}.variant: expected an integer 0-{TEXTURE_VARIANTS - 1}, got {variant!r}"
         )
     r, g, b = colour
-    return Background((r, g, b), _choice(raw, "texture", TEXTURES, where), variant)
+    clutter = _parse_clutter(raw.get("clutter", []), f"{where}.clutter")
+    return Background((r, g, b), _choice(raw, "texture", TEXTURES, where), variant, clutter)
+
+
+def _parse_clutter(raw: Any, where: str) -> tuple[Clutter, ...]:
+    """``[[kind, x, y], ...]``, at most MAX_CLUTTER items (absent: none)."""
+    if not isinstance(raw, list) or len(raw) > MAX_CLUTTER:
+        raise ValueError(f"{where}: expected a list of at most {MAX_CLUTTER} [kind, x, y]")
+    items = []
+    for k, item in enumerate(raw):
+        if not (isinstance(item, list) and len(item) == 3):
+            raise ValueError(f"{where}[{k}]: expected [kind, x, y], got {item!r}")
+        kind, x, y = item
+        if not (_is_int(kind) and 0 <= kind < CLUTTER_KINDS):
+            raise ValueError(f"{where}[{k}]: kind: expected 0-{CLUTTER_KINDS - 1}, got {kind!r}")
+        for value in (x, y):
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+                raise ValueError(f"{where}[{k}]: expected x and y in [0, 1], got {item!r}")
+        items.append(Clutter(kind, float(x), float(y)))
+    return tuple(items)
 
 
 @dataclass(frozen=True)
@@ -192,6 +235,9 @@ class SceneArrays:
     background: np.ndarray  # (n, 3) int64 RGB
     texture: np.ndarray  # (n,) int64 index into TEXTURES
     variant: np.ndarray  # (n,) int64
+    clutter: np.ndarray  # (n, MAX_CLUTTER) int64 kind, -1 = no item
+    clutter_x: np.ndarray  # (n, MAX_CLUTTER) float64 (0 when absent)
+    clutter_y: np.ndarray  # (n, MAX_CLUTTER) float64 (0 when absent)
 
     def __len__(self) -> int:
         return int(self.shape.shape[0])
@@ -213,16 +259,23 @@ class SceneArrays:
             self.background.tolist(),
             self.texture.tolist(),
             self.variant.tolist(),
+            self.clutter.tolist(),
+            self.clutter_x.tolist(),
+            self.clutter_y.tolist(),
             strict=True,
         )
         scenes: list[Scene] = []
-        for shape, colour, size, x, y, (r, g, b), texture, variant in rows:
+        for shape, colour, size, x, y, (r, g, b), texture, variant, kinds, cx, cy in rows:
             objects = tuple(
                 SceneObject(SHAPES[s], COLOUR_NAMES[c], SIZES[z], px, py)
                 for s, c, z, px, py in zip(shape, colour, size, x, y, strict=True)
                 if s >= 0
             )
-            scenes.append(Scene(objects, Background((r, g, b), TEXTURES[texture], variant)))
+            clutter = tuple(
+                Clutter(k, px, py) for k, px, py in zip(kinds, cx, cy, strict=True) if k >= 0
+            )
+            background = Background((r, g, b), TEXTURES[texture], variant, clutter)
+            scenes.append(Scene(objects, background))
         return scenes
 
 
@@ -233,9 +286,11 @@ def generate_scene_arrays(n: int, seed: int | np.random.SeedSequence) -> SceneAr
     rng = np.random.default_rng(seed)
     count = rng.choice(np.arange(1, MAX_OBJECTS + 1), size=n, p=_OBJECT_COUNT_P)
     present = np.arange(MAX_OBJECTS)[None, :] < count[:, None]
-    # Distinct shapes per scene keep "the circle" unambiguous in captions.
-    shape = np.argsort(rng.random((n, len(SHAPES))), axis=1)[:, :MAX_OBJECTS]
-    colour = rng.integers(0, len(COLOURS), size=(n, MAX_OBJECTS))
+    # Distinct shapes per scene keep "the circle" unambiguous in captions; drawn without
+    # replacement in proportion to their Zipf weights (the Gumbel top-k trick).
+    gumbel = -np.log(-np.log(rng.uniform(1e-12, 1.0, size=(n, len(SHAPES)))))
+    shape = np.argsort(-(np.log(zipf(len(SHAPES))) + gumbel), axis=1)[:, :MAX_OBJECTS]
+    colour = rng.choice(len(COLOURS), size=(n, MAX_OBJECTS), p=zipf(len(COLOURS)))
     size = rng.integers(0, len(SIZES), size=(n, MAX_OBJECTS))
     cell = np.argsort(rng.random((n, _GRID * _GRID)), axis=1)[:, :MAX_OBJECTS]
     jitter = rng.uniform(-_JITTER, _JITTER, size=(2, n, MAX_OBJECTS))
@@ -244,6 +299,11 @@ def generate_scene_arrays(n: int, seed: int | np.random.SeedSequence) -> SceneAr
     y = np.round((cell // _GRID + 0.5) / _GRID + jitter[1], 3)
     grey = rng.uniform(70, 190, size=(n, 1))
     background = np.clip(np.round(grey + rng.uniform(-28, 28, size=(n, 3))), 0, 255)
+    texture = rng.integers(0, len(TEXTURES), size=n).astype(np.int64)
+    variant = rng.integers(0, TEXTURE_VARIANTS, size=n).astype(np.int64)
+    items = np.arange(MAX_CLUTTER)[None, :] < rng.integers(0, MAX_CLUTTER + 1, size=n)[:, None]
+    kinds = rng.integers(0, CLUTTER_KINDS, size=(n, MAX_CLUTTER))
+    spots = np.round(rng.uniform(0.03, 0.97, size=(2, n, MAX_CLUTTER)), 3)
     return SceneArrays(
         shape=np.where(present, shape, -1).astype(np.int64),
         colour=np.where(present, colour, 0).astype(np.int64),
@@ -251,6 +311,9 @@ def generate_scene_arrays(n: int, seed: int | np.random.SeedSequence) -> SceneAr
         x=np.where(present, x, 0.0),
         y=np.where(present, y, 0.0),
         background=background.astype(np.int64),
-        texture=rng.integers(0, len(TEXTURES), size=n).astype(np.int64),
-        variant=rng.integers(0, TEXTURE_VARIANTS, size=n).astype(np.int64),
+        texture=texture,
+        variant=variant,
+        clutter=np.where(items, kinds, -1).astype(np.int64),
+        clutter_x=np.where(items, spots[0], 0.0),
+        clutter_y=np.where(items, spots[1], 0.0),
     )

@@ -26,6 +26,7 @@ from storage.synthetic._scenes import (
 # How much each attribute contributes to the similarity of two matched objects.
 _SHAPE_WEIGHT, _COLOUR_WEIGHT, _SIZE_WEIGHT = 0.5, 0.3, 0.2
 _RELATION_WEIGHT = 0.3  # share of the relations in the overlap of multi-object scenes
+SETTING_WEIGHT = 0.1  # share of the setting (the background's texture): a detail to judges
 # "next to" and left/right of are neither the same nor opposite: half agreement.
 _HORIZONTAL = {"left of", "right of", "next to"}
 
@@ -62,13 +63,15 @@ def _overlap_for(a: Scene, b: Scene, matching: dict[int, int]) -> float:
 
 
 def content_overlap(a: Scene, b: Scene) -> float:
-    """Symmetric content overlap in [0, 1] under the best one-to-one object matching."""
+    """Symmetric content overlap in [0, 1] under the best one-to-one object matching,
+    with the setting counting for ``SETTING_WEIGHT``."""
     if len(a.objects) > len(b.objects):
         a, b = b, a
     best = 0.0
     for chosen in itertools.permutations(range(len(b.objects)), len(a.objects)):
         best = max(best, _overlap_for(a, b, dict(enumerate(chosen))))
-    return best
+    setting = float(a.background.texture == b.background.texture)
+    return (1 - SETTING_WEIGHT) * best + SETTING_WEIGHT * setting
 
 
 def entailment_label(a: Scene, b: Scene) -> str:
@@ -92,6 +95,9 @@ def _free_cell(scene: Scene, rng: random.Random) -> tuple[float, float]:
     )
 
 
+_SWAPPED = {"swap colours": ("colour",), "swap sizes": ("size",), "swap places": ("x", "y")}
+
+
 def _edit(scene: Scene, rng: random.Random) -> Scene:
     """``scene`` with one random change of content (never of the background alone)."""
     objects = list(scene.objects)
@@ -99,11 +105,17 @@ def _edit(scene: Scene, rng: random.Random) -> Scene:
     if len(objects) < MAX_OBJECTS:
         kinds.append("add")
     if len(objects) > 1:
-        kinds.append("remove")
+        # SICK's argument swaps: the same words, bound to other objects
+        kinds += ["remove", "swap colours", "swap sizes", "swap places"]
     kind = rng.choice(kinds)
     k = rng.randrange(len(objects))
     obj = objects[k]
-    if kind == "colour":
+    if kind.startswith("swap"):
+        j = rng.choice([i for i in range(len(objects)) if i != k])
+        fields = _SWAPPED[kind]
+        objects[k] = replace(obj, **{f: getattr(objects[j], f) for f in fields})
+        objects[j] = replace(objects[j], **{f: getattr(obj, f) for f in fields})
+    elif kind == "colour":
         objects[k] = replace(obj, colour=rng.choice([c for c in COLOUR_NAMES if c != obj.colour]))
     elif kind == "shape":
         used = {o.shape for o in objects}
@@ -120,6 +132,17 @@ def _edit(scene: Scene, rng: random.Random) -> Scene:
         objects.append(SceneObject(shape, rng.choice(COLOUR_NAMES), rng.choice(SIZES), x, y))
     else:
         del objects[k]
+    return replace(scene, objects=tuple(objects))
+
+
+def swapped(scene: Scene, rng: random.Random) -> Scene:
+    """``scene`` (of two or more objects) with two objects' colours, sizes or places
+    exchanged: the words that describe it stay, bound to other objects."""
+    objects = list(scene.objects)
+    k, j = rng.sample(range(len(objects)), 2)
+    fields = _SWAPPED[rng.choice(tuple(_SWAPPED))]
+    objects[k] = replace(scene.objects[k], **{f: getattr(scene.objects[j], f) for f in fields})
+    objects[j] = replace(scene.objects[j], **{f: getattr(scene.objects[k], f) for f in fields})
     return replace(scene, objects=tuple(objects))
 
 

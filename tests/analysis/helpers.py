@@ -26,6 +26,7 @@ def make_record(
     split_images: Mapping[str, int] | None = None,
     pair_counts: Mapping[str, int] | None = None,
     semantic_labels: Mapping[str, tuple[str, str]] | None = None,
+    baselines: Mapping[str, dict[str, float]] | None = None,
 ) -> SearchRecord:
     """A record as load_search makes one: ``trials`` rows need ``trial_id``; history rows
     ``trial_id``, ``epoch`` and any of HISTORY_KEYS."""
@@ -43,6 +44,7 @@ def make_record(
         split_images=dict(split_images or {}),
         pair_counts=dict(pair_counts or {}),
         semantic_labels=dict(semantic_labels or {}),
+        baselines=dict(baselines or {}),
     )
 
 

@@ -161,3 +161,36 @@ def test_each_trials_curves_are_said_as_they_are_not_as_the_paper_has_them() -> 
     assert "in all, the dev semantic score is highest at the last epoch" in none
     assert "Fig. 4 (" not in none  # no trial is said to show what none shows
     assert shapes_text(_compute.tradeoff_shapes({})) == ""
+
+
+@pytest.mark.parametrize(
+    ("theirs", "verdict"),
+    [
+        (0.60, "ahead by more than the interval"),
+        (0.69, "ahead, within the interval"),
+        (0.75, "behind"),
+    ],
+)
+def test_the_best_semantic_trial_against_the_baselines(theirs: float, verdict: str) -> None:
+    """The trial chosen on dev semantic, its test semantic with the interval of its two
+    parts (Fisher z over their pairs, endpoints averaged) against each baseline's."""
+    semantic, sts, sick = (
+        names.key(names.ENSEMBLE, k) for k in ("semantic", "sts12_16_pearson", "sickr_pearson")
+    )
+    trials = [
+        {"trial_id": "a", names.BEST_SEMANTIC: 0.5, semantic: 0.9, sts: 0.9, sick: 0.9},
+        {"trial_id": "b", names.BEST_SEMANTIC: 0.6, semantic: 0.7, sts: 0.72, sick: 0.68},
+    ]
+    record = make_record(
+        trials,
+        pair_counts={"sts12_16_pearson": 3000, "sickr_pearson": 500},
+        baselines={"ngram_ridge": {names.key(names.TEST, "semantic"): theirs}},
+    )
+    [row] = _compute.semantic_against_baselines(record).to_dict("records")
+    (sts_low, sts_high), (sick_low, sick_high) = pearson_ci(0.72, 3000), pearson_ci(0.68, 500)
+    assert row["trial_id"] == "b" and row["test semantic"] == 0.7  # chosen on dev, not test
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx(
+        ((sts_low + sick_low) / 2, (sts_high + sick_high) / 2)
+    )
+    assert (row["baseline"], row["its score"]) == ("char n-gram ridge", theirs)
+    assert row["verdict"] == verdict

@@ -183,3 +183,26 @@ def test_semantic_references_reproduce_their_intervals(dataset: str) -> None:
         low, high = pearson_ci(ref.r / 100, reference.OFFICIAL_PAIRS[key])
         assert (round(100 * high - ref.r, 1), round(ref.r - 100 * low, 1)) == (ref.plus, ref.minus)
     assert not math.isnan(refs["sickr_pearson"].plus)
+
+
+def test_table5_holds_the_baselines_per_subtask() -> None:
+    """Where the search computed the store's baselines, each is a column of Table 5 with
+    its own Fisher-z intervals, so the table shows on which subtasks the model wins."""
+    record = _record(
+        "synthetic",
+        baselines={
+            "ngram_ridge": {names.key(names.TEST, "sickr_pearson"): 0.7, "dev/semantic": 0.6},
+            "char_ngrams": {names.key(names.TEST, MSRPAR): 0.3},
+            "chance": {names.key(names.TEST, "r10_mean"): 1.0},
+        },
+    )
+    table = _tables.semantic_table(record, [("t1", "best dev semantic")]).table
+    ridge = table[table["model"] == "char n-gram ridge"]
+    assert ridge["source"].tolist() == ["baseline"] and ridge["key"].tolist() == ["sickr_pearson"]
+    low, high = pearson_ci(0.7, reference.OFFICIAL_PAIRS["sickr_pearson"])
+    assert ridge[["r", "ci_low", "ci_high"]].iloc[0].tolist() == pytest.approx(
+        [70.0, 100 * low, 100 * high]
+    )
+    assert table[table["model"] == "char n-gram cosine"]["key"].tolist() == [MSRPAR]
+    assert "chance" not in set(table["model"])
+    assert "char n-gram ridge" in _tables.format_semantic(table).columns

@@ -190,15 +190,22 @@ def test_packing(small_store: str, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.slow
-def test_cpu_sized(small_store: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cpu_sized(
+    small_store: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     from bench import bench_cpu_sized
 
-    argv = ["--store", small_store, "--epochs", "1", "--hidden-size", "4", "--threads", "1"]
+    figure = tmp_path / "fig4.png"
+    argv = ["--store", small_store, "--epochs", "1", "--hidden-size", "4", "--threads", "1",
+            "--cycle-epochs", "1", "--figure", str(figure)]  # fmt: skip
     assert bench_cpu_sized.main(argv) == 0
     out = capsys.readouterr().out
     assert "baselines (test R@10 mean, semantic)" in out and "ensemble test R@10 mean" in out
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert bench_cpu_sized.main(["--lr-max", "x"]) == 2
     assert "--lr-max: got 'x', expected comma-separated numbers" in _error_line(capsys)
+    assert bench_cpu_sized.main(["--epochs", "4", "--cycle-epochs", "3"]) == 2
+    assert "--cycle-epochs: got 3, expected a divisor of --epochs" in _error_line(capsys)
 
 
 @pytest.mark.slow

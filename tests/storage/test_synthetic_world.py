@@ -42,13 +42,21 @@ from storage.synthetic import (
     tokenize,
     with_held_out_synonyms,
 )
-from storage.synthetic._captions import caption_scenes
-from storage.synthetic._scenes import relation_code, relation_codes
+from storage.synthetic._captions import SETTING_MENTION, caption_scenes
+from storage.synthetic._scenes import (
+    COLOUR_NAMES,
+    MAX_CLUTTER,
+    SHAPES,
+    relation_code,
+    relation_codes,
+)
+from storage.synthetic._semantic import make_pairs
 from tests.tolerances import REORDERED
 from trainables.baselines import char_ngram_features
 
 N_IMAGES = 120
 SEED = 7
+SETTING = re.compile(r"\b(background|backdrop|wall)\b")
 SICK_HEADER = "pair_ID\tsentence_A\tsentence_B\trelatedness_score\tentailment_judgment"
 
 
@@ -132,6 +140,36 @@ def test_content_overlap_spans_the_range() -> None:
     assert content_overlap(a, a) == pytest.approx(1.0)
     assert content_overlap(a, b) == pytest.approx(content_overlap(b, a))
     assert 0.0 <= content_overlap(a, b) < 1.0
+
+
+def test_shapes_and_colours_are_zipf_distributed() -> None:
+    """A few things are common, most are rare (as in photographs): each shape's and each
+    colour's share of 20,000 scenes' objects falls with its rank as 1 / rank does."""
+    arrays = generate_scene_arrays(20_000, 5)
+    shown = arrays.present
+    for values, names in ((arrays.shape, SHAPES), (arrays.colour, COLOUR_NAMES)):
+        share = np.bincount(values[shown], minlength=len(names)) / shown.sum()
+        assert np.all(np.diff(share) < 0), share  # the first name is the commonest
+        ratio = share[0] / share[-1]
+        # colours are drawn independently: Zipf's 8:1 exactly; shapes without repeats in
+        # a scene, so the commonest is capped at one per scene: flatter, still > 3:1
+        assert (7 < ratio < 9) if names is COLOUR_NAMES else ratio > 3, ratio
+
+
+def test_clutter_is_in_the_scene_never_in_a_caption(world: WorldFiles) -> None:
+    data = _dataset(world)["images"]
+    counts = [len(e["scene"]["background"]["clutter"]) for e in data]
+    assert min(counts) == 0 and max(counts) == MAX_CLUTTER
+    assert 2 < np.mean(counts) < 4  # uniform over 0..6
+    words = {w for e in data for s in e["sentences"] for w in s["tokens"]}
+    assert not words & {"clutter", "pebble", "speck", "leaf", "mark"}
+
+
+def test_captions_name_the_setting_now_and_then() -> None:
+    scenes = generate_scene_arrays(1000, 2).scenes()
+    captions = [c for group in caption_scenes(scenes, 0) for c in group]
+    said = np.mean([bool(SETTING.search(c)) for c in captions])
+    assert abs(said - SETTING_MENTION) < 0.04, said  # 5,000 captions: sd ~0.007
 
 
 # --- the world's files ------------------------------------------------------------------
@@ -278,7 +316,11 @@ def test_sts_files(world: WorldFiles) -> None:
             assert len(inputs) == len(gold) >= 50
             assert all(len(line.split("\t")) == 2 for line in inputs)
             assert gold.min() >= 0 and gold.max() <= 5
-            assert (gold < 1).any() and (gold > 4).any() and ((gold > 1.5) & (gold < 3.5)).any()
+            if subtask == "word-order":  # a scene against itself, rearranged or reworded
+                assert (gold == 5).any() and (gold < 4.5).any()
+            else:
+                assert (gold < 1).any() and (gold > 4).any()
+                assert ((gold > 1.5) & (gold < 3.5)).any()
 
 
 def test_supervised_files(world: WorldFiles) -> None:
@@ -433,7 +475,33 @@ def test_retrieval_is_learnable_but_not_trivial(tmp_path: Path) -> None:
 def test_default_world_retrieval_baseline_is_in_the_tuned_range(tmp_path: Path) -> None:
     files = generate_world(tmp_path, 2000, 0, render=False)
     recall, n_test = _ridge_recall_at_10(files)
-    assert n_test == 200 and 0.3 <= recall <= 0.7, recall
+    assert n_test == 200 and 0.15 <= recall <= 0.4, recall  # 0.228 at seed 0
+
+
+def test_per_image_noise_is_a_small_share_of_the_features(world: WorldFiles) -> None:
+    """What sets one image's features apart from another's with the same objects is
+    content (clutter, positions, the background), which recurs across images and cannot
+    be memorised per image; the camera's noise is under 2% of the features' variance."""
+    items = _items(world)
+    noisy, _ = SceneProjectionExtractor().extract(items)
+    clean, _ = SceneProjectionExtractor(noise=0.0).extract(items)
+    share = np.sum((noisy - clean) ** 2) / np.sum((clean - clean.mean(axis=0)) ** 2)
+    assert share < 0.02, share
+
+
+def test_word_order_pairs_defeat_a_bag_of_ngrams() -> None:
+    """The word-order subtask pairs sentences of (nearly) the same words: a char n-gram
+    cosine cannot rank them (|r| < 0.2), while their gold spans paraphrases (5) and
+    swapped colours, sizes or places (below 4.5)."""
+    pairs = make_pairs(3, "STS13/word-order", 400, "word-order")
+    gold = np.array([5 * p.overlap for p in pairs])
+    cosine = np.sum(
+        char_ngram_features([p.sentence1 for p in pairs])
+        * char_ngram_features([p.sentence2 for p in pairs]),
+        axis=1,
+    )
+    assert abs(np.corrcoef(cosine, gold)[0, 1]) < 0.2
+    assert 0.4 < np.mean(gold == 5) < 0.65 and gold.min() < 4  # 40% paraphrases; no-op swaps
 
 
 def test_sts_gold_correlates_with_ngram_cosine_but_not_perfectly(world: WorldFiles) -> None:
@@ -444,7 +512,8 @@ def test_sts_gold_correlates_with_ngram_cosine_but_not_perfectly(world: WorldFil
         cosine = np.sum(
             char_ngram_features(pairs.sentences1) * char_ngram_features(pairs.sentences2), axis=1
         )
-        assert np.corrcoef(cosine, pairs.gold)[0, 1] > 0, pairs.name
+        if not pairs.name.endswith("/word-order"):  # built to defeat n-grams (below)
+            assert np.corrcoef(cosine, pairs.gold)[0, 1] > 0, pairs.name
         cosines.append(cosine)
         golds.append(pairs.gold)
     pooled = np.corrcoef(np.concatenate(cosines), np.concatenate(golds))[0, 1]
