@@ -1,8 +1,16 @@
 """Search strategies compared on a recorded problem, over many search seeds.
 
     python bench/bench_strategies.py --table bench/recorded/paper_margin \\
-        --search-seeds 20 [--strategies ours,random-asha,tpe-fifo,grid,hyperband,bohb] \\
+        --search-seeds 20 [--objective retrieval|semantic|both] \\
+        [--strategies ours,random-asha,tpe-fifo,grid,hyperband,bohb] \\
         [--budget 0.5] [--time-scale 0.005] [--plot FILE]
+
+``--objective`` is the driver's (``gridsearch.settings.OBJECTIVES``): the searches select
+on, and are valued by, the best dev R@10 mean (``retrieval``, the default), the best dev
+semantic score (``semantic``) or both at once (``both``: the Pareto front, its
+hypervolume; the strategies ``ours-both``, ``ours-both-fifo`` and ``motpe-fifo``). Every
+searcher, scheduler and pruner below is given the objective's metric, and Tune its first
+one, as the driver gives them.
 
 Every search is real Ray Tune (one local Ray for all of them, 2 trials at a time with 1
 CPU each, as the driver runs them on this machine; ``--max-concurrent``) with the real
@@ -14,7 +22,7 @@ trial-epochs. Strategies:
 
 - ``ours``: the driver's defaults (``gridsearch.make_sampler``: space-filling
   starts then TPE, repeated draws skipped; ``--scheduler auto``, resolved by
-  ``gridsearch.resolve_scheduler`` for the table's epochs);
+  ``gridsearch.resolve_scheduler`` for the objective and the table's epochs);
 - ``ours-asha`` / ``ours-fifo``: the same with ASHA at the ends of learning-rate cycles /
   without early stopping, whichever ``auto`` did not pick (run by default);
 - ``ours-repeats``: ours without skipping repeated draws (Ray's OptunaSearch trains
@@ -42,13 +50,15 @@ trial-epochs. Strategies:
   never asks ``should_prune``, so a pruner does not run under Tune as it comes;
   :class:`OptunaPruning` is the bridge.
 
-For each strategy the curve "best dev R@10 mean found against trial-epochs spent" (as a
-share of the training seed's grid best), median and interquartile range over the
-search seeds, and the trial-epochs to within 1% of the grid's best. And, since a
-search that selects on one seed also selects that seed's luck, the **held-out** curve:
-the configuration the search would pick at each point (its best objective so far),
-valued by its snapshot ensemble's test R@10 mean averaged over the training seeds the
-search never saw, as a share of the best configuration's there.
+For each strategy the curve "best dev R@10 mean (``semantic``: dev semantic score) found
+against trial-epochs spent" (as a share of the training seed's grid best; ``both``: the
+hypervolume of the front found, as a share of the grid's), median and interquartile
+range over the search seeds, and the trial-epochs to within 1% of the grid's best. And,
+for one objective, since a search that selects on one seed also selects that seed's
+luck, the **held-out** curve: the configuration the search would pick at each point
+(its best objective so far), valued by its snapshot ensemble's test R@10 mean
+(``semantic``: its test semantic score) averaged over the training seeds the search
+never saw, as a share of the best configuration's there.
 """
 
 from __future__ import annotations
@@ -70,16 +80,32 @@ from bench import _strategies as s
 from bench import tabular
 from bench._cli import BadInput, entry, parser
 from bench._strategies.events import Events, SavedSearches
+from gridsearch.settings import OBJECTIVES, first_objective
+from trainables import names
 
 Results = dict[str, list[tuple[int, Events]]]
+# What each --objective's searches are valued by, as the tables and the plot name it: on
+# dev data at the seed searched, and (one objective) on test data at the unseen seeds.
+FOUND = {
+    "retrieval": "best dev R@10 mean found",
+    "semantic": "best dev semantic score found",
+    "both": "Pareto hypervolume found",
+}
+HELD_OUT = {
+    "retrieval": "the pick's ensemble test R@10 mean",
+    "semantic": "the pick's ensemble test semantic score",
+}
+SHOWN = {names.BEST_RETRIEVAL: ".2f", names.BEST_SEMANTIC: ".3f"}  # a search's best, printed
 
 
 def _parser() -> argparse.ArgumentParser:
     p = parser(__doc__)
     p.add_argument("--table", type=Path, required=True, help="a folder `tabular.py record` wrote")
     p.add_argument("--strategies", default=None, help="comma-separated (default: all)")
-    p.add_argument("--objective", choices=("retrieval", "both"), default="retrieval",
-                   help="what the searches maximise")  # fmt: skip
+    p.add_argument("--objective", choices=tuple(OBJECTIVES), default="retrieval",
+                   help="what the searches select on and are valued by, as the driver's "
+                   "--objective: retrieval (best dev R@10 mean), semantic (best dev "
+                   "semantic score) or both (their Pareto front's hypervolume)")  # fmt: skip
     p.add_argument("--search-seeds", type=int, default=20, help="searches per strategy")
     p.add_argument("--budget", type=float, default=0.5, help="share of the grid's trial-epochs")
     p.add_argument("--time-scale", type=float, default=0.005,
@@ -114,7 +140,7 @@ class Comparison:
     warm_table: tabular.RecordedTable | None
     strategies: list[str]
     budget: int  # trial-epochs per search
-    both: bool  # --objective both
+    objective: str  # --objective: a key of gridsearch.settings.OBJECTIVES
 
 
 def _comparison(p: argparse.ArgumentParser, args: argparse.Namespace) -> Comparison:
@@ -130,13 +156,12 @@ def _comparison(p: argparse.ArgumentParser, args: argparse.Namespace) -> Compari
         except ValueError as e:
             p.error(f"--form parts: {e}")
     warm_table = tabular.RecordedTable.read(args.warm_table) if args.warm_table else None
-    both = args.objective == "both"
     strategies = (
         args.strategies.split(",")
         if args.strategies
-        else s.default_strategies(both, table.max_epoch, warm_table is not None)
+        else s.default_strategies(args.objective, table.max_epoch, warm_table is not None)
     )
-    known = s.BOTH if both else s.STRATEGIES
+    known = s.known(args.objective)
     for name in strategies:
         if name not in known:
             p.error(f"--strategies: unknown {name!r} for --objective {args.objective}; "
@@ -147,7 +172,7 @@ def _comparison(p: argparse.ArgumentParser, args: argparse.Namespace) -> Compari
             p.error(f"--strategies: {name} needs {s.SEEDS_PER_CONFIG[name]} recorded seeds, "
                     f"the table has {len(table.seeds)}")  # fmt: skip
     budget = max(1, int(args.budget * table.grid_cost()))
-    return Comparison(table, warm_table, strategies, budget, both)
+    return Comparison(table, warm_table, strategies, budget, args.objective)
 
 
 def _start_ray(address: str | None) -> None:
@@ -190,8 +215,8 @@ def _warm_from(
         assert c.warm_table is not None
         return s.run_one(
             "ours", c.warm_table, seed, max(1, int(args.budget * c.warm_table.grid_cost())),
-            args.time_scale, scratch / "warm-table", concurrent=args.max_concurrent,
-            form=args.form, startup=args.startup,
+            args.time_scale, scratch / "warm-table", objective=c.objective,
+            concurrent=args.max_concurrent, form=args.form, startup=args.startup,
         )  # fmt: skip
     return None
 
@@ -204,11 +229,13 @@ def _search(
     warm = _warm_from(name, seed, args, c, results, scratch)
     events = s.run_one(
         name.removesuffix("-table"), c.table, seed, c.budget, args.time_scale, scratch,
-        concurrent=args.max_concurrent, warm_from=warm, form=args.form, startup=args.startup,
+        objective=c.objective, concurrent=args.max_concurrent, warm_from=warm, form=args.form,
+        startup=args.startup,
     )  # fmt: skip
-    curve = events.curve()
-    print(f"{name} seed {seed}: {len(curve)} trial-epochs, best "
-          f"{curve[-1] if curve else float('nan'):.2f} "
+    metric, _ = first_objective(c.objective)  # for both: the best R@10 mean
+    curve = events.curve(metric)
+    print(f"{name} seed {seed}: {len(curve)} trial-epochs, best {metric} "
+          f"{curve[-1] if curve else float('nan'):{SHOWN[metric]}} "
           f"({time.perf_counter() - started:.1f} s)", flush=True)  # fmt: skip
     return events
 
@@ -244,18 +271,18 @@ def _report(args: argparse.Namespace, c: Comparison, results: Results) -> None:
     """The tables (and the plot) of the results."""
     grid = c.table.grid_cost()
     curves = {
-        name: s.percent_curves(c.table, runs, c.both, s.SEEDS_PER_CONFIG.get(name, 1))
+        name: s.percent_curves(c.table, runs, c.objective, s.SEEDS_PER_CONFIG.get(name, 1))
         for name, runs in results.items()
     }
-    what = "Pareto hypervolume found" if c.both else "best dev R@10 mean found"
+    what = FOUND[c.objective]
     s.report(curves, grid, c.budget, what + " (% of the grid's)")
-    if not c.both:
-        heldout = {
-            name: rows
-            for name, runs in results.items()
-            if (rows := s.heldout_curves(c.table, runs, s.SEEDS_PER_CONFIG.get(name, 1)))
-        }
-        held = "held out: the pick's ensemble test R@10 mean at unseen training seeds"
+    if c.objective in HELD_OUT:
+        heldout = {}
+        for name, runs in results.items():
+            k = s.SEEDS_PER_CONFIG.get(name, 1)
+            if rows := s.heldout_curves(c.table, runs, c.objective, k):
+                heldout[name] = rows
+        held = f"held out: {HELD_OUT[c.objective]} at unseen training seeds"
         if heldout:  # a one-seed table (`tabular.py mean`) has no unseen seed to value at
             s.report(heldout, grid, c.budget, held + " (% of the best config's there)")
     if args.plot:

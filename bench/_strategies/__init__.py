@@ -19,9 +19,11 @@ from bench._strategies.catalogue import (
     STRATEGIES,
     build,
     default_strategies,
+    known,
     scheduler_of,
 )
 from bench._strategies.curves import (
+    HELD_OUT,
     WITHIN,
     grid_front,
     heldout_curves,
@@ -35,8 +37,8 @@ from bench._strategies.pruning import OptunaPruning, optuna_pruner
 from bench._strategies.search import run_one, warm_start_from
 
 __all__ = [
-    "BOTH", "FORMS", "OURS", "SEEDS_PER_CONFIG", "STRATEGIES", "WITHIN", "Events",
+    "BOTH", "FORMS", "HELD_OUT", "OURS", "SEEDS_PER_CONFIG", "STRATEGIES", "WITHIN", "Events",
     "OptunaPruning", "Parts", "SavedSearches", "build", "decoder", "default_strategies",
-    "grid_front", "heldout_curves", "optuna_pruner", "percent_curves", "plot", "report",
+    "grid_front", "heldout_curves", "known", "optuna_pruner", "percent_curves", "plot", "report",
     "run_one", "scheduler_of", "space", "warm_start_from",
 ]  # fmt: skip

@@ -1,4 +1,6 @@
-"""The strategies: each one's search algorithm, scheduler and config constants."""
+"""The strategies: each one's search algorithm, scheduler and config constants, for an
+objective of the driver's ``--objective`` (``gridsearch.settings.OBJECTIVES``: the metric
+or metrics the searches select on, and their modes)."""
 
 from __future__ import annotations
 
@@ -19,8 +21,8 @@ from gridsearch import (
     resolve_scheduler,
     searcher,
 )
+from gridsearch.settings import OBJECTIVES, first_objective
 from gridsearch.spaces import SearchSpace
-from trainables import names
 
 STRATEGIES = (
     "ours", "ours-asha", "ours-fifo", "ours-repeats", "ours-warm", "ours-warm-table",
@@ -31,28 +33,32 @@ OURS = ("ours", "ours-asha", "ours-fifo", "ours-repeats", "ours-warm", "ours-war
         "ours-k2", "ours-gp", "ours-gp-asha")  # fmt: skip
 SEEDS_PER_CONFIG = {"ours-k2": 2}
 BOTH = ("ours-both", "ours-both-fifo", "motpe-fifo")  # --objective both
-BOTH_METRICS, BOTH_MODES = [names.BEST_RETRIEVAL, names.BEST_SEMANTIC], ["max", "max"]
 
 
-def scheduler_of(name: str, epochs: int) -> str:
+def known(objective: str) -> tuple[str, ...]:
+    """The strategies of ``objective``: ``BOTH`` for "both", else ``STRATEGIES``."""
+    return BOTH if objective == "both" else STRATEGIES
+
+
+def scheduler_of(name: str, epochs: int, objective: str) -> str:
     """ "asha", "fifo" or "pruner" (an Optuna pruner's): the scheduler strategy ``name``
-    runs with at ``epochs``."""
-    if name in OURS:
-        explicit = {"ours-asha": "asha", "ours-gp-asha": "asha", "ours-fifo": "fifo"}.get(name)
-        return explicit or resolve_scheduler("auto", "retrieval", epochs)
-    if name in ("ours-both", "ours-both-fifo"):
-        return resolve_scheduler("auto" if name == "ours-both" else "fifo", "both", epochs)
+    runs with at ``epochs`` when searching for ``objective`` (ours: what the driver's
+    ``--scheduler auto`` resolves to for that ``--objective``)."""
+    if name in OURS or name in ("ours-both", "ours-both-fifo"):
+        explicit = {"ours-asha": "asha", "ours-gp-asha": "asha", "ours-fifo": "fifo",
+                    "ours-both-fifo": "fifo"}.get(name)  # fmt: skip
+        return explicit or resolve_scheduler("auto", objective, epochs)
     if name.startswith("optuna-"):
         return "pruner"
     return "fifo" if name in ("tpe-fifo", "grid", "motpe-fifo") else "asha"
 
 
-def default_strategies(both: bool, epochs: int, warm_table: bool) -> list[str]:
-    """Every strategy, less the explicit ours-asha/ours-fifo that ``ours`` already is, and
-    ours-warm-table without ``--warm-table``."""
-    if both:
+def default_strategies(objective: str, epochs: int, warm_table: bool) -> list[str]:
+    """Every strategy of ``objective``, less the explicit ours-asha/ours-fifo that ``ours``
+    already is, and ours-warm-table without ``--warm-table``."""
+    if objective == "both":
         return list(BOTH)
-    same = "ours-" + scheduler_of("ours", epochs)
+    same = "ours-" + scheduler_of("ours", epochs, objective)
     return [s for s in STRATEGIES if s != same and (warm_table or s != "ours-warm-table")]
 
 
@@ -72,17 +78,19 @@ def _searcher(
     study: str,
     db: str,
     concurrent: int,
+    objective: str,
     skip_repeats: bool = False,
-    both: bool = False,
 ) -> Any:
-    """The driver's searcher (``skip_repeats``); the stock strategies train every draw,
-    as Ray's OptunaSearch does (``EveryDrawSearch``). ``both``: the two objectives."""
+    """The driver's searcher (``skip_repeats``) selecting on ``objective``'s metric(s), as
+    the driver's does; the stock strategies train every draw, as Ray's OptunaSearch does
+    (``EveryDrawSearch``)."""
+    metric, mode = OBJECTIVES[objective]
     return searcher(
         space,
         fixed,
         sampler,
-        metric=BOTH_METRICS if both else names.BEST_RETRIEVAL,
-        mode=BOTH_MODES if both else "max",
+        metric=metric,
+        mode=mode,
         study=study,
         storage_url=db,
         max_concurrent=concurrent,
@@ -96,6 +104,7 @@ def _bohb(
     seed: int,
     epochs: int,
     concurrent: int,
+    objective: str,
     form: str = "variant",
 ) -> tuple[Any, TrialScheduler, dict[str, Any]]:
     import ConfigSpace as CS
@@ -119,7 +128,8 @@ def _bohb(
     else:
         config_space.add(CS.CategoricalHyperparameter("variant", list(table.variants)))
         config_space.add(CS.CategoricalHyperparameter("margin", list(table.margins)))
-    search = TuneBOHB(config_space, metric=names.BEST_RETRIEVAL, mode="max", seed=seed)
+    metric, mode = first_objective(objective)
+    search = TuneBOHB(config_space, metric=metric, mode=mode, seed=seed)
     scheduler = HyperBandForBOHB(time_attr="epoch", max_t=epochs, reduction_factor=2)
     return ConcurrencyLimiter(search, max_concurrent=concurrent), scheduler, fixed
 
@@ -131,54 +141,51 @@ def build(
     trials: int,
     study: str,
     db: str,
+    objective: str,
     concurrent: int = 2,
     form: str = "variant",
     startup: int | None = None,
 ) -> tuple[Any, TrialScheduler, dict[str, Any]]:
-    """The search algorithm, the scheduler and the config constants of one strategy, on
-    the problem in ``form``; ``startup``: the ours-* strategies with this many
-    space-filling starts, not the driver's."""
+    """The search algorithm, the scheduler and the config constants of one strategy of
+    ``objective`` (see :func:`known`), on the problem in ``form``; ``startup``: the ours-*
+    strategies with this many space-filling starts, not the driver's. The schedulers
+    that take no metric of their own (ASHA, HyperBand) judge trials on the one Tune is
+    given (``first_objective``, :func:`bench._strategies.search.run_one`)."""
+    if name not in known(objective):
+        raise ValueError(f"--strategies: unknown strategy {name!r} for --objective "
+                         f"{objective}; expected one of {', '.join(known(objective))}")  # fmt: skip
     epochs, cycle = table.max_epoch, int(table.manifest.get("cycle_epochs", 1))
     train_seed = table.seeds[seed % len(table.seeds)]
     fixed = {"epochs": epochs, "seed": train_seed, "device": "cpu", "threads": 1}
     free = space(table, form=form)
-    asha = make_scheduler("asha", epochs, cycle)
-    if name in OURS:
+    metric, mode = OBJECTIVES[objective]
+    asha = make_scheduler("asha", epochs, cycle, metric, mode)
+
+    def searching(searched: SearchSpace, sampler: Any, skip_repeats: bool = False) -> Any:
+        return _searcher(searched, fixed, sampler, study, db, concurrent, objective, skip_repeats)
+
+    if name in OURS or name in ("ours-both", "ours-both-fifo"):  # the driver's defaults
         model = "gp" if name.startswith("ours-gp") else "tpe"  # the driver's --sampler
-        sampler, _ = make_sampler(free, seed, False, trials, model)
-        if startup is not None:  # --startup: another number of space-filling starts
+        sampler, _ = make_sampler(free, seed, objective == "both", trials, model)
+        if startup is not None and name in OURS:  # --startup: other space-filling starts
             sampler = SpaceFillingSampler(min(trials, startup), seed, model)
-        skip = name != "ours-repeats"
-        scheduler = make_scheduler(scheduler_of(name, epochs), epochs, cycle)
-        return _searcher(free, fixed, sampler, study, db, concurrent, skip), scheduler, fixed
+        kind = scheduler_of(name, epochs, objective)
+        scheduler = make_scheduler(kind, epochs, cycle, metric, mode)
+        return searching(free, sampler, name != "ours-repeats"), scheduler, fixed
     if name == "random-asha":
-        sampler = optuna.samplers.RandomSampler(seed=seed)
-        return _searcher(free, fixed, sampler, study, db, concurrent), asha, fixed
-    if name == "tpe-fifo":
+        return searching(free, optuna.samplers.RandomSampler(seed=seed)), asha, fixed
+    if name in ("tpe-fifo", "motpe-fifo"):  # Optuna's TPE (multi-objective for "both")
         sampler = optuna.samplers.TPESampler(seed=seed)
-        return _searcher(free, fixed, sampler, study, db, concurrent), FIFOScheduler(), fixed
+        return searching(free, sampler), FIFOScheduler(), fixed
     if name == "grid":
         grid = space(table, grid=True, form=form)
         sampler, _ = make_sampler(grid, seed, False, trials)
-        return _searcher(grid, fixed, sampler, study, db, concurrent), FIFOScheduler(), fixed
+        return searching(grid, sampler), FIFOScheduler(), fixed
     if name == "hyperband":
-        sampler = optuna.samplers.RandomSampler(seed=seed)
         hyperband = HyperBandScheduler(time_attr="epoch", max_t=epochs, reduction_factor=2)
-        return _searcher(free, fixed, sampler, study, db, concurrent), hyperband, fixed
+        return searching(free, optuna.samplers.RandomSampler(seed=seed)), hyperband, fixed
     if name == "bohb":
-        return _bohb(table, fixed, seed, epochs, concurrent, form)
-    if name in ("optuna-median", "optuna-hyperband"):
-        sampler = optuna.samplers.TPESampler(seed=seed)
-        pruning = OptunaPruning(optuna_pruner(name, epochs))
-        return _searcher(free, fixed, sampler, study, db, concurrent), pruning, fixed
-    if name in ("ours-both", "ours-both-fifo"):
-        sampler, _ = make_sampler(free, seed, True, trials)
-        kind = scheduler_of(name, epochs)
-        scheduler = make_scheduler(kind, epochs, cycle, BOTH_METRICS, BOTH_MODES)
-        search = _searcher(free, fixed, sampler, study, db, concurrent, True, both=True)
-        return search, scheduler, fixed
-    if name == "motpe-fifo":
-        sampler = optuna.samplers.TPESampler(seed=seed)
-        search = _searcher(free, fixed, sampler, study, db, concurrent, both=True)
-        return search, FIFOScheduler(), fixed
-    raise ValueError(f"--strategies: unknown strategy {name!r}; expected one of {STRATEGIES}")
+        return _bohb(table, fixed, seed, epochs, concurrent, objective, form)
+    assert name in ("optuna-median", "optuna-hyperband"), name
+    pruning = OptunaPruning(optuna_pruner(name, epochs), *first_objective(objective))
+    return searching(free, optuna.samplers.TPESampler(seed=seed)), pruning, fixed

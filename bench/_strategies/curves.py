@@ -10,6 +10,7 @@ from pathlib import Path
 from bench import tabular
 from bench._strategies.events import Events, finite
 from bench.bench_search_efficiency import hypervolume
+from gridsearch.settings import OBJECTIVES
 from trainables import names
 
 WITHIN = 0.99
@@ -35,38 +36,52 @@ def grid_front(table: tabular.RecordedTable, seed: int) -> tuple[tuple[float, fl
     return ref, hypervolume(points, ref)
 
 
+# A dev objective's counterpart on test data, the held-out value of a pick: its snapshot
+# ensemble's test score (reported, never selected on).
+HELD_OUT = {
+    names.BEST_RETRIEVAL: names.FINISHED,
+    names.BEST_SEMANTIC: names.key(names.ENSEMBLE, "semantic"),
+}
+
+
 def percent_curves(
-    table: tabular.RecordedTable, runs: list[tuple[int, Events]], both: bool, k: int = 1
+    table: tabular.RecordedTable, runs: list[tuple[int, Events]], objective: str, k: int = 1
 ) -> list[list[float]]:
-    """Per search seed, after each trained trial-epoch: the best dev R@10 mean found as a
-    % of the grid's best (``both``: the hypervolume as a % of the grid's), at the
-    training seed the search replayed (with ``k`` seeds per config: the grid's best mean
-    over the ``k`` seeds it replayed)."""
+    """Per search seed, after each trained trial-epoch: the best of ``objective``'s metric
+    found (``gridsearch.settings.OBJECTIVES``) as a % of the grid's best (``both``: the
+    hypervolume as a % of the grid's), at the training seed the search replayed (with
+    ``k`` seeds per config: the grid's best mean over the ``k`` seeds it replayed)."""
     out = []
     for seed, events in runs:
         train_seed = table.seeds[seed % len(table.seeds)]
-        if both:
+        if objective == "both":
             ref, whole = grid_front(table, train_seed)
             out.append([100 * h / whole for h in events.hypervolumes(ref)])
         else:
+            metric = _metric(objective)
             seen = table.seed_run(train_seed, k)
             best = max(
-                statistics.fmean(
-                    table.curve(*cfg, s).epochs[-1][names.BEST_RETRIEVAL] for s in seen
-                )
+                statistics.fmean(table.curve(*cfg, s).epochs[-1][metric] for s in seen)
                 for cfg in table.configs()
             )
-            out.append([100 * v / best for v in events.curve()])
+            out.append([100 * v / best for v in events.curve(metric)])
     return out
 
 
 def heldout_curves(
-    table: tabular.RecordedTable, runs: list[tuple[int, Events]], seeds_per_config: int
+    table: tabular.RecordedTable,
+    runs: list[tuple[int, Events]],
+    objective: str,
+    seeds_per_config: int,
 ) -> list[list[float]]:
-    """Per search seed, after each trained trial-epoch: the config it would pick, valued
-    by its ensemble's test R@10 mean (``names.FINISHED``, the last epoch) averaged over
-    the training seeds the search never saw, as a % of the best config's value there.
-    Empty when the search saw every recorded seed."""
+    """Per search seed, after each trained trial-epoch: the config it would pick (the best
+    of ``objective``'s dev metric so far), valued by its ensemble's test score on that
+    objective (``HELD_OUT``: for retrieval ``names.FINISHED``, the test R@10 mean; for
+    semantic the test semantic score; the last epoch's) averaged over the training seeds
+    the search never saw, as a % of the best config's value there. Empty when the search
+    saw every recorded seed."""
+    metric = _metric(objective)
+    held_out = HELD_OUT[metric]
     out = []
     for seed, events in runs:
         first = table.seeds[seed % len(table.seeds)]
@@ -74,12 +89,20 @@ def heldout_curves(
         if not unseen:
             return []
         value = {
-            cfg: statistics.fmean(table.curve(*cfg, s).epochs[-1][names.FINISHED] for s in unseen)
+            cfg: statistics.fmean(table.curve(*cfg, s).epochs[-1][held_out] for s in unseen)
             for cfg in table.configs()
         }
         best = max(value.values())
-        out.append([100 * value[pick] / best for pick in events.incumbents()])
+        out.append([100 * value[pick] / best for pick in events.incumbents(metric)])
     return out
+
+
+def _metric(objective: str) -> str:
+    """The one metric a single-objective search selects on (not ``both``'s two)."""
+    metric, _ = OBJECTIVES[objective]
+    if not isinstance(metric, str):
+        raise ValueError(f"objective {objective!r} has {len(metric)} metrics, not one")
+    return metric
 
 
 def _at(curve: list[float], spent: int) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,15 @@ from bench._cli import BadInput
 from bench.bench_search_efficiency import hypervolume
 from trainables import names
 
+# The objectives a report holds, in its order after (trial id, epoch).
+REPORTED = (names.BEST_RETRIEVAL, names.BEST_SEMANTIC)
+
 
 @dataclass
 class Events:
     """What a search did: every epoch report in the order Tune processed them."""
 
-    # (trial id, epoch, dev/r10_mean_best, dev/semantic_best)
+    # (trial id, epoch, dev/r10_mean_best, dev/semantic_best): REPORTED
     reports: list[tuple[str, int, float, float]]
     configs: dict[str, tuple[str, float]]  # trial id -> (variant, margin)
     cost: int = 1  # trial-epochs one report stands for (the seeds per config)
@@ -33,21 +37,29 @@ class Events:
             last[trial] = max(epoch, last.get(trial, 0))
         return sorted((*self.configs[t], e) for t, e in last.items())
 
-    def curve(self) -> list[float]:
-        """Best dev R@10 mean found after each trained trial-epoch (index 0 = 1 epoch)."""
+    def values(self, metric: str) -> list[tuple[str, int, float]]:
+        """(trial id, epoch, ``metric``) of every report, ``metric`` one of ``REPORTED``
+        (a report without it: -inf)."""
+        if metric not in REPORTED:
+            raise ValueError(f"{metric!r}: a search's reports hold {', '.join(REPORTED)}")
+        first = metric == REPORTED[0]
+        return [(t, e, finite(one if first else other)) for t, e, one, other in self.reports]
+
+    def curve(self, metric: str) -> list[float]:
+        """Best ``metric`` found after each trained trial-epoch (index 0 = 1 epoch)."""
         best, out = -math.inf, []
-        for _, epoch, value, _ in self.reports:
+        for _, epoch, value in self.values(metric):
             if epoch < 1:
                 continue
             best = max(best, value)
             out += [best] * self.cost
         return out
 
-    def incumbents(self) -> list[tuple[str, float]]:
-        """The config the search would pick (the best dev R@10 mean so far) after each
+    def incumbents(self, metric: str) -> list[tuple[str, float]]:
+        """The config the search would pick (the best ``metric`` so far) after each
         trained trial-epoch."""
         best, pick, out = -math.inf, ("", 0.0), []
-        for trial, epoch, value, _ in self.reports:
+        for trial, epoch, value in self.values(metric):
             if value > best:
                 best, pick = value, self.configs[trial]
             if epoch >= 1:
@@ -71,15 +83,21 @@ def finite(value: float) -> float:
 
 
 class Recorder(tune.Callback):
-    def __init__(self, decode: Any = None) -> None:
+    """Every epoch report's ``REPORTED`` values; those of the search's objective
+    (``objective``, its metric or metrics) must be there, the other may be missing (NaN)."""
+
+    def __init__(self, objective: str | Sequence[str], decode: Any = None) -> None:
         self.reports: list[tuple[str, int, float, float]] = []
         self.configs: dict[str, tuple[str, float]] = {}
         self.decode = decode or tabular.variant_margin
+        self.required = {objective} if isinstance(objective, str) else set(objective)
 
     def on_trial_result(self, iteration: int, trials: list, trial: Any, result: dict, **info):
         self.configs[trial.trial_id] = self.decode(trial.config)
-        best = (result[names.BEST_RETRIEVAL], result.get(names.BEST_SEMANTIC, math.nan))
-        self.reports.append((trial.trial_id, int(result["epoch"]), *best))
+        retrieval, semantic = (
+            result[m] if m in self.required else result.get(m, math.nan) for m in REPORTED
+        )
+        self.reports.append((trial.trial_id, int(result["epoch"]), retrieval, semantic))
 
 
 class Budget(tune.Stopper):

@@ -8,21 +8,20 @@ from typing import Any
 import optuna
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 
-from trainables import names
-
 
 class OptunaPruning(FIFOScheduler):
     """An Optuna pruner judging Tune's trials, as it judges them in ``study.optimize``: a
     study of its own with ``pruner``, one Optuna trial per Tune trial (``ask``), each
     trained epoch reported to it (``Trial.report(value, epoch)``; epoch 0, the untrained
     model, is not), and the Tune trial stopped when ``should_prune()`` says so (told
-    PRUNED; a trial that ends is told its last value). The searcher learns of a pruned
-    trial as of one ASHA stopped: its last reported value."""
+    PRUNED; a trial that ends is told its last value), each value the trial's ``metric``
+    (the objective's, in its ``mode``). The searcher learns of a pruned trial as of one ASHA
+    stopped: its last reported value."""
 
-    def __init__(self, pruner: optuna.pruners.BasePruner, metric: str = names.BEST_RETRIEVAL):
+    def __init__(self, pruner: optuna.pruners.BasePruner, metric: str, mode: str) -> None:
         super().__init__()
         self.objective = metric
-        self.study = optuna.create_study(direction="maximize", pruner=pruner)
+        self.study = optuna.create_study(direction=direction(mode), pruner=pruner)
         self.trials: dict[str, optuna.Trial] = {}
         self.pruned: dict[str, int] = {}  # Tune trial id -> the epoch it was pruned at
 
@@ -65,3 +64,9 @@ def optuna_pruner(name: str, epochs: int) -> optuna.pruners.BasePruner:
     if name == "optuna-median":
         return optuna.pruners.MedianPruner()
     return optuna.pruners.HyperbandPruner(min_resource=1, max_resource=epochs)
+
+
+def direction(mode: str) -> optuna.study.StudyDirection:
+    """A Tune ``mode`` ("max" or "min") as an Optuna study's direction."""
+    return {"max": optuna.study.StudyDirection.MAXIMIZE,
+            "min": optuna.study.StudyDirection.MINIMIZE}[mode]  # fmt: skip

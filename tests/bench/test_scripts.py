@@ -10,6 +10,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.bench.conftest import BENCH
@@ -248,23 +249,87 @@ def test_strategies_checks_its_flags_before_starting_ray(
     assert _error_line(capsys).startswith("error: --startup: got 0, expected at least 1")
     assert bench_strategies.main(["--table", table, "--max-concurrent", "0"]) == 2
     assert _error_line(capsys).startswith("error: --max-concurrent: got 0, expected at least 1")
+    argv = ["--table", table, "--objective", "semantic", "--strategies", "ours-both"]
+    assert bench_strategies.main(argv) == 2  # a two-objective strategy
+    assert "--strategies: unknown 'ours-both' for --objective semantic" in _error_line(capsys)
+
+
+def _asha_ends(reports: list[list], value: int, epochs: int) -> dict[str, int]:
+    """The epoch each trial of a one-trial-at-a-time search ends at under Tune's ASHA at
+    1-epoch rungs (grace 1, reduction factor 2: a trial stops at a rung when its value,
+    ``reports``' column ``value``, is below the median recorded there before it), the
+    last trial (which the budget may have cut) left out."""
+    rungs: dict[int, list[float]] = {}
+    ends: dict[str, int] = {}
+    for report in reports:
+        ends.setdefault(report[0], epochs)
+    trials = list(ends)[:-1]
+    for report in reports:
+        trial, epoch = report[0], report[1]
+        if trial not in trials or epoch < 1 or epoch >= epochs or ends[trial] < epoch:
+            continue
+        recorded = rungs.setdefault(epoch, [])
+        if recorded and report[value] < np.percentile(recorded, 50):
+            ends[trial] = epoch
+        recorded.append(report[value])
+    return {t: ends[t] for t in trials}
+
+
+# --objective, the strategy searched (semantic: ours with ASHA, whose decisions the test
+# checks), and the words of its tables: the dev curve's, the held-out curve's
+COMPARED = [
+    ("retrieval", "ours", "best dev R@10 mean", "the pick's ensemble test R@10 mean"),
+    ("semantic", "ours-asha", "best dev semantic score", "the pick's ensemble test semantic score"),
+]
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("objective", "strategy", "found", "held_out"), COMPARED, ids=[c[0] for c in COMPARED]
+)
 def test_strategies(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], on_cluster: list[str]
+    objective: str,
+    strategy: str,
+    found: str,
+    held_out: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    on_cluster: list[str],
 ) -> None:
-    from bench import bench_strategies
+    from bench import bench_strategies, tabular
+    from gridsearch.settings import OBJECTIVES
 
     # one trial at a time: the search's trials share one trial process
     results = tmp_path / "results.jsonl"
-    argv = ["--table", str(BENCH / "recorded" / "paper_margin"), "--strategies", "ours",
+    table = BENCH / "recorded" / "paper_margin"
+    argv = ["--table", str(table), "--strategies", strategy, "--objective", objective,
             "--search-seeds", "1", "--budget", "0.05", "--time-scale", "0",
             "--max-concurrent", "1", "--results", str(results), *on_cluster]  # fmt: skip
     assert bench_strategies.main(argv) == 0
     out = capsys.readouterr().out
+    assert f"\n{found} found (% of the grid's), median [IQR]" in out
     assert "| strategy | seeds | 5% | trial-epochs to >= 99%" in out
-    assert "| ours | 1 | " in out and "held out:" in out
+    assert f"| {strategy} | 1 | " in out
+    assert f"held out: {held_out} at unseen training seeds" in out
+    # the search's printed best is the objective's best dev value over what it trained
+    [saved] = [json.loads(line) for line in results.read_text().splitlines()]
+    assert saved["key"]["objective"] == objective
+    metric, _ = OBJECTIVES[objective]
+    recorded = tabular.RecordedTable.read(table)
+    best = max(
+        recorded.curve(*saved["configs"][trial], 0).epochs[epoch][metric]
+        for trial, epoch, *_ in saved["reports"]
+        if epoch >= 1
+    )
+    [line] = [line for line in out.splitlines() if line.startswith(f"{strategy} seed 0: ")]
+    assert f" trial-epochs, best {metric} {best:{bench_strategies.SHOWN[metric]}} (" in line
+    if strategy == "ours-asha":  # ASHA stopped trials on the objective's values, not R@10's
+        reports, epochs = saved["reports"], recorded.max_epoch
+        ran = {t: max(e for u, e, *_ in reports if u == t) for t, *_ in reports}
+        ends = _asha_ends(reports, 3, epochs)  # the reports' 4th column: dev semantic best
+        assert ends == {t: ran[t] for t in ends}
+        assert any(e < epochs for e in ends.values()), "ASHA stopped nothing: no test"
+        assert _asha_ends(reports, 2, epochs) != ends, "R@10 would decide the same: no test"
     assert bench_strategies.main(argv) == 0  # the second time read from --results
     assert "1 searches of these settings in" in capsys.readouterr().out
 

@@ -3,6 +3,7 @@ config it would pick, and how that pick does at the training seeds it never saw.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,24 +17,37 @@ from bench._strategies.catalogue import EveryDrawSearch, _bohb
 from bench._strategies.events import SavedSearches
 from trainables import names
 
-R = names.BEST_RETRIEVAL
+R, S = names.BEST_RETRIEVAL, names.BEST_SEMANTIC
+ENSEMBLE_SEMANTIC = names.key(names.ENSEMBLE, "semantic")
 
 
-def _curve(variant: str, seed: int, values: list[float], final: float) -> tabular.Curve:
+def _curve(
+    variant: str, seed: int, values: list[float], final: float, semantic: float = 0.5
+) -> tabular.Curve:
+    """Dev R@10 ``values`` per epoch and the ensemble's test R@10 ``final``; the dev
+    semantic score rising to ``semantic`` (its best: a tenth of it at epoch 1), the
+    ensemble's test semantic score ``semantic`` - 0.01."""
     epochs: list[dict[str, float]] = [
-        {"epoch": e, names.PRIMARY_RETRIEVAL: v, R: max(values[: e + 1]), "time/train_s": 1.0}
+        {"epoch": e, names.PRIMARY_RETRIEVAL: v, R: max(values[: e + 1]), "time/train_s": 1.0,
+         names.PRIMARY_SEMANTIC: semantic * e / (len(values) - 1),
+         S: semantic * e / (len(values) - 1)}
         for e, v in enumerate(values)
-    ]
+    ]  # fmt: skip
     epochs[-1][names.FINISHED] = final
+    epochs[-1][ENSEMBLE_SEMANTIC] = semantic - 0.01
     config = {"variant": variant, "margin": 0.2, "seed": seed}
     return tabular.Curve(variant, 0.2, seed, config, epochs)
+
+
+# dev semantic at the last epoch per seed: c best at seed 0 only (luck), a good everywhere
+SEMANTIC = {"a": [0.60, 0.70, 0.72], "b": [0.40, 0.41, 0.42], "c": [0.80, 0.30, 0.31]}
 
 
 def _table(seeds: int = 3) -> tabular.RecordedTable:
     # a: best at seed 0 only (luck); b: good everywhere; c: poor everywhere
     finals = {"a": [60.0, 40.0, 41.0], "b": [55.0, 54.0, 56.0], "c": [30.0, 31.0, 29.0]}
     curves = [
-        _curve(v, s, [0.0, f[s] / 2, f[s]], final=f[s] + 1)
+        _curve(v, s, [0.0, f[s] / 2, f[s]], final=f[s] + 1, semantic=SEMANTIC[v][s])
         for v, f in finals.items()
         for s in range(seeds)
     ]
@@ -41,31 +55,57 @@ def _table(seeds: int = 3) -> tabular.RecordedTable:
 
 
 def _events(picks: list[tuple[str, float]], cost: int = 1) -> strategies.Events:
-    """A search that reported epochs 0-2 of each variant in turn at seed-0 values."""
-    reports = [(v, e, value * e / 2, 0.0) for v, value in picks for e in range(3)]
+    """A search that reported epochs 0-2 of each variant in turn at seed-0 values (its
+    dev semantic score: the table's, seed 0)."""
+    reports = [
+        (v, e, value * e / 2, SEMANTIC.get(v, [0.0])[0] * e / 2)
+        for v, value in picks
+        for e in range(3)
+    ]
     return strategies.Events(reports, {v: (v, 0.2) for v, _ in picks}, cost)
 
 
 def test_cost_counts_every_seed_of_a_report() -> None:
     one, two = _events([("c", 30.0), ("a", 60.0)]), _events([("c", 30.0), ("a", 60.0)], cost=2)
-    assert one.curve() == [15.0, 30.0, 30.0, 60.0]
-    assert two.curve() == [15.0, 15.0, 30.0, 30.0, 30.0, 30.0, 60.0, 60.0]
-    assert len(two.incumbents()) == len(two.curve())
+    assert one.curve(R) == [15.0, 30.0, 30.0, 60.0]
+    assert two.curve(R) == [15.0, 15.0, 30.0, 30.0, 30.0, 30.0, 60.0, 60.0]
+    assert len(two.incumbents(R)) == len(two.curve(R))
+    # the semantic objective's curve: c's 0.8 found first, a's 0.6 never beats it
+    assert one.curve(S) == pytest.approx([0.4, 0.8, 0.8, 0.8])
+    with pytest.raises(ValueError, match="reports hold"):
+        one.curve(names.FINISHED)  # a test value is nothing a search selects on
 
 
 def test_the_pick_is_valued_at_the_seeds_the_search_never_saw() -> None:
     table = _table()
     events = _events([("c", 30.0), ("a", 60.0), ("b", 55.0)])
-    assert [p[0] for p in events.incumbents()] == ["c", "c", "c", "a", "a", "a"]
-    [curve] = strategies.heldout_curves(table, [(0, events)], seeds_per_config=1)
+    assert [p[0] for p in events.incumbents(R)] == ["c", "c", "c", "a", "a", "a"]
+    [curve] = strategies.heldout_curves(table, [(0, events)], "retrieval", seeds_per_config=1)
     # unseen: seeds 1 and 2; ensemble values (final + 1): a 41.0/42.0, b 55.0/57.0, c 32/30
     best = (55.0 + 57.0) / 2
     assert curve[:3] == [pytest.approx(100 * 31.0 / best)] * 3
     assert curve[3:] == [pytest.approx(100 * 41.5 / best)] * 3  # a: seed 0's luck
     # two seeds per config: only seed 2 is unseen; a search that saw all has no curve
-    [k2] = strategies.heldout_curves(table, [(0, events)], seeds_per_config=2)
+    [k2] = strategies.heldout_curves(table, [(0, events)], "retrieval", seeds_per_config=2)
     assert k2[-1] == pytest.approx(100 * 42.0 / 57.0)
-    assert strategies.heldout_curves(table, [(0, events)], seeds_per_config=3) == []
+    assert strategies.heldout_curves(table, [(0, events)], "retrieval", 3) == []
+
+
+def test_the_semantic_pick_is_valued_by_its_ensemble_s_test_semantic_score() -> None:
+    """The semantic objective picks on the dev semantic score (c's lucky 0.8 at seed 0,
+    not a's R@10) and values the pick by its ensemble's test semantic score at the
+    unseen seeds (the table's semantic - 0.01), as a % of the best config's there."""
+    table = _table()
+    events = _events([("a", 60.0), ("c", 30.0), ("b", 55.0)])
+    assert [p[0] for p in events.incumbents(S)] == ["a", "a", "a", "c", "c", "c"]
+    [curve] = strategies.heldout_curves(table, [(0, events)], "semantic", seeds_per_config=1)
+    best = (0.69 + 0.71) / 2  # a, at seeds 1 and 2
+    assert curve[:3] == [pytest.approx(100.0)] * 3
+    assert curve[3:] == [pytest.approx(100 * (0.29 + 0.30) / 2 / best)] * 3  # c: luck
+    [k2] = strategies.heldout_curves(table, [(0, events)], "semantic", seeds_per_config=2)
+    assert k2[-1] == pytest.approx(100 * 0.30 / 0.71)  # only seed 2 unseen
+    with pytest.raises(ValueError, match="2 metrics, not one"):
+        strategies.heldout_curves(table, [(0, events)], "both", seeds_per_config=1)
 
 
 def test_seed_runs_wrap_in_the_table_order() -> None:
@@ -75,18 +115,59 @@ def test_seed_runs_wrap_in_the_table_order() -> None:
         table.seed_run(0, 4)
 
 
-def test_the_default_strategies_leave_out_what_ours_already_is() -> None:
-    short = strategies.default_strategies(False, epochs=4, warm_table=False)
+@pytest.mark.parametrize("objective", ["retrieval", "semantic"])
+def test_the_default_strategies_leave_out_what_ours_already_is(objective: str) -> None:
+    short = strategies.default_strategies(objective, epochs=4, warm_table=False)
     assert "ours-fifo" not in short and "ours-asha" in short and "ours-warm-table" not in short
-    long = strategies.default_strategies(False, epochs=8, warm_table=True)
+    long = strategies.default_strategies(objective, epochs=8, warm_table=True)
     assert "ours-asha" not in long and "ours-fifo" in long and "ours-warm-table" in long
-    assert strategies.scheduler_of("ours-both", 4) == "asha"  # Pareto halving
-    assert strategies.scheduler_of("ours-k2", 4) == "fifo"
+    assert strategies.scheduler_of("ours-k2", 4, objective) == "fifo"
     # the GP sampler: FIFO at 4 epochs as the driver's auto picks, or ASHA
-    assert strategies.scheduler_of("ours-gp", 4) == "fifo"
-    assert strategies.scheduler_of("ours-gp-asha", 4) == "asha"
-    assert strategies.scheduler_of("optuna-median", 4) == "pruner"
+    assert strategies.scheduler_of("ours-gp", 4, objective) == "fifo"
+    assert strategies.scheduler_of("ours-gp-asha", 4, objective) == "asha"
+    assert strategies.scheduler_of("optuna-median", 4, objective) == "pruner"
     assert {"optuna-median", "optuna-hyperband"} <= set(short)
+    assert strategies.known(objective) == strategies.STRATEGIES
+
+
+def test_ours_schedules_as_the_driver_s_auto_does_for_each_objective() -> None:
+    from gridsearch import resolve_scheduler
+    from gridsearch.settings import OBJECTIVES
+
+    for objective in OBJECTIVES:
+        for epochs in (2, 4, 8, 32):
+            ours = "ours-both" if objective == "both" else "ours"
+            driver = resolve_scheduler("auto", objective, epochs)
+            assert strategies.scheduler_of(ours, epochs, objective) == driver
+    assert strategies.scheduler_of("ours-both", 4, "both") == "asha"  # Pareto halving
+    assert strategies.default_strategies("both", 4, False) == list(strategies.BOTH)
+
+
+# one strategy of each way build() makes them, per objective that is not the default
+BUILT = {
+    "semantic": ("ours", "random-asha", "tpe-fifo", "grid", "hyperband", "bohb", "optuna-median"),
+    "both": ("ours-both", "motpe-fifo"),
+}
+
+
+@pytest.mark.parametrize("objective", list(BUILT))
+def test_every_strategy_selects_on_its_objective_s_metric(objective: str, tmp_path: Path) -> None:
+    """Each way of building a strategy gives its searcher (and pruner) the objective's
+    metric or metrics and mode(s), as the driver's are given them (``OBJECTIVES``)."""
+    from gridsearch.settings import OBJECTIVES
+
+    metric, mode = OBJECTIVES[objective]
+    table = tabular.RecordedTable.read(RECORDED / "paper_margin")
+    db = f"sqlite:///{tmp_path / 'studies.db'}"
+    for name in BUILT[objective]:
+        if name == "bohb" and importlib.util.find_spec("hpbandster") is None:
+            continue
+        search, scheduler, _ = strategies.build(name, table, 0, 4, name, db, objective)
+        assert (search.searcher.metric, search.searcher.mode) == (metric, mode), name
+        if isinstance(scheduler, strategies.OptunaPruning):
+            assert scheduler.objective == metric
+    with pytest.raises(ValueError, match="unknown strategy 'motpe-fifo' for --objective"):
+        strategies.build("motpe-fifo", table, 0, 4, "s", db, "semantic")
 
 
 class _Trial:
@@ -108,7 +189,7 @@ def _epochs(pruning: strategies.OptunaPruning, trial: str, values: list[float]) 
 
 def test_an_optuna_pruner_judges_tune_s_trials_as_in_its_own_study() -> None:
     optuna = pytest.importorskip("optuna")
-    pruning = strategies.OptunaPruning(optuna.pruners.MedianPruner(n_startup_trials=2))
+    pruning = strategies.OptunaPruning(optuna.pruners.MedianPruner(n_startup_trials=2), R, "max")
     for trial in "abcdef":
         pruning.on_trial_add(None, _Trial(trial))
     # nothing is pruned before two trials have completed, nor ever at epoch 0
@@ -143,7 +224,9 @@ def _replayed(
     name: str, table: tabular.RecordedTable, scratch: Path, **options: Any
 ) -> strategies.Events:
     """One real search of strategy ``name`` (search seed 0) on the session's Ray cluster,
-    which this process has joined (``joined``)."""
+    which this process has joined (``joined``); on the retrieval objective unless
+    ``options`` say otherwise."""
+    options.setdefault("objective", "retrieval")
     return strategies.run_one(name, table, 0, time_scale=0.0, scratch=scratch, **options)
 
 
@@ -166,10 +249,16 @@ def test_a_k_seed_search_is_measured_against_the_grid_s_best_mean() -> None:
     table = _table()
     # the best mean over seeds 0 and 1: b, (55 + 54) / 2 = 54.5 (a's 60 at seed 0 is luck)
     events = _events([("b", 54.5)], cost=2)
-    [curve] = strategies.percent_curves(table, [(0, events)], both=False, k=2)
+    [curve] = strategies.percent_curves(table, [(0, events)], "retrieval", k=2)
     assert curve[-1] == pytest.approx(100.0)
-    [one] = strategies.percent_curves(table, [(0, _events([("b", 55.0)]))], both=False)
+    [one] = strategies.percent_curves(table, [(0, _events([("b", 55.0)]))], "retrieval")
     assert one[-1] == pytest.approx(100 * 55.0 / 60.0)  # one seed: against a's lucky 60
+    # the semantic objective: against the grid's best dev semantic score, c's lucky 0.8
+    # at seed 0; over seeds 0 and 1, a's mean 0.65
+    [semantic] = strategies.percent_curves(table, [(0, _events([("a", 1.0)]))], "semantic")
+    assert semantic[-1] == pytest.approx(100 * 0.60 / 0.80)
+    [k2] = strategies.percent_curves(table, [(0, _events([("a", 1.0)], 2))], "semantic", k=2)
+    assert k2[-1] == pytest.approx(100 * 0.60 / 0.65)
 
 
 RECORDED = Path(__file__).resolve().parents[2] / "bench" / "recorded"
@@ -238,12 +327,14 @@ def test_a_replayed_search_stops_what_optuna_s_median_pruner_prunes(
     tmp_path: Path, joined: None
 ) -> None:
     """Real Tune on the replay, one trial at a time: a trial stops exactly where its value
-    falls below the median of the trials completed before it at that epoch (Optuna's
-    MedianPruner, 5 completed trials before it prunes anything)."""
+    of the objective (here the semantic one: the best dev semantic score) falls below the
+    median of the trials completed before it at that epoch (Optuna's MedianPruner, 5
+    completed trials before it prunes anything)."""
     table = tabular.RecordedTable.read(RECORDED / "lr_batch")
-    events = _replayed("optuna-median", table, tmp_path, budget=60, concurrent=1)
+    options: dict[str, Any] = {"budget": 60, "concurrent": 1, "objective": "semantic"}
+    events = _replayed("optuna-median", table, tmp_path, **options)
     by_trial: dict[str, list[float]] = {}
-    for trial, epoch, value, _ in events.reports:
+    for trial, epoch, value in events.values(S):
         assert epoch == len(by_trial.setdefault(trial, []))  # in order, one at a time
         by_trial[trial].append(value)
     completed: list[list[float]] = []
@@ -290,7 +381,7 @@ def test_saved_searches_come_back_only_for_the_same_settings(tmp_path: Path) -> 
 def test_bohb_draws_every_recorded_config_of_a_stepped_margin() -> None:
     pytest.importorskip("hpbandster")
     table = tabular.RecordedTable.read(RECORDED / "paper_margin")
-    search, _, _ = _bohb(table, {}, 0, table.max_epoch, 2, form="parts")
+    search, _, _ = _bohb(table, {}, 0, table.max_epoch, 2, "retrieval", form="parts")
     space = search.searcher._space  # hpbandster takes no ordinals: a float, snapped
     decode = strategies.Parts(table).decode
     seen = {decode(dict(c)) for c in space.sample_configuration(2000)}

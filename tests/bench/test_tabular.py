@@ -130,7 +130,7 @@ def test_the_replay_gives_live_training_s_metrics_and_a_live_search_s_decisions(
     try:
         replayed = strategies.run_one(
             "ours-asha", table, 0, budget=100, time_scale=0.0, scratch=tmp_path / "replay",
-            trials=2, concurrent=1,
+            objective="retrieval", trials=2, concurrent=1,
         )  # fmt: skip
     finally:
         ray.shutdown()
