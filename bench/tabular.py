@@ -8,8 +8,8 @@ FIFO, every trial to the last epoch) once per training seed and keeps what every
 reported to Tune, epoch by epoch (``result.json`` in its trial folder), in one Parquet
 table beside a manifest that holds the command, the world and the code version::
 
-    python bench/tabular.py record --out bench/recorded/paper_margin \\
-        --images 1000 --scale 32 --epochs 4 --margins 0.05,0.1,...,0.5 --seeds 0,1
+    python bench/tabular.py record --out bench/recorded/paper_margin --images 1000 \\
+        --scale 32 --epochs 4 --margins 0.05,0.15,0.25,0.35,0.45 --lr 0.016 --seeds 0,1
 
 The paper_margin problem is the paper's 8 models (``PAPER_VARIANTS``, n divided by
 ``--scale``) crossed with the margins, both categorical, as in
@@ -333,6 +333,8 @@ def record(args: argparse.Namespace) -> RecordedTable:
             raise BadInput(f"error: --variants: unknown {unknown}; expected some of "
                              f"{', '.join(models)}")  # fmt: skip
         models = {v: models[v] for v in models if v in wanted}
+    if args.lr is not None:  # every model at this learning rate, recorded with the variant
+        models = {name: {**model, "lr_max": args.lr} for name, model in models.items()}
     variants = models
     if args.problem == "lr_batch":
         batch_sizes = [int(b) for b in _floats("--batch-sizes", args.batch_sizes)]
@@ -461,6 +463,9 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     r.add_argument("--problem", choices=("paper_margin", "lr_batch"), default="paper_margin",
                    help="paper_margin: the --variants x --margins; lr_batch: the --variants "
                    "x --lr-max x --lr-min x --batch-sizes x --margins")  # fmt: skip
+    r.add_argument("--lr", type=float, default=None,
+                   help="paper_margin: every model's lr_max (default: the paper's, 1e-3; "
+                   "a CPU-sized one is 0.016)")  # fmt: skip
     r.add_argument("--lr-max", default="1e-3,2e-3,4e-3,8e-3", help="lr_batch: comma-separated")
     r.add_argument("--lr-min", default="1e-6,1e-4", help="lr_batch: comma-separated")
     r.add_argument("--batch-sizes", default="32,64,128", help="lr_batch: comma-separated")
