@@ -40,6 +40,7 @@ __all__ = [
     "extend",
     "resumable",
     "saved_results",
+    "saved_trials",
     "use_callbacks",
     "use_signals",
 ]
@@ -144,7 +145,7 @@ def check_resume(settings: SearchSettings) -> None:
     trial it was asked for (Tune holds them all terminated, its MLflow parent run is
     closed ``finished``) and ``--num-samples`` asks for no more; ``SearchError`` when
     ``--num-samples`` is below what the search recorded at its start."""
-    trials = _saved_trials(settings)
+    trials = saved_trials(settings)
     if not trials:  # none, or none readable: Tune's restore says what is wrong
         return
     parent = _parent_run(settings)
@@ -189,7 +190,7 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def _saved_trials(settings: SearchSettings) -> list[Any]:
+def saved_trials(settings: SearchSettings) -> list[Any]:
     """The trials of the search's saved Tune experiment; none when it cannot be read."""
     try:
         return list(tune.ExperimentAnalysis(settings.experiment_path).trials)
@@ -204,7 +205,7 @@ def ended_trials(settings: SearchSettings) -> set[str]:
     an interruption is saved as it was (running), before Tune ends it."""
     return {
         str(t.trial_id)
-        for t in _saved_trials(settings)
+        for t in saved_trials(settings)
         if t.status in (Trial.TERMINATED, Trial.ERROR)
     }
 
@@ -226,7 +227,7 @@ def saved_results(settings: SearchSettings) -> list[SavedResult]:
             dict(t.config or {}),
             "failed" if t.status == Trial.ERROR else None,
         )
-        for t in _saved_trials(settings)
+        for t in saved_trials(settings)
     ]
 
 

@@ -152,6 +152,7 @@ class SearchRun:
             )
         self.tracker.interruption = interruption
         callbacks = [
+            guard,  # first: a trial's failure for a full disk is taken back before the rest
             self.tracker,
             ProgressPrinter(
                 self.space,
@@ -161,7 +162,6 @@ class SearchRun:
                 self.write,
                 signals=signals,
             ),
-            guard,
             self.ended,
         ]
         if settings.resume:  # the experiment keeps its own scheduler and searcher
