@@ -88,6 +88,7 @@ def finish(
             space=run.space.name,
             objective=run.settings.objective,
             write=run.write,
+            smoke_test=run.settings.smoke_test,
         )
     return _closed(run, outcomes, unfinished, elapsed_s, dashboard, stopped_by, interrupted)
 
