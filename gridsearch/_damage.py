@@ -10,7 +10,11 @@ with ``pickletools``, which runs nothing):
   intact, with MLflow's tables;
 - ``check_tune_state``: the Tune experiment: its newest ``experiment_state-*.json``
   parses, its ``tuner.pkl``, newest ``searcher-state-*.pkl`` and newest
-  ``search_gen_state-*.json`` (a pickle, despite its name) are whole pickles;
+  ``search_gen_state-*.json`` (a pickle, despite its name) are whole pickles; and each
+  is of the shape Tune writes (``_check_shape``, ``_check_trials``): a dictionary with
+  the keys Tune reads back, nested no deeper than ``MAX_PICKLE_DEPTH``, every trial of
+  the experiment state with an id, a status Tune knows, a count of failures and a last
+  result of their types;
 - ``repair_error_files``: a trial's ``error.pkl`` cut short (Tune writes it in place, and
   reads it back with the results) is removed; its ``error.txt`` keeps the error.
 
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gridsearch._layout import sqlite_file
+from gridsearch._pickles import pickle_shape
 
 if TYPE_CHECKING:
     from gridsearch.settings import SearchSettings
@@ -48,6 +53,17 @@ logger = logging.getLogger(__name__)
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _MAX_STATE_BYTES = 1 << 30  # Tune's state files are KB to MB; larger is not read
 _MLFLOW_TABLES = ("experiments", "runs", "metrics", "params", "tags")
+# How deeply a state pickle may nest: Tune's own are 12 to 30 deep; deeper structures
+# (Python's recursion limit is 1,000 frames) fail in the code that walks them later
+MAX_PICKLE_DEPTH = 200
+# The keys Tune reads back from each of its state files (Ray 2.60's tuner_internal,
+# search_generator, tune_controller): one without them is not Tune's
+_STATE_KEYS = {
+    "tuner.pkl": ("_tune_config", "_run_config"),
+    "searcher-state-*.pkl": (),
+    "search_gen_state-*.json": ("counter", "total_samples", "finished"),
+}
+_TRIAL_STATUSES = ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR")
 
 
 class DamagedState(ValueError):
@@ -127,6 +143,7 @@ def check_tune_state(folder: Path, experiment: str) -> None:
             f"`--warm-start {experiment}`, which begins from its finished trials"
         )
         raise DamagedState(f"the Tune experiment state {newest} is damaged ({problem}): {how}")
+    _check_trials(newest, experiment)
     # Tune pickles the search generator's state, though it names the file .json
     for pattern in ("search_gen_state-*.json", "tuner.pkl", "searcher-state-*.pkl"):
         _check_newest(folder, pattern, experiment)
@@ -156,13 +173,92 @@ def _check_newest(folder: Path, pattern: str, experiment: str) -> None:
     found = sorted(folder.glob(pattern))
     if not found:
         return
-    problem = _pickle_problem(found[-1])
+    problem = _pickle_problem(found[-1]) or _shape_problem(found[-1], _STATE_KEYS[pattern])
     if problem is not None:
         raise DamagedState(
             f"the Tune experiment file {found[-1]} is damaged ({problem}): restore it from a "
             f"backup, or start a new search with `--warm-start {experiment}`, which begins "
             "from its finished trials"
         )
+
+
+def _shape_problem(path: Path, keys: tuple[str, ...]) -> str | None:
+    """What in the whole pickle at ``path`` is not of the shape Tune writes (a dictionary
+    holding ``keys``, nested at most ``MAX_PICKLE_DEPTH`` deep), or None."""
+    data = _read_state(path)
+    shape = pickle_shape(data) if isinstance(data, bytes) else None
+    if shape is None:
+        return None  # not whole: said by _pickle_problem
+    if shape.kind != "dict":
+        return f"it holds a {shape.kind}, not Tune's dictionary"
+    missing = [key for key in keys if key not in shape.keys]
+    if missing:
+        return f"no key {missing[0]!r}, which Tune reads back"
+    if shape.depth > MAX_PICKLE_DEPTH:
+        return f"nested {shape.depth:,} deep; Tune's are at most {MAX_PICKLE_DEPTH}"
+    return None
+
+
+def _check_trials(path: Path, experiment: str) -> None:
+    """The experiment state at ``path`` (whole JSON) is of the shape Tune writes: its
+    trials each an id, a status Tune knows, failures counted, a last result. Else
+    ``DamagedState`` naming the field."""
+    problem = _trials_problem(json.loads(path.read_bytes()))
+    if problem is not None:
+        raise DamagedState(
+            f"the Tune experiment state {path} is not what Tune writes ({problem}): restore "
+            f"it from a backup, or start a new search with `--warm-start {experiment}`, "
+            "which begins from its finished trials"
+        )
+
+
+def _trials_problem(state: object) -> str | None:
+    if not isinstance(state, dict):
+        return f"a JSON {type(state).__name__}, expected an object"
+    for key, kind in (("trial_data", list), ("runner_data", dict), ("stats", dict)):
+        if not isinstance(state.get(key), kind):
+            return f"field {key!r}: expected a JSON {kind.__name__}"
+    for number, entry in enumerate(state["trial_data"]):
+        where = f"trial_data[{number}]"
+        if not (
+            isinstance(entry, list) and len(entry) == 2 and all(isinstance(e, str) for e in entry)
+        ):
+            return f"{where}: expected the trial's state and its metadata, two JSON texts"
+        try:
+            trial, metadata = json.loads(entry[0]), json.loads(entry[1])
+        except (ValueError, RecursionError):
+            return f"{where}: not JSON"
+        problem = _trial_problem(trial, metadata)
+        if problem is not None:
+            return f"{where}: {problem}"
+    return None
+
+
+def _trial_problem(trial: object, metadata: object) -> str | None:
+    if not isinstance(trial, dict) or not isinstance(metadata, dict):
+        return "expected JSON objects"
+    trial_id = trial.get("trial_id")
+    if not (isinstance(trial_id, str) and trial_id.replace("_", "").isalnum()):
+        return f"field 'trial_id': {_shown(trial_id)}, expected letters, digits and '_'"
+    if trial.get("status") not in _TRIAL_STATUSES:
+        known = ", ".join(_TRIAL_STATUSES)
+        return f"field 'status': {_shown(trial.get('status'))}, expected one of {known}"
+    for key in ("num_failures", "num_failures_after_restore"):
+        value = metadata.get(key, 0)
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            return f"field {key!r}: {_shown(value)}, expected a count"
+    last = metadata.get("last_result", {})
+    if not isinstance(last, dict):
+        return f"field 'last_result': {_shown(last)}, expected an object"
+    for key in ("error_filename", "pickled_error_filename"):
+        if not isinstance(metadata.get(key), str | None):
+            return f"field {key!r}: {_shown(metadata.get(key))}, expected a file name"
+    return None
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else f"{text[:30]}... ({type(value).__name__})"
 
 
 def _sqlite_problem(
