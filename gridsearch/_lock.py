@@ -196,7 +196,7 @@ def read_holder(path: Path) -> Holder | None:
     unknown or of another type or range."""
     try:
         info = path.lstat()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # none (or no folder for one) there
         return None
     except OSError as err:
         raise ValueError(f"cannot be read: {err.strerror or err}") from None
