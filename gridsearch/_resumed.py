@@ -30,7 +30,7 @@ from storage.cli import error_line
 if TYPE_CHECKING:  # the class is handed in: settings.py builds on this module
     from gridsearch.settings import SearchSettings
 
-__all__ = ["RESUME_KEEPS", "check_record", "resumed"]
+__all__ = ["RESUME_KEEPS", "BadRecord", "check_record", "resumed"]
 
 # What a --resume takes from its own command line; everything else comes from the
 # search's record, so the continued search runs exactly as it started. num_samples only

@@ -17,6 +17,7 @@ from gridsearch import _extend, _optuna
 from gridsearch._groups import group_search
 from gridsearch._interrupt import DiskGuard, Interruption
 from gridsearch._layout import sqlite_file
+from gridsearch._resumed import BadRecord, check_record
 from gridsearch._scheduler import cycle_epochs, describe_rungs, make_scheduler
 from gridsearch._scheduler_choice import FIFO_BELOW_EPOCHS, resolve_scheduler
 from gridsearch.cluster import Resources
@@ -95,6 +96,10 @@ class SearchRun:
         settings, source = self.settings, str(self.settings.warm_start)
         try:
             record = json.loads(settings.layout.record(source).read_text(encoding="utf-8"))
+            if not isinstance(record, dict):
+                raise BadRecord(f"a JSON {type(record).__name__}, expected an object")
+            if "args" not in record:  # a record of the settings (not an older one's flags)
+                check_record(record, SearchSettings)
             source_storage = str(record["optuna_storage"])
             copied, left = _optuna.warm_start(
                 source,
@@ -105,7 +110,7 @@ class SearchRun:
                 space=self.space,
                 fixed=fixed,
             )
-        except (OSError, ValueError, KeyError, TypeError) as err:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
             raise SearchError(f"--warm-start {source}: cannot read its study ({err})") from None
         self.write(
             f"warm start: {copied} ended trial(s) of {source!r} start the study"

@@ -148,9 +148,16 @@ def load(extension: Extension) -> ModuleType | None:
     where = folder(extension)
     try:
         manifest = json.loads((where / MANIFEST).read_text())
-        name, file = str(manifest["module"]), where / str(manifest["file"])
-    except (OSError, ValueError, KeyError, TypeError):
+        name, file = manifest["module"], manifest["file"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
+    # what a build writes: the folder's own module, a file in the folder (anything else
+    # is no build: the shared folder's manifest never names code elsewhere)
+    if name != where.name or not isinstance(file, str) or Path(file).name != file:
+        return None
+    if not file.startswith(f"{name}.") or file.startswith("."):
+        return None
+    file = where / file
     with _LOADING:
         if name in sys.modules:  # loaded already (a module is initialised once per process)
             return sys.modules[name]
