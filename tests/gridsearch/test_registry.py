@@ -30,6 +30,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from packaging.requirements import Requirement
 
+from analysis._tracking import find_run
 from gridsearch.registry import (
     choose,
     model_name,
@@ -42,6 +43,7 @@ from gridsearch.tracking._lineage import DIGEST_LENGTH
 from storage import FeatureStore
 from trainables import names
 from trainables.checkpoint import ENSEMBLE_FILE
+from trainables.encode import main as encode_main
 from trainables.encoder import SentenceEncoder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -499,3 +501,52 @@ def test_a_smoke_test_after_a_search_in_its_runs_directory_leaves_the_aliases(
     assert all("a --smoke-test's models never replace it" in line for line in said)
     assert f"registered models:/{NAME}@" not in out  # no alias said to move
     print(f"the smoke search after the search: {seconds:.1f} s")  # measured, -s shows it
+
+
+@pytest.mark.slow
+def test_encode_takes_the_run_names_compare_takes_and_never_a_copys_original(
+    search: Search, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``trainables.encode --model`` takes a trial's whole run name (``trial-<id> lr_min=...``,
+    as ``analysis.compare`` does), its first word, its run id and trial id. In a copy of
+    the runs directory not resumed since, whose store still names the original's files,
+    every lookup is refused in one line naming both (the model would be the original's);
+    once the copy is resumed (a finished search only takes the move in), its own."""
+    client = _client(search.uri)
+    run = next(iter(_trial_runs(client).values()))
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("\n".join(SENTENCES[:2]) + "\n")
+
+    def encode(model: str, uri: str) -> tuple[int, str]:
+        out = tmp_path / "out.npy"
+        argv = ["--model", model, "--tracking-uri", uri, "--input", str(sentences)]
+        code = encode_main([*argv, "--output", str(out), "--device", "cpu"])
+        return code, capsys.readouterr().err
+
+    name = str(run.info.run_name)
+    assert " " in name and "=" in name, name  # what it tried is part of its name
+    assert find_run(client, name).info.run_id == run.info.run_id  # analysis.compare's lookup
+    for ref in (name, name.split(" ")[0], run.info.run_id, run.data.tags["tune.trial_id"]):
+        code, err = encode(ref, search.uri)
+        assert code == 0 and "error" not in err, (ref, err)  # (MLflow's download bar aside)
+
+    copy = tmp_path / "copy"
+    shutil.copytree(search.runs_dir, copy)
+    uri = f"sqlite:///{copy / 'mlflow.db'}"
+    refs = (name, f"models:/{NAME}@best-retrieval", f"runs:/{run.info.run_id}/{ENSEMBLE_FILE}")
+    for ref in refs:
+        code, err = encode(ref, uri)
+        assert code == 2 and err.count("\n") == 1, (ref, err)
+        assert f"is a copy or move of {search.runs_dir} not resumed since" in err, (ref, err)
+    assert main(["--experiment", EXPERIMENT, "--resume", "--runs-dir", str(copy)]) == 0
+    assert "nothing to run" in capsys.readouterr().err
+    # in a process of its own: this one's MLflow keeps the copy's database as it first
+    # opened it (the file the resume replaced)
+    output = ["--input", str(sentences), "--output", str(tmp_path / "o.npy"), "--device", "cpu"]
+    calls = [["--model", ref, "--tracking-uri", uri, *output] for ref in refs]
+    script = (
+        f"from trainables.encode import main\nfor argv in {calls!r}:\n    assert main(argv) == 0\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, check=False, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
