@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import math
+import os
 import types
 import typing
 from pathlib import Path
@@ -80,6 +82,17 @@ def resumed(args: argparse.Namespace, settings_class: type[SearchSettings]) -> S
     layout = RunsLayout.at(args.runs_dir)
     path = layout.record(args.experiment)
     if not path.exists():
+        loop = _link_loop(Path(args.runs_dir), path)
+        if loop is not None:
+            raise SearchError(
+                f"--resume: {loop} is a symbolic link loop (it leads back to itself, "
+                f"so nothing under it can be read), on the way to the record {path}: "
+                + (
+                    "restore the record (a search writes it as a file)"
+                    if loop == path
+                    else "point --runs-dir at the runs directory itself"
+                )
+            )
         raise SearchError(
             f"--resume: no search named {args.experiment!r} under --runs-dir "
             f"{args.runs_dir} (expected its record {path})"
@@ -114,6 +127,23 @@ def resumed(args: argparse.Namespace, settings_class: type[SearchSettings]) -> S
     }
     assert tuple(now) == RESUME_KEEPS
     return dataclasses.replace(settings, **now)
+
+
+def _link_loop(given: Path, record: Path) -> Path | None:
+    """The first symbolic link on the way to ``record`` (from the ``--runs-dir`` as
+    ``given``, then the record's own path) that loops back on itself, or None."""
+    for path in (
+        *reversed(given.absolute().parents),
+        given.absolute(),
+        *record.parents[::-1],
+        record,
+    ):
+        try:
+            os.stat(path)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                return path
+    return None
 
 
 # flags a --resume reads besides RESUME_KEEPS' (or handles before it: --list-spaces)

@@ -228,6 +228,15 @@ def test_resume_mistakes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     runs = tmp_path / "runs"
     assert "--resume needs --experiment NAME" in _fails(["--resume"], capsys, runs)
     assert "no search named 'nope'" in _fails(["--resume", "--experiment", "nope"], capsys, runs)
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)  # a runs directory that is a loop, then a record that is one
+    line = _fails(["--resume", "--experiment", "e"], capsys, loop)
+    assert f"--resume: {loop} is a symbolic link loop" in line and "--runs-dir at" in line
+    (runs / "searches").mkdir(parents=True)
+    (runs / "searches" / "e.json").symlink_to("e.json")
+    line = _fails(["--resume", "--experiment", "e"], capsys, runs)
+    assert f"{runs / 'searches' / 'e.json'} is a symbolic link loop" in line
+    (runs / "searches" / "e.json").unlink()
     assert "cannot be a path" in _fails(["--resume", "--experiment", "../e"], capsys, runs)
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)
