@@ -43,10 +43,16 @@ The model (``SentenceEncoderModel``) takes one column of strings (a DataFrame wi
 takes a list only for that) and returns float32 L2-normalised embeddings ``(N, dim)``,
 exactly what ``trainables.encoder.SentenceEncoder.encode`` returns for the trial's
 ``ensemble.pt`` (its one artifact), on the CPU unless loaded with
-``model_config={"device": "auto"}``. Another column, a value that is not a string, or
-a sentence over the ``encode`` command's 10,000 characters is refused with what was
-expected (a model server answers 400; MLflow itself turns a list's values into strings
-and drops unnamed extra columns before the model sees them). It is a model from code
+``model_config={"device": "auto"}``. Another column, a value that is not a string (a
+number, ``true``, ``null``), a sentence over the ``encode`` command's 10,000 characters,
+or ``params`` (it takes none) are refused with what was expected (a model server answers
+400). Its signature's column is of any type, not of strings: MLflow turns the values of
+a column of strings into strings before the model sees them, and the model could not
+refuse ``[1, true, null]``. What MLflow does before the model sees a request, and the
+model cannot undo: it keeps the first column of a DataFrame that names others besides
+``sentence`` (the rest are dropped unseen), reads a lone string as a list of one, and
+hands on ``params`` as an empty dictionary (what they held is dropped unseen; the model
+refuses them whatever they held). It is a model from code
 (``_encoder_model.py``, no pickle), carries this package's code (``gridsearch``,
 ``storage``, ``trainables`` as ``code_paths``: it loads without the package installed,
 with the code it was registered with) and requires this package's dependencies.
@@ -81,7 +87,8 @@ from mlflow.protos.databricks_pb2 import (
 )
 from mlflow.pyfunc.model import PythonModel, PythonModelContext
 from mlflow.tracking import MlflowClient
-from mlflow.types import ColSpec, DataType, Schema, TensorSpec
+from mlflow.types import ColSpec, Schema, TensorSpec
+from mlflow.types.schema import AnyType
 from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
 from packaging.requirements import Requirement
 
@@ -140,6 +147,11 @@ class SentenceEncoderModel(PythonModel):
         model_input: pd.DataFrame,
         params: dict[str, Any] | None = None,
     ) -> np.ndarray:
+        if params is not None:  # MLflow hands on {} for params it dropped, None for none
+            raise _bad_input(
+                "params: this model takes none (MLflow drops what a request names before "
+                "the model sees it; leave params out)"
+            )
         return self.encoder.encode(_sentences(model_input))
 
 
@@ -223,7 +235,10 @@ def log_encoder(
             artifacts={_ARTIFACT: str(ensemble)},
             code_paths=code,
             signature=ModelSignature(
-                inputs=Schema([ColSpec(DataType.string)]),  # unnamed: a list of strings is one
+                # one unnamed column (a list of strings is one), of any type: MLflow turns
+                # the values of a column of strings into strings before the model sees
+                # them (1, true and null would be encoded); the model refuses what is not one
+                inputs=Schema([ColSpec(AnyType())]),
                 outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, dim))]),
             ),
             input_example=pd.DataFrame({INPUT_COLUMN: _EXAMPLE}),

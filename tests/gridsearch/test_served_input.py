@@ -1,10 +1,11 @@
 """What a served registered model (``mlflow models serve``) answers to a request that is
 not sentences: the scoring server's own request handling (``invocations``, in this
 process) on a real logged ``SentenceEncoderModel``: 400 with a line that says what was
-expected, for every kind of input the model can tell apart; 200 and the vectors of
-``SentenceEncoder.encode`` for sentences in each of the forms MLflow takes. (MLflow turns
-every value of a list into a string and drops columns the signature does not name before
-the model sees them: ``[1, 2, 3]``, ``[null]`` and extra columns are not told apart.)"""
+expected, for every kind of input the model can tell apart (numbers, booleans, nulls,
+params: its signature's column is of any type, so that MLflow leaves the values as they
+came); 200 and the vectors of ``SentenceEncoder.encode`` for sentences in each of the
+forms MLflow takes. (What MLflow drops before the model sees it, the model cannot refuse:
+a DataFrame's columns besides the first ``sentence`` one; a lone string is one sentence.)"""
 
 from __future__ import annotations
 
@@ -85,6 +86,14 @@ def test_sentences_in_each_form_are_embedded(served) -> None:
         ({"inputs": ["ok", "x" * 480_000]}, "row 1 has 480,000 characters"),
         ({"dataframe_split": {"columns": ["sentence"], "data": [["a"], [None]]}}, "sentence"),
         ({"inputs": {"sentence": ["a"]}}, "Invalid input"),
+        ({"inputs": ["a", 1]}, "expected strings, got int '1'"),
+        ({"inputs": [1.5]}, "expected strings, got float"),
+        ({"inputs": [True]}, "expected strings, got bool 'True'"),
+        ({"inputs": [None]}, "expected strings, got NoneType"),
+        ({"instances": ["a", 7]}, "expected strings, got int '7'"),
+        ({"dataframe_records": [{"sentence": 1}]}, "expected strings, got int '1'"),
+        ({"inputs": ["a"], "params": {"device": "cuda"}}, "params: this model takes none"),
+        ({"inputs": ["a"], "params": {}}, "params: this model takes none"),
     ],
     ids=[
         "misnamed",
@@ -93,6 +102,14 @@ def test_sentences_in_each_form_are_embedded(served) -> None:
         "480k",
         "null-cell",
         "named-inputs",
+        "an-int",
+        "a-float",
+        "a-boolean",
+        "a-null",
+        "instances-int",
+        "records-int",
+        "params",
+        "empty-params",
     ],
 )
 def test_a_request_that_is_not_sentences_is_a_400_saying_what_was_expected(
