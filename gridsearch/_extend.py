@@ -10,10 +10,18 @@ same Optuna study, continued) suggests the extra trials.
 A copied or moved runs directory continues where it is now: ``settings`` rebase the
 record's paths (``_layout.rebase``), and ``gridsearch._relocate`` rewrites what else
 names the old place before anything reads it.
+
+A search stopped hard (a second Ctrl+C skips Tune's last save of its experiment) can
+leave trials that finished saved as running: :func:`settle_finished` marks each whose
+own results say it trained every epoch and reported its ensemble (every member's last
+report) as ended before Tune restores the experiment, so a resume never runs a finished
+trial again (from a checkpoint that may be gone since).
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 import os
 from dataclasses import dataclass
@@ -30,6 +38,11 @@ from gridsearch._layout import local_path
 from gridsearch.settings import NothingToRun, SearchError, SearchSettings
 from gridsearch.summary import report_command
 from gridsearch.tracking import OUTCOME_TAG, ROLE_SEARCH, ROLE_TAG
+from storage import write_text_atomic
+from trainables import names
+from trainables.checkpoint import CheckpointError, load_training_state
+from trainables.group import combine, state_file
+from trainables.tune import member_key, member_metrics
 
 __all__ = [
     "RAY_INTERNALS",
@@ -41,6 +54,7 @@ __all__ = [
     "resumable",
     "saved_results",
     "saved_trials",
+    "settle_finished",
     "use_callbacks",
     "use_signals",
 ]
@@ -269,3 +283,85 @@ def check_writable(settings: SearchSettings) -> None:
                 "there (its Tune experiment, MLflow store, Optuna study and record): resume "
                 "a writable copy (cp -r RUNS COPY, then --runs-dir COPY)"
             )
+
+
+_LAST_RESULT_BYTES = 1 << 20  # a result line is a few KB: the end of result.json holds it
+
+
+def settle_finished(settings: SearchSettings) -> list[str]:
+    """Mark ended, in the newest saved experiment state of a local Tune experiment, the
+    trials saved as running that finished: the newest checkpoint their workers wrote
+    (kept whatever Tune's last save missed) holds, for every member, a training state
+    whose last report has its ensemble. Their last result is then that of their
+    ``result.json`` where it says so, else their members' last reports (the mean of
+    their seeds). Returns their ids. Written whole (atomic); nothing written when there
+    is none. See the module docstring."""
+    folder = local_path(settings.experiment_path)
+    if folder is None or not folder.is_dir():
+        return []
+    states = sorted(folder.glob("experiment_state-*.json"))
+    if not states:
+        return []
+    state = json.loads(states[-1].read_text(encoding="utf-8"))  # checked whole (_damage)
+    settled = []
+    for entry in state["trial_data"]:
+        trial, metadata = json.loads(entry[0]), json.loads(entry[1])
+        if trial["status"] in (Trial.TERMINATED, Trial.ERROR):
+            continue
+        trial_folder = folder / str(trial.get("relative_logdir", ""))
+        reports = _final_reports(trial_folder)
+        if not reports or not all(names.is_finished(r) for r in reports.values()):
+            continue  # still to run, or stopped where it was: Tune resumes it
+        last = _last_result(trial_folder / "result.json")
+        if not last or not all(names.is_finished(r) for r in member_metrics(last).values()):
+            last = dict(metadata.get("last_result") or {})  # Tune's files end before it did
+            for position, report in reports.items():
+                last.update({member_key(position, k): v for k, v in report.items()})
+            last.update(reports[min(reports)], trial_id=str(trial["trial_id"]))
+        trial["status"] = Trial.TERMINATED
+        metadata["last_result"] = last
+        entry[0], entry[1] = json.dumps(trial), json.dumps(metadata)
+        settled.append(str(trial["trial_id"]))
+    if settled:
+        write_text_atomic(states[-1], json.dumps(state))
+    return settled
+
+
+def _final_reports(trial_folder: Path) -> dict[int, dict[str, Any]] | None:
+    """Each member's last report in the trial's newest checkpoint (by member position; the
+    mean of its seeds), or None where there is none or it cannot be read."""
+    found = sorted(trial_folder.glob("checkpoint_*"), key=lambda p: p.name)
+    if not found:
+        return None
+    newest = found[-1]
+    folders = sorted(newest.glob("member-*")) or [newest]  # a checkpoint before groups: one
+    reports: dict[int, dict[str, Any]] = {}
+    for member in folders:
+        position = int(member.name.removeprefix("member-")) if member != newest else 0
+        seeds = list(
+            itertools.takewhile(Path.is_file, (member / state_file(i) for i in itertools.count()))
+        )
+        try:
+            lasts = [load_training_state(path)["history"][-1] for path in seeds]
+            reports[position] = combine(lasts)
+        except (CheckpointError, ValueError, IndexError, KeyError, TypeError):
+            return None  # not a whole training state: Tune resumes the trial as it was
+    return reports or None
+
+
+def _last_result(path: Path) -> dict[str, Any] | None:
+    """The last whole line of a trial's ``result.json`` (Tune appends a line per
+    report), or None."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(path.stat().st_size - _LAST_RESULT_BYTES, 0))
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            found = json.loads(line)
+        except ValueError:
+            continue  # cut short
+        return found if isinstance(found, dict) else None
+    return None

@@ -34,6 +34,7 @@ from urllib.parse import quote
 
 from gridsearch._layout import local_path, rebase, sqlite_file
 from gridsearch.settings import SearchError, SearchSettings
+from gridsearch.tracking import forget_database
 from storage import is_temp_name, write_text_atomic
 from storage.cli import error_line
 
@@ -58,6 +59,7 @@ def relocate(settings: SearchSettings) -> str:
         journal.rebase(path, _rebased_file)
     for database in _databases(settings):
         journal.rebase(database, _rebased_database)
+        forget_database(database)  # this process's connections to the file it replaced
     settings.save_record()
     journal.path.unlink(missing_ok=True)
     return (

@@ -85,6 +85,13 @@ def run_search(
                 write(_relocate.relocate(settings))
             if settings.resume:  # nothing left to run, or fewer trials than recorded
                 _damage.check_resume_state(settings)  # a damaged state file: one line, before Ray
+                settled = _extend.settle_finished(settings)  # a hard stop's finished trials
+                if settled:
+                    write(
+                        f"{len(settled)} trial(s) finished before the search stopped, though "
+                        f"Tune's last save said running ({', '.join(settled)}): kept as "
+                        "finished, not run again"
+                    )
                 _extend.check_resume(settings)
             # before Ray: forked workers must not read the store again
             store, senteval, data = load_data(settings, write)
