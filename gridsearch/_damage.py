@@ -15,6 +15,9 @@ with ``pickletools``, which runs nothing):
   the keys Tune reads back, nested no deeper than ``MAX_PICKLE_DEPTH``, every trial of
   the experiment state with an id, a status Tune knows, a count of failures and a last
   result of their types;
+- ``restore_whole_copies``: a Tune state file that is damaged is replaced by its last
+  whole copy, which the search keeps in the experiment's ``.whole/`` folder while Tune
+  runs (``gridsearch._whole``): the damaged one moved aside (``NAME.damaged``);
 - ``repair_error_files``: a trial's ``error.pkl`` cut short (Tune writes it in place, and
   reads it back with the results) is removed; its ``error.txt`` keeps the error.
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import pickletools
 import sqlite3
 from collections.abc import Callable
@@ -34,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from gridsearch._layout import sqlite_file
 from gridsearch._pickles import pickle_shape
+from storage import write_bytes_atomic
 
 if TYPE_CHECKING:
     from gridsearch.settings import SearchSettings
@@ -71,12 +76,15 @@ class DamagedState(ValueError):
     what is wrong with it, and how to recover."""
 
 
-def check_resume_state(settings: SearchSettings, *, repair: bool = True) -> None:
+def check_resume_state(settings: SearchSettings, *, repair: bool = True) -> list[str]:
     """Every state file a ``--resume`` of ``settings`` reads, before Ray starts: raises
-    ``SearchError`` (one line) for the first damaged one. With ``repair``, trial error
-    files cut short are removed (``repair_error_files``); without, nothing is written."""
+    ``SearchError`` (one line) for the first damaged one. With ``repair``, a damaged Tune
+    state file whose last whole copy is kept is replaced by it (``restore_whole_copies``;
+    returns a line each) and trial error files cut short are removed
+    (``repair_error_files``); without, nothing is written."""
     from gridsearch.settings import SearchError
 
+    said: list[str] = []
     try:
         study = sqlite_file(settings.optuna_storage)
         if study is not None:
@@ -87,10 +95,13 @@ def check_resume_state(settings: SearchSettings, *, repair: bool = True) -> None
         if "://" not in settings.storage_path:
             folder = Path(settings.experiment_path)
             check_tune_state(folder, settings.experiment)
+            if repair and folder.is_dir():
+                said += restore_whole_copies(folder)
             for removed in repair_error_files(folder) if repair else ():
                 logger.warning("removed %s: cut short (its error.txt keeps the error)", removed)
     except DamagedState as err:
         raise SearchError(str(err)) from None
+    return said
 
 
 def check_study(path: Path, study: str, experiment: str) -> None:
@@ -124,13 +135,16 @@ def check_tracking(path: Path, experiment: str) -> None:
 
 def check_tune_state(folder: Path, experiment: str) -> None:
     """The Tune experiment at ``folder`` (local): its newest state files parse and its
-    pickles are whole. A missing experiment is left to the resume to report."""
+    pickles are whole, each of Tune's shape; where one is not and its last whole copy is
+    there (``WHOLE_COPIES``), the copy is what the resume reads (``restore_whole_copies``
+    puts it in place). A missing experiment is left to the resume to report."""
     if not folder.is_dir():
         return
-    states = sorted(folder.glob("experiment_state-*.json"))
+    states = sorted(folder.glob(_STATE))
     if not states:
         return
-    newest = states[-1]
+    newest = _read_back(folder, _STATE)
+    assert newest is not None
     problem = _json_problem(newest)
     if problem is not None:
         older = next((s for s in reversed(states[:-1]) if _json_problem(s) is None), None)
@@ -147,6 +161,71 @@ def check_tune_state(folder: Path, experiment: str) -> None:
     # Tune pickles the search generator's state, though it names the file .json
     for pattern in ("search_gen_state-*.json", "tuner.pkl", "searcher-state-*.pkl"):
         _check_newest(folder, pattern, experiment)
+
+
+# -- the last whole copy of each state file -------------------------------------------
+
+# Where a search keeps the last whole copy of each of Tune's state files (in the Tune
+# experiment's folder; gridsearch._whole makes them while Tune runs): a state file cut
+# short (a full disk, a crash mid-write) is never all there is.
+WHOLE_COPIES = ".whole"
+_STATE = "experiment_state-*.json"
+TUNE_STATE_FILES = (_STATE, "search_gen_state-*.json", "searcher-state-*.pkl", "tuner.pkl")
+
+
+def state_problem(path: Path, pattern: str) -> str | None:
+    """What is wrong with the Tune state file at ``path`` (of ``pattern``): not whole,
+    or not of the shape Tune writes; None when it is whole and Tune's."""
+    if pattern == _STATE:
+        problem = _json_problem(path)
+        if problem is None:
+            problem = _trials_problem(json.loads(path.read_bytes()))
+        return problem
+    return _pickle_problem(path) or _shape_problem(path, _STATE_KEYS[pattern])
+
+
+def whole_copy(folder: Path, pattern: str) -> Path | None:
+    """The last whole copy of the newest state file of ``pattern``, if one is kept."""
+    found = sorted((folder / WHOLE_COPIES).glob(pattern))
+    return found[-1] if found else None
+
+
+def _read_back(folder: Path, pattern: str) -> Path | None:
+    """The file of ``pattern`` a resume reads: the newest, unless it is damaged and its
+    last whole copy is kept (then the copy, which ``restore_whole_copies`` puts in its
+    place)."""
+    found = sorted(folder.glob(pattern))
+    newest = found[-1] if found else None
+    if newest is not None and state_problem(newest, pattern) is None:
+        return newest
+    copy = whole_copy(folder, pattern)
+    if copy is not None and state_problem(copy, pattern) is None:
+        return copy
+    return newest
+
+
+def restore_whole_copies(folder: Path) -> list[str]:
+    """Put the last whole copy in place of each newest state file that is damaged: the
+    damaged file moved aside (``NAME.damaged``), the copy written under its own name (an
+    older file's, where Tune wrote a newer one since, which is the newest then). Returns
+    a line per file restored."""
+    said = []
+    for pattern in TUNE_STATE_FILES:
+        found = sorted(folder.glob(pattern))
+        newest = found[-1] if found else None
+        if newest is None or state_problem(newest, pattern) is None:
+            continue
+        copy = whole_copy(folder, pattern)
+        if copy is None or state_problem(copy, pattern) is not None:
+            continue  # nothing to restore: check_tune_state says what to do
+        problem = state_problem(newest, pattern)
+        os.replace(newest, newest.with_name(f"{newest.name}.damaged"))
+        write_bytes_atomic(folder / copy.name, copy.read_bytes())
+        said.append(
+            f"{newest} was damaged ({problem}): moved aside to {newest.name}.damaged, its "
+            f"last whole copy ({copy.name}) in its place"
+        )
+    return said
 
 
 def repair_error_files(folder: Path) -> list[Path]:
@@ -170,13 +249,13 @@ def drop_cut_short_pickle(path: Path) -> bool:
 
 
 def _check_newest(folder: Path, pattern: str, experiment: str) -> None:
-    found = sorted(folder.glob(pattern))
-    if not found:
+    path = _read_back(folder, pattern)
+    if path is None:
         return
-    problem = _pickle_problem(found[-1]) or _shape_problem(found[-1], _STATE_KEYS[pattern])
+    problem = _pickle_problem(path) or _shape_problem(path, _STATE_KEYS[pattern])
     if problem is not None:
         raise DamagedState(
-            f"the Tune experiment file {found[-1]} is damaged ({problem}): restore it from a "
+            f"the Tune experiment file {path} is damaged ({problem}): restore it from a "
             f"backup, or start a new search with `--warm-start {experiment}`, which begins "
             "from its finished trials"
         )

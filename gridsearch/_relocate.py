@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from gridsearch._damage import WHOLE_COPIES
 from gridsearch._layout import local_path, rebase, sqlite_file
 from gridsearch.settings import SearchError, SearchSettings
 from gridsearch.tracking import forget_database
@@ -74,7 +75,9 @@ def _state_files(settings: SearchSettings) -> list[Path]:
     if experiment is None or not experiment.is_relative_to(new) or not experiment.is_dir():
         return []
     _remove_leftovers(experiment)
-    return [path for path in sorted(experiment.iterdir()) if path.is_file()]
+    copies = experiment / WHOLE_COPIES  # the state files' last whole copies (_whole)
+    folders = [experiment, copies] if copies.is_dir() else [experiment]
+    return [path for folder in folders for path in sorted(folder.iterdir()) if path.is_file()]
 
 
 def _databases(settings: SearchSettings) -> list[Path]:

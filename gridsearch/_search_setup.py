@@ -16,10 +16,11 @@ from ray.tune import Callback
 from gridsearch import _extend, _optuna
 from gridsearch._groups import group_search
 from gridsearch._interrupt import DiskGuard, Interruption
-from gridsearch._layout import sqlite_file
+from gridsearch._layout import local_path, sqlite_file
 from gridsearch._resumed import BadRecord, check_record
 from gridsearch._scheduler import cycle_epochs, describe_rungs, make_scheduler
 from gridsearch._scheduler_choice import FIFO_BELOW_EPOCHS, resolve_scheduler
+from gridsearch._whole import WholeCopies
 from gridsearch.cluster import Resources
 from gridsearch.progress import ProgressPrinter, shown_keys
 from gridsearch.settings import SearchError, SearchSettings, first_objective
@@ -169,6 +170,9 @@ class SearchRun:
             ),
             self.ended,
         ]
+        experiment = local_path(settings.experiment_path)
+        if experiment is not None:  # the last whole copy of each state file (_whole)
+            callbacks.append(WholeCopies(experiment))
         if settings.resume:  # the experiment keeps its own scheduler and searcher
             self.ended.ids |= _extend.ended_trials(settings)  # before this driver
             restored = tune.Tuner.restore(

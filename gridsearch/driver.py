@@ -84,7 +84,9 @@ def run_search(
             if settings.moved_from is not None:  # a copied or moved runs directory
                 write(_relocate.relocate(settings))
             if settings.resume:  # nothing left to run, or fewer trials than recorded
-                _damage.check_resume_state(settings)  # a damaged state file: one line, before Ray
+                # a damaged state file: one line, before Ray (or its last whole copy restored)
+                for line in _damage.check_resume_state(settings):
+                    write(line)
                 settled = _extend.settle_finished(settings)  # a hard stop's finished trials
                 if settled:
                     write(

@@ -424,3 +424,27 @@ def test_a_trial_failing_for_a_full_disk_stops_the_search(
         assert received == [] and interruption.reason is None
         assert trial.run_metadata.num_failures == 1  # the trial's own failure
     assert not (folder / "error.pkl").exists()
+
+
+@pytest.mark.parametrize("name", TUNE_FILES)
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_state_file_with_its_last_whole_copy_is_restored_from_it(
+    tmp_path: Path, name: str, damage: str
+) -> None:
+    """A state file cut short (or otherwise damaged) whose last whole copy the search kept
+    (``.whole/``): no error; the check writes nothing; the repair moves the damaged file
+    aside and puts the copy in its place, in a line."""
+    folder = _tune_folder(tmp_path / EXPERIMENT)
+    (folder / _damage.WHOLE_COPIES).mkdir()
+    whole = (folder / name).read_bytes()
+    (folder / _damage.WHOLE_COPIES / name).write_bytes(whole)
+    DAMAGE[damage](folder / name)
+    damaged = (folder / name).read_bytes()
+    _damage.check_tune_state(folder, EXPERIMENT)  # the copy is what the resume reads
+    assert (folder / name).read_bytes() == damaged  # checked only
+    (said,) = _damage.restore_whole_copies(folder)
+    assert said.startswith(f"{folder / name} was damaged (") and "last whole copy" in said
+    assert (folder / name).read_bytes() == whole
+    assert (folder / f"{name}.damaged").read_bytes() == damaged
+    _damage.check_tune_state(folder, EXPERIMENT)
+    assert _damage.restore_whole_copies(folder) == []
