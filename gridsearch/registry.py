@@ -49,10 +49,10 @@ or ``params`` (it takes none) are refused with what was expected (a model server
 400). Its signature's column is of any type, not of strings: MLflow turns the values of
 a column of strings into strings before the model sees them, and the model could not
 refuse ``[1, true, null]``. What MLflow does before the model sees a request, and the
-model cannot undo: it keeps the first column of a DataFrame that names others besides
-``sentence`` (the rest are dropped unseen), reads a lone string as a list of one, and
-hands on ``params`` as an empty dictionary (what they held is dropped unseen; the model
-refuses them whatever they held). It is a model from code
+model cannot undo: of a DataFrame of several columns it keeps the first (``sentence``
+first: the rest are dropped unseen), reads a lone string as a list of one, and hands on
+``params`` as an empty dictionary (what they held is dropped unseen; the model refuses
+them whatever they held). It is a model from code
 (``_encoder_model.py``, no pickle), carries this package's code (``gridsearch``,
 ``storage``, ``trainables`` as ``code_paths``: it loads without the package installed,
 with the code it was registered with) and requires this package's dependencies.

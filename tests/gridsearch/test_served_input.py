@@ -94,6 +94,10 @@ def test_sentences_in_each_form_are_embedded(served) -> None:
         ({"dataframe_records": [{"sentence": 1}]}, "expected strings, got int '1'"),
         ({"inputs": ["a"], "params": {"device": "cuda"}}, "params: this model takes none"),
         ({"inputs": ["a"], "params": {}}, "params: this model takes none"),
+        (
+            {"dataframe_split": {"columns": ["other", "sentence"], "data": [["a", "b"]]}},
+            "'sentence'",
+        ),
     ],
     ids=[
         "misnamed",
@@ -110,6 +114,7 @@ def test_sentences_in_each_form_are_embedded(served) -> None:
         "records-int",
         "params",
         "empty-params",
+        "sentence-second",
     ],
 )
 def test_a_request_that_is_not_sentences_is_a_400_saying_what_was_expected(
@@ -118,3 +123,17 @@ def test_a_request_that_is_not_sentences_is_a_400_saying_what_was_expected(
     model, _ = served
     status, answer = _answer(model, body)
     assert status == 400 and expected in answer, (status, answer[:300])
+
+
+@pytest.mark.slow  # in the module's model (its fixture is the cost)
+def test_what_mlflow_drops_before_the_model_sees_it(served) -> None:
+    """Documented, not refused (the model never sees it): a data frame's columns after
+    its first (``sentence`` first: the rest dropped), a lone string (one sentence)."""
+    model, expected = served
+    split = {"columns": ["sentence", "other"], "data": [[s, 7] for s in SENTENCES]}
+    status, answer = _answer(model, {"dataframe_split": split})
+    assert status == 200, answer
+    got = np.asarray(json.loads(answer)["predictions"], dtype=np.float32)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    status, answer = _answer(model, {"inputs": SENTENCES[0]})
+    assert status == 200 and len(json.loads(answer)["predictions"]) == 1, answer
