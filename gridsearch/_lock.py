@@ -29,6 +29,7 @@ error (``LockUnreadable``) names the file and the field.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -196,9 +197,9 @@ def read_holder(path: Path) -> Holder | None:
     unknown or of another type or range."""
     try:
         info = path.lstat()
-    except (FileNotFoundError, NotADirectoryError):  # none (or no folder for one) there
-        return None
     except OSError as err:
+        if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return None  # none there: no folder can hold one (the runs checks name why)
         raise ValueError(f"cannot be read: {err.strerror or err}") from None
     if not stat.S_ISREG(info.st_mode):
         what = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
