@@ -81,12 +81,13 @@ def run_search(
             _extend.check_writable(settings)
         with lock:  # before the experiment is read: another driver may be writing it
             check_experiment_path(settings)  # again, now that no other driver can start it
+            if settings.resume:  # a damaged state file: one line, before Ray (or its last
+                # whole copy put in its place, before a move rewrites what it names)
+                for line in _damage.check_resume_state(settings):
+                    write(line)
             if settings.moved_from is not None:  # a copied or moved runs directory
                 write(_relocate.relocate(settings))
             if settings.resume:  # nothing left to run, or fewer trials than recorded
-                # a damaged state file: one line, before Ray (or its last whole copy restored)
-                for line in _damage.check_resume_state(settings):
-                    write(line)
                 settled = _extend.settle_finished(settings)  # a hard stop's finished trials
                 if settled:
                     write(

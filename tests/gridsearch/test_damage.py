@@ -22,6 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from gridsearch import _damage
 from gridsearch._damage import DamagedState
+from gridsearch._relocate import relocate
 from gridsearch.run import main
 from gridsearch.settings import SearchError, SearchSettings, parse_args
 
@@ -448,3 +449,30 @@ def test_a_damaged_state_file_with_its_last_whole_copy_is_restored_from_it(
     assert (folder / f"{name}.damaged").read_bytes() == damaged
     _damage.check_tune_state(folder, EXPERIMENT)
     assert _damage.restore_whole_copies(folder) == []
+
+
+def test_a_moved_runs_directory_puts_the_whole_copy_back_before_the_move_is_taken_in(
+    tmp_path: Path,
+) -> None:
+    """The driver's order: the repair first (a pickle cut short cannot be rewritten
+    string by string), then the relocation, which rewrites the restored file and the
+    copies too."""
+    runs = tmp_path / "runs"
+    settings = _recorded(runs)
+    _study(Path(settings.optuna_storage.removeprefix("sqlite:///")))
+    tune = _tune_folder(Path(settings.experiment_path))
+    (tune / _damage.WHOLE_COPIES).mkdir()
+    tuner = {"_tune_config": {}, "_run_config": {"storage": str(runs / "tune")}}
+    for folder in (tune, tune / _damage.WHOLE_COPIES):
+        (folder / "tuner.pkl").write_bytes(pickle.dumps(tuner))
+    _truncate(tune / "tuner.pkl")
+    moved = runs.rename(tmp_path / "elsewhere")
+    resumed = SearchSettings.from_argv(
+        ["--experiment", EXPERIMENT, "--resume", "--runs-dir", str(moved)]
+    )
+    (said,) = _damage.check_resume_state(resumed)
+    assert "tuner.pkl was damaged" in said
+    relocate(resumed)
+    for path in (moved / "tune" / EXPERIMENT / "tuner.pkl",
+                 moved / "tune" / EXPERIMENT / _damage.WHOLE_COPIES / "tuner.pkl"):  # fmt: skip
+        assert pickle.loads(path.read_bytes())["_run_config"]["storage"] == str(moved / "tune")
