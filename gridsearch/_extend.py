@@ -24,6 +24,7 @@ import itertools
 import json
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,9 +67,14 @@ class ExtendedSearch(SearchGenerator):
     """Tune's SearchGenerator whose number of trials, restored from the experiment, is
     raised to ``num_samples`` (never lowered)."""
 
-    def __init__(self, searcher: Searcher, num_samples: int) -> None:
+    def __init__(
+        self, searcher: Searcher, num_samples: int, settled: Mapping[str, Any] | None = None
+    ) -> None:
         super().__init__(searcher)
         self.num_samples = num_samples
+        # trials that ended before Tune's last save caught it (``settle_finished``): the
+        # restored searcher is told their last result and their end, as Tune would have
+        self.settled = dict(settled or {})
 
     def set_state(self, state: dict[str, Any]) -> None:
         if not hasattr(self, "_total_samples") or not hasattr(self, "_finished"):
@@ -86,6 +92,10 @@ class ExtendedSearch(SearchGenerator):
         base = _group_searcher(self.searcher)
         if base is not None:
             base.extend(self.num_samples)
+        for trial_id, last in self.settled.items():
+            self.searcher.on_trial_result(trial_id, last)
+            self.searcher.on_trial_complete(trial_id, result=last)
+        self.settled = {}
 
 
 def _group_searcher(searcher: Any) -> GroupSearcher | None:
@@ -120,10 +130,11 @@ def _restored(tuner: tune.Tuner) -> Any:
     return tuner._local_tuner
 
 
-def extend(tuner: tune.Tuner, num_samples: int) -> None:
+def extend(tuner: tune.Tuner, num_samples: int, settled: Mapping[str, Any] | None = None) -> None:
     """Make the restored ``tuner`` run up to ``num_samples`` trials (no more than it
-    would anyway when that is not larger). Through Ray Client the tuner lives on the
-    cluster and cannot be reached: settings refuse to extend a search that way."""
+    would anyway when that is not larger), its searcher told of the ``settled`` trials'
+    ends (``settle_finished``). Through Ray Client the tuner lives on the cluster and
+    cannot be reached: settings refuse to extend a search that way."""
     internal = _restored(tuner)  # Tuner.restore's TunerInternal
     if internal is None:
         return
@@ -131,7 +142,7 @@ def extend(tuner: tune.Tuner, num_samples: int) -> None:
     searcher = config.search_alg
     if isinstance(searcher, SearchGenerator):
         searcher = searcher.searcher
-    config.search_alg = ExtendedSearch(searcher, num_samples)
+    config.search_alg = ExtendedSearch(searcher, num_samples, settled)
 
 
 def use_callbacks(tuner: tune.Tuner, callbacks: list[Any]) -> None:
@@ -288,7 +299,7 @@ def check_writable(settings: SearchSettings) -> None:
 _LAST_RESULT_BYTES = 1 << 20  # a result line is a few KB: the end of result.json holds it
 
 
-def settle_finished(settings: SearchSettings) -> list[str]:
+def settle_finished(settings: SearchSettings) -> dict[str, dict[str, Any]]:
     """Mark ended, in the newest saved experiment state of a local Tune experiment, the
     trials saved as running that finished: the newest checkpoint their workers wrote
     (kept whatever Tune's last save missed) holds, for every member, a training state
@@ -298,12 +309,12 @@ def settle_finished(settings: SearchSettings) -> list[str]:
     is none. See the module docstring."""
     folder = local_path(settings.experiment_path)
     if folder is None or not folder.is_dir():
-        return []
+        return {}
     states = sorted(folder.glob("experiment_state-*.json"))
     if not states:
-        return []
+        return {}
     state = json.loads(states[-1].read_text(encoding="utf-8"))  # checked whole (_damage)
-    settled = []
+    settled: dict[str, dict[str, Any]] = {}
     for entry in state["trial_data"]:
         trial, metadata = json.loads(entry[0]), json.loads(entry[1])
         if trial["status"] in (Trial.TERMINATED, Trial.ERROR):
@@ -312,16 +323,18 @@ def settle_finished(settings: SearchSettings) -> list[str]:
         reports = _final_reports(trial_folder)
         if not reports or not all(names.is_finished(r) for r in reports.values()):
             continue  # still to run, or stopped where it was: Tune resumes it
-        last = _last_result(trial_folder / "result.json")
+        results = trial_folder / "result.json"
+        last = _last_result(results)
         if not last or not all(names.is_finished(r) for r in member_metrics(last).values()):
             last = dict(metadata.get("last_result") or {})  # Tune's files end before it did
             for position, report in reports.items():
                 last.update({member_key(position, k): v for k, v in report.items()})
             last.update(reports[min(reports)], trial_id=str(trial["trial_id"]))
+            _append_result(results, last)  # its results end as it did (their last row)
         trial["status"] = Trial.TERMINATED
         metadata["last_result"] = last
         entry[0], entry[1] = json.dumps(trial), json.dumps(metadata)
-        settled.append(str(trial["trial_id"]))
+        settled[str(trial["trial_id"])] = last
     if settled:
         write_text_atomic(states[-1], json.dumps(state))
     return settled
@@ -347,6 +360,23 @@ def _final_reports(trial_folder: Path) -> dict[int, dict[str, Any]] | None:
         except (CheckpointError, ValueError, IndexError, KeyError, TypeError):
             return None  # not a whole training state: Tune resumes the trial as it was
     return reports or None
+
+
+def _append_result(path: Path, result: Mapping[str, Any]) -> None:
+    """``result`` as the last line of a trial's ``result.json`` (its whole lines kept; the
+    file replaced whole)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        lines = []
+    kept = []
+    for line in lines:
+        try:
+            json.loads(line)
+        except ValueError:
+            continue  # cut short
+        kept.append(line)
+    write_text_atomic(path, "\n".join([*kept, json.dumps(result)]) + "\n")
 
 
 def _last_result(path: Path) -> dict[str, Any] | None:

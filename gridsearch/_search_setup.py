@@ -5,8 +5,8 @@ is ``gridsearch._search_end``)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,9 @@ class SearchInputs:
     data: TrainingData | str
     benchmark: SemanticBenchmark | None
     baselines: dict[str, dict[str, float]] | None  # trainables.baselines, by baseline
+    # a --resume's trials that finished though Tune's last save said running, with their
+    # last results (_extend.settle_finished)
+    settled: Mapping[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class SearchRun:
@@ -88,6 +91,7 @@ class SearchRun:
         self.epochs = int(fixed["epochs"])
         self.cycle = cycle_epochs(space.fixed, fixed)
         self.baselines = inputs.baselines
+        self.settled = inputs.settled  # trials a hard stop left saved as running, finished
         self.ended = _Ended()  # trials Tune ended (ran out or stopped by the scheduler)
         self.results: Any = None  # Tune's, once it returned
         self._start_tracking(resources, fixed, inputs.store, inputs.senteval)
@@ -183,8 +187,8 @@ class SearchRun:
             )
             _extend.use_callbacks(restored, callbacks)
             _extend.use_signals(restored, signals)
-            if settings.num_samples is not None:  # the record's, or a larger --num-samples
-                _extend.extend(restored, settings.num_samples)
+            if settings.num_samples is not None or self.settled:  # the record's, or more
+                _extend.extend(restored, settings.num_samples or 0, self.settled)
                 settings.save_record()  # the record keeps the number of trials
                 self.write(f"resuming {settings.experiment!r} up to {self.num_samples} trials")
             return restored

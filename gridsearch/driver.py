@@ -87,14 +87,15 @@ def run_search(
                     write(line)
             if settings.moved_from is not None:  # a copied or moved runs directory
                 write(_relocate.relocate(settings))
+            # a hard stop's finished trials, saved as running: kept finished
+            settled = _extend.settle_finished(settings) if settings.resume else {}
+            if settled:
+                write(
+                    f"{len(settled)} trial(s) finished before the search stopped, though "
+                    f"Tune's last save said running ({', '.join(settled)}): kept as "
+                    "finished, not run again"
+                )
             if settings.resume:  # nothing left to run, or fewer trials than recorded
-                settled = _extend.settle_finished(settings)  # a hard stop's finished trials
-                if settled:
-                    write(
-                        f"{len(settled)} trial(s) finished before the search stopped, though "
-                        f"Tune's last save said running ({', '.join(settled)}): kept as "
-                        "finished, not run again"
-                    )
                 _extend.check_resume(settings)
             # before Ray: forked workers must not read the store again
             store, senteval, data = load_data(settings, write)
@@ -102,7 +103,9 @@ def run_search(
             with setup_lock(settings.layout.setup_lock):
                 client = tracking_client(settings)
             baselines = load_baselines(settings, store, senteval, data, write)
-            inputs = SearchInputs(space, client, store, senteval, data, benchmark, baselines)
+            inputs = SearchInputs(
+                space, client, store, senteval, data, benchmark, baselines, settled
+            )
             if settings.recurrence == "compiled":  # once per key: no trial ever compiles it
                 prebuild_cpp_loop(write)
             return _with_ray(settings, inputs, write, started)

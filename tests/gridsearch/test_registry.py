@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -558,35 +559,52 @@ def test_encode_takes_the_run_names_compare_takes_and_never_a_copys_original(
 def test_a_resume_after_a_hard_stop_keeps_finished_trials_finished(
     search: Search, tmp_path: Path, on_cluster: list[str]
 ) -> None:
-    """A second Ctrl+C after the trials finished skips Tune's last save: its experiment
-    state says a trial runs, at an epoch long past (its result.json too), whose
-    checkpoint from then is gone. Here that state, made from the module's finished
-    search in a copy; ``--resume`` (which then registers the models) runs no trial again:
-    the trial's newest checkpoint says it finished, and that is said in a line."""
+    """A second Ctrl+C after a trial finished skips Tune's last save: its experiment state
+    says the trial runs, at an epoch long past (its result.json too), whose checkpoint
+    from then is gone, and the searcher's state (of the same save) counts it as running
+    (one at a time: no next trial would ever be suggested). Here that state, made from the
+    module's finished search in a copy; ``--resume --num-samples 4`` (which extends it by
+    a trial, then registers the models) runs no finished trial again: the trial's newest
+    checkpoint says it finished, which is said in a line and told to the searcher, and
+    the new trial runs."""
     runs = tmp_path / "runs"
     shutil.copytree(search.runs_dir, runs)
-    (state,) = (runs / "tune" / EXPERIMENT).glob("experiment_state-*.json")
+    experiment = runs / "tune" / EXPERIMENT
+    (state,) = experiment.glob("experiment_state-*.json")
     saved = json.loads(state.read_text())
     trial, metadata = (json.loads(part) for part in saved["trial_data"][0])
-    folder = runs / "tune" / EXPERIMENT / trial["relative_logdir"]
+    folder = experiment / trial["relative_logdir"]
     first = (folder / "result.json").read_text().splitlines()[0]
     (folder / "result.json").write_text(first + "\n")  # as Tune last copied it
     trial["status"], metadata["last_result"] = "RUNNING", json.loads(first)
     saved["trial_data"][0] = [json.dumps(trial), json.dumps(metadata)]
     state.write_text(json.dumps(saved))
     shutil.rmtree(sorted(folder.glob("checkpoint_*"))[0])  # the one Tune's state last named
+    (generator,) = experiment.glob("search_gen_state-*.json")  # a pickle (Tune's own file)
+    limiter_state = pickle.loads(generator.read_bytes())
+    limiter = limiter_state["name:ConcurrencyLimiter"]
+    limiter["live_trials"].add(trial["trial_id"])
+    limiter["num_unfinished_live_trials"] = len(limiter["live_trials"])
+    generator.write_bytes(pickle.dumps(limiter_state))
     client = _client(f"sqlite:///{runs / 'mlflow.db'}")
     found = client.get_experiment_by_name(EXPERIMENT)
     assert found is not None
     (parent,) = client.search_runs([found.experiment_id], "tags.`search.role` = 'search'")
     client.set_tag(parent.info.run_id, "outcome", "interrupted")  # as the stop closed it
     client.set_terminated(parent.info.run_id, "KILLED")
-    argv = ["--experiment", EXPERIMENT, "--resume", "--runs-dir", str(runs), *on_cluster]
+    argv = ["--experiment", EXPERIMENT, "--resume", "--runs-dir", str(runs), "--num-samples"]
     started = time.monotonic()
-    status, out = _run(argv)
+    # a process of its own, with a time limit: a searcher left waiting hangs Tune for good
+    done = subprocess.run(
+        [sys.executable, "-m", "gridsearch.run", *argv, "4", *on_cluster],
+        capture_output=True, text=True, cwd=ROOT, timeout=600, check=False,
+    )  # fmt: skip
     seconds = time.monotonic() - started
-    assert status == 0, out
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
     assert f"Tune's last save said running ({trial['trial_id']}): kept as finished" in out
-    assert "] start " not in out and "Traceback" not in out, out
-    assert "3 trials: 3 finished" in out and f"registered models:/{NAME}@" in out, out
-    print(f"the resume after a hard stop: {seconds:.1f} s")  # measured, -s shows it
+    starts = [line for line in out.splitlines() if "] start " in line]
+    assert len(starts) == 1 and trial["trial_id"] not in starts[0], out  # the new one only
+    assert "Traceback" not in out, out
+    assert "4 trials: 4 finished" in out and f"registered models:/{NAME}@" in out, out
+    print(f"the resume after a hard stop, extended by a trial: {seconds:.1f} s")  # -s shows it
