@@ -21,7 +21,7 @@ from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from analysis._data import AnalysisError, trial_label
+from analysis._data import AnalysisError, check_own_artifacts, trial_label
 from storage.senteval import SemanticBenchmark, SentencePairs
 from trainables import names
 from trainables.checkpoint import ENSEMBLE_FILE, CheckpointError, EnsembleWeights, load_ensemble
@@ -51,7 +51,9 @@ class Ensemble:
 
 
 def fetch_weights(client: MlflowClient, run: Run) -> EnsembleWeights:
-    """``run``'s ``ensemble.pt``, read and checked by ``trainables.checkpoint``."""
+    """``run``'s ``ensemble.pt``, read and checked by ``trainables.checkpoint``; never
+    from the runs directory a copy of it still names (``check_own_artifacts``)."""
+    check_own_artifacts(client.tracking_uri, run.info.artifact_uri, f"run {trial_label(run)}")
     with tempfile.TemporaryDirectory() as folder:
         try:
             local = client.download_artifacts(run.info.run_id, ENSEMBLE_FILE, folder)

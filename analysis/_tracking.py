@@ -10,6 +10,7 @@ import os
 import re
 import sqlite3
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from mlflow.entities import Run
 from mlflow.exceptions import MlflowException
@@ -23,6 +24,7 @@ __all__ = [
     "MLFLOW_TABLES",
     "OPTUNA_TABLES",
     "all_runs",
+    "check_own_artifacts",
     "check_sqlite_file",
     "experiment_id",
     "find_run",
@@ -210,3 +212,36 @@ def latest_experiment(runs_dir: str | os.PathLike[str]) -> tuple[str, float]:
             "or --experiment NAME"
         )
     return found
+
+
+_ARTIFACTS = "mlartifacts"  # the runs directory's artifacts folder, beside mlflow.db
+
+
+def check_own_artifacts(tracking_uri: str, location: str, what: str) -> None:
+    """``AnalysisError`` when the tracking store at ``tracking_uri`` (an sqlite file in a
+    runs directory) keeps ``location`` (an artifact location it records) in *another*
+    runs directory that holds the same files as this one: a runs directory copied (or
+    moved) and not resumed since, whose store still names where it was copied from. Read
+    from there, the model would be the original's, not the copy's."""
+    store = sqlite_path(tracking_uri)
+    if store is None:
+        return
+    here = Path(os.path.realpath(store.parent))
+    path = (
+        Path(unquote(urlparse(location).path)) if location.startswith("file:") else Path(location)
+    )
+    if not path.is_absolute() or _ARTIFACTS not in path.parts:
+        return
+    cut = len(path.parts) - 1 - path.parts[::-1].index(_ARTIFACTS)
+    there = Path(*path.parts[:cut])
+    if Path(os.path.realpath(there)) == here:
+        return
+    copy = here.joinpath(*path.parts[cut:])
+    if copy.exists():
+        raise AnalysisError(
+            f"{what}: its artifacts are in {there}, not in {here} (whose store this is): "
+            f"{here} is a copy or move of {there} not resumed since, and what it names is "
+            f"{there}'s; resume its search once in {here} (python -m gridsearch.run "
+            f"--experiment NAME --resume --runs-dir {here}: a finished search only takes "
+            f"the move in), or give {there}'s store"
+        )

@@ -15,7 +15,15 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-from analysis._data import AnalysisError, find_run, open_client, tracking_uri_for
+from mlflow.tracking import MlflowClient
+
+from analysis._data import (
+    AnalysisError,
+    check_own_artifacts,
+    find_run,
+    open_client,
+    tracking_uri_for,
+)
 from analysis._ensemble import fetch_weights
 from gridsearch import using_tracking_uri
 from storage.cli import error_line
@@ -33,10 +41,38 @@ def fetch_ensemble(ref: str, tracking_uri: str | None = None) -> EnsembleWeights
         tracking_uri = tracking_uri_for(tracking_uri, "runs")
         client = open_client(tracking_uri)
         if ref.startswith(URI_SCHEMES):
+            check_own_artifacts(tracking_uri, _location(client, ref), f"model {ref}")
             return _from_uri(ref, tracking_uri)
         return fetch_weights(client, find_run(client, ref))
     except AnalysisError as err:
         raise CheckpointError(f"model {ref}: {err}") from None
+
+
+def _location(client: MlflowClient, uri: str) -> str:
+    """Where the store keeps the artifacts of ``runs:/RUN/...`` or ``models:/NAME@ALIAS``
+    (``models:/NAME/VERSION``); "" where it cannot say (the download says why)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        if uri.startswith("runs:/"):
+            return str(
+                client.get_run(uri.removeprefix("runs:/").split("/", 1)[0]).info.artifact_uri
+            )
+        name, _, which = uri.removeprefix("models:/").partition("/")
+        if "@" in name:
+            name, alias = name.split("@", 1)
+            version = client.get_model_version_by_alias(name, alias)
+        else:
+            version = client.get_model_version(name, which.split("/", 1)[0])
+        source = str(version.source)
+        model_id = version.model_id or (
+            source.removeprefix("models:/") if source.startswith("models:/m-") else None
+        )
+        if model_id:  # a logged model (its version's source names it)
+            return str(client.get_logged_model(model_id).artifact_location)
+        return source
+    except (MlflowException, ValueError, AttributeError):
+        return ""
 
 
 def _from_uri(uri: str, tracking_uri: str) -> EnsembleWeights:

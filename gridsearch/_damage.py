@@ -10,7 +10,14 @@ with ``pickletools``, which runs nothing):
   intact, with MLflow's tables;
 - ``check_tune_state``: the Tune experiment: its newest ``experiment_state-*.json``
   parses, its ``tuner.pkl``, newest ``searcher-state-*.pkl`` and newest
-  ``search_gen_state-*.json`` (a pickle, despite its name) are whole pickles;
+  ``search_gen_state-*.json`` (a pickle, despite its name) are whole pickles; and each
+  is of the shape Tune writes (``_check_shape``, ``_check_trials``): a dictionary with
+  the keys Tune reads back, nested no deeper than ``MAX_PICKLE_DEPTH``, every trial of
+  the experiment state with an id, a status Tune knows, a count of failures and a last
+  result of their types;
+- ``restore_whole_copies``: a Tune state file that is damaged is replaced by its last
+  whole copy, which the search keeps in the experiment's ``.whole/`` folder while Tune
+  runs (``gridsearch._whole``): the damaged one moved aside (``NAME.damaged``);
 - ``repair_error_files``: a trial's ``error.pkl`` cut short (Tune writes it in place, and
   reads it back with the results) is removed; its ``error.txt`` keeps the error.
 
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import pickletools
 import sqlite3
 from collections.abc import Callable
@@ -29,6 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gridsearch._layout import sqlite_file
+from gridsearch._pickles import pickle_shape
+from storage import write_bytes_atomic
 
 if TYPE_CHECKING:
     from gridsearch.settings import SearchSettings
@@ -48,6 +58,17 @@ logger = logging.getLogger(__name__)
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _MAX_STATE_BYTES = 1 << 30  # Tune's state files are KB to MB; larger is not read
 _MLFLOW_TABLES = ("experiments", "runs", "metrics", "params", "tags")
+# How deeply a state pickle may nest: Tune's own are 12 to 30 deep; deeper structures
+# (Python's recursion limit is 1,000 frames) fail in the code that walks them later
+MAX_PICKLE_DEPTH = 200
+# The keys Tune reads back from each of its state files (Ray 2.60's tuner_internal,
+# search_generator, tune_controller): one without them is not Tune's
+_STATE_KEYS = {
+    "tuner.pkl": ("_tune_config", "_run_config"),
+    "searcher-state-*.pkl": (),
+    "search_gen_state-*.json": ("counter", "total_samples", "finished"),
+}
+_TRIAL_STATUSES = ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR")
 
 
 class DamagedState(ValueError):
@@ -55,12 +76,15 @@ class DamagedState(ValueError):
     what is wrong with it, and how to recover."""
 
 
-def check_resume_state(settings: SearchSettings, *, repair: bool = True) -> None:
+def check_resume_state(settings: SearchSettings, *, repair: bool = True) -> list[str]:
     """Every state file a ``--resume`` of ``settings`` reads, before Ray starts: raises
-    ``SearchError`` (one line) for the first damaged one. With ``repair``, trial error
-    files cut short are removed (``repair_error_files``); without, nothing is written."""
+    ``SearchError`` (one line) for the first damaged one. With ``repair``, a damaged Tune
+    state file whose last whole copy is kept is replaced by it (``restore_whole_copies``;
+    returns a line each) and trial error files cut short are removed
+    (``repair_error_files``); without, nothing is written."""
     from gridsearch.settings import SearchError
 
+    said: list[str] = []
     try:
         study = sqlite_file(settings.optuna_storage)
         if study is not None:
@@ -71,10 +95,13 @@ def check_resume_state(settings: SearchSettings, *, repair: bool = True) -> None
         if "://" not in settings.storage_path:
             folder = Path(settings.experiment_path)
             check_tune_state(folder, settings.experiment)
+            if repair and folder.is_dir():
+                said += restore_whole_copies(folder)
             for removed in repair_error_files(folder) if repair else ():
                 logger.warning("removed %s: cut short (its error.txt keeps the error)", removed)
     except DamagedState as err:
         raise SearchError(str(err)) from None
+    return said
 
 
 def check_study(path: Path, study: str, experiment: str) -> None:
@@ -108,13 +135,16 @@ def check_tracking(path: Path, experiment: str) -> None:
 
 def check_tune_state(folder: Path, experiment: str) -> None:
     """The Tune experiment at ``folder`` (local): its newest state files parse and its
-    pickles are whole. A missing experiment is left to the resume to report."""
+    pickles are whole, each of Tune's shape; where one is not and its last whole copy is
+    there (``WHOLE_COPIES``), the copy is what the resume reads (``restore_whole_copies``
+    puts it in place). A missing experiment is left to the resume to report."""
     if not folder.is_dir():
         return
-    states = sorted(folder.glob("experiment_state-*.json"))
+    states = sorted(folder.glob(_STATE))
     if not states:
         return
-    newest = states[-1]
+    newest = _read_back(folder, _STATE)
+    assert newest is not None
     problem = _json_problem(newest)
     if problem is not None:
         older = next((s for s in reversed(states[:-1]) if _json_problem(s) is None), None)
@@ -127,9 +157,75 @@ def check_tune_state(folder: Path, experiment: str) -> None:
             f"`--warm-start {experiment}`, which begins from its finished trials"
         )
         raise DamagedState(f"the Tune experiment state {newest} is damaged ({problem}): {how}")
+    _check_trials(newest, experiment)
     # Tune pickles the search generator's state, though it names the file .json
     for pattern in ("search_gen_state-*.json", "tuner.pkl", "searcher-state-*.pkl"):
         _check_newest(folder, pattern, experiment)
+
+
+# -- the last whole copy of each state file -------------------------------------------
+
+# Where a search keeps the last whole copy of each of Tune's state files (in the Tune
+# experiment's folder; gridsearch._whole makes them while Tune runs): a state file cut
+# short (a full disk, a crash mid-write) is never all there is.
+WHOLE_COPIES = ".whole"
+_STATE = "experiment_state-*.json"
+TUNE_STATE_FILES = (_STATE, "search_gen_state-*.json", "searcher-state-*.pkl", "tuner.pkl")
+
+
+def state_problem(path: Path, pattern: str) -> str | None:
+    """What is wrong with the Tune state file at ``path`` (of ``pattern``): not whole,
+    or not of the shape Tune writes; None when it is whole and Tune's."""
+    if pattern == _STATE:
+        problem = _json_problem(path)
+        if problem is None:
+            problem = _trials_problem(json.loads(path.read_bytes()))
+        return problem
+    return _pickle_problem(path) or _shape_problem(path, _STATE_KEYS[pattern])
+
+
+def whole_copy(folder: Path, pattern: str) -> Path | None:
+    """The last whole copy of the newest state file of ``pattern``, if one is kept."""
+    found = sorted((folder / WHOLE_COPIES).glob(pattern))
+    return found[-1] if found else None
+
+
+def _read_back(folder: Path, pattern: str) -> Path | None:
+    """The file of ``pattern`` a resume reads: the newest, unless it is damaged and its
+    last whole copy is kept (then the copy, which ``restore_whole_copies`` puts in its
+    place)."""
+    found = sorted(folder.glob(pattern))
+    newest = found[-1] if found else None
+    if newest is not None and state_problem(newest, pattern) is None:
+        return newest
+    copy = whole_copy(folder, pattern)
+    if copy is not None and state_problem(copy, pattern) is None:
+        return copy
+    return newest
+
+
+def restore_whole_copies(folder: Path) -> list[str]:
+    """Put the last whole copy in place of each newest state file that is damaged: the
+    damaged file moved aside (``NAME.damaged``), the copy written under its own name (an
+    older file's, where Tune wrote a newer one since, which is the newest then). Returns
+    a line per file restored."""
+    said = []
+    for pattern in TUNE_STATE_FILES:
+        found = sorted(folder.glob(pattern))
+        newest = found[-1] if found else None
+        if newest is None or state_problem(newest, pattern) is None:
+            continue
+        copy = whole_copy(folder, pattern)
+        if copy is None or state_problem(copy, pattern) is not None:
+            continue  # nothing to restore: check_tune_state says what to do
+        problem = state_problem(newest, pattern)
+        os.replace(newest, newest.with_name(f"{newest.name}.damaged"))
+        write_bytes_atomic(folder / copy.name, copy.read_bytes())
+        said.append(
+            f"{newest} was damaged ({problem}): moved aside to {newest.name}.damaged, its "
+            f"last whole copy ({copy.name}) in its place"
+        )
+    return said
 
 
 def repair_error_files(folder: Path) -> list[Path]:
@@ -153,16 +249,95 @@ def drop_cut_short_pickle(path: Path) -> bool:
 
 
 def _check_newest(folder: Path, pattern: str, experiment: str) -> None:
-    found = sorted(folder.glob(pattern))
-    if not found:
+    path = _read_back(folder, pattern)
+    if path is None:
         return
-    problem = _pickle_problem(found[-1])
+    problem = _pickle_problem(path) or _shape_problem(path, _STATE_KEYS[pattern])
     if problem is not None:
         raise DamagedState(
-            f"the Tune experiment file {found[-1]} is damaged ({problem}): restore it from a "
+            f"the Tune experiment file {path} is damaged ({problem}): restore it from a "
             f"backup, or start a new search with `--warm-start {experiment}`, which begins "
             "from its finished trials"
         )
+
+
+def _shape_problem(path: Path, keys: tuple[str, ...]) -> str | None:
+    """What in the whole pickle at ``path`` is not of the shape Tune writes (a dictionary
+    holding ``keys``, nested at most ``MAX_PICKLE_DEPTH`` deep), or None."""
+    data = _read_state(path)
+    shape = pickle_shape(data) if isinstance(data, bytes) else None
+    if shape is None:
+        return None  # not whole: said by _pickle_problem
+    if shape.kind != "dict":
+        return f"it holds a {shape.kind}, not Tune's dictionary"
+    missing = [key for key in keys if key not in shape.keys]
+    if missing:
+        return f"no key {missing[0]!r}, which Tune reads back"
+    if shape.depth > MAX_PICKLE_DEPTH:
+        return f"nested {shape.depth:,} deep; Tune's are at most {MAX_PICKLE_DEPTH}"
+    return None
+
+
+def _check_trials(path: Path, experiment: str) -> None:
+    """The experiment state at ``path`` (whole JSON) is of the shape Tune writes: its
+    trials each an id, a status Tune knows, failures counted, a last result. Else
+    ``DamagedState`` naming the field."""
+    problem = _trials_problem(json.loads(path.read_bytes()))
+    if problem is not None:
+        raise DamagedState(
+            f"the Tune experiment state {path} is not what Tune writes ({problem}): restore "
+            f"it from a backup, or start a new search with `--warm-start {experiment}`, "
+            "which begins from its finished trials"
+        )
+
+
+def _trials_problem(state: object) -> str | None:
+    if not isinstance(state, dict):
+        return f"a JSON {type(state).__name__}, expected an object"
+    for key, kind in (("trial_data", list), ("runner_data", dict), ("stats", dict)):
+        if not isinstance(state.get(key), kind):
+            return f"field {key!r}: expected a JSON {kind.__name__}"
+    for number, entry in enumerate(state["trial_data"]):
+        where = f"trial_data[{number}]"
+        if not (
+            isinstance(entry, list) and len(entry) == 2 and all(isinstance(e, str) for e in entry)
+        ):
+            return f"{where}: expected the trial's state and its metadata, two JSON texts"
+        try:
+            trial, metadata = json.loads(entry[0]), json.loads(entry[1])
+        except (ValueError, RecursionError):
+            return f"{where}: not JSON"
+        problem = _trial_problem(trial, metadata)
+        if problem is not None:
+            return f"{where}: {problem}"
+    return None
+
+
+def _trial_problem(trial: object, metadata: object) -> str | None:
+    if not isinstance(trial, dict) or not isinstance(metadata, dict):
+        return "expected JSON objects"
+    trial_id = trial.get("trial_id")
+    if not (isinstance(trial_id, str) and trial_id.replace("_", "").isalnum()):
+        return f"field 'trial_id': {_shown(trial_id)}, expected letters, digits and '_'"
+    if trial.get("status") not in _TRIAL_STATUSES:
+        known = ", ".join(_TRIAL_STATUSES)
+        return f"field 'status': {_shown(trial.get('status'))}, expected one of {known}"
+    for key in ("num_failures", "num_failures_after_restore"):
+        value = metadata.get(key, 0)
+        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            return f"field {key!r}: {_shown(value)}, expected a count"
+    last = metadata.get("last_result", {})
+    if not isinstance(last, dict):
+        return f"field 'last_result': {_shown(last)}, expected an object"
+    for key in ("error_filename", "pickled_error_filename"):
+        if not isinstance(metadata.get(key), str | None):
+            return f"field {key!r}: {_shown(metadata.get(key))}, expected a file name"
+    return None
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else f"{text[:30]}... ({type(value).__name__})"
 
 
 def _sqlite_problem(

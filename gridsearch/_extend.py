@@ -10,12 +10,21 @@ same Optuna study, continued) suggests the extra trials.
 A copied or moved runs directory continues where it is now: ``settings`` rebase the
 record's paths (``_layout.rebase``), and ``gridsearch._relocate`` rewrites what else
 names the old place before anything reads it.
+
+A search stopped hard (a second Ctrl+C skips Tune's last save of its experiment) can
+leave trials that finished saved as running: :func:`settle_finished` marks each whose
+own results say it trained every epoch and reported its ensemble (every member's last
+report) as ended before Tune restores the experiment, so a resume never runs a finished
+trial again (from a checkpoint that may be gone since).
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +39,11 @@ from gridsearch._layout import local_path
 from gridsearch.settings import NothingToRun, SearchError, SearchSettings
 from gridsearch.summary import report_command
 from gridsearch.tracking import OUTCOME_TAG, ROLE_SEARCH, ROLE_TAG
+from storage import write_text_atomic
+from trainables import names
+from trainables.checkpoint import CheckpointError, load_training_state
+from trainables.group import combine, state_file
+from trainables.tune import member_key, member_metrics
 
 __all__ = [
     "RAY_INTERNALS",
@@ -40,6 +54,8 @@ __all__ = [
     "extend",
     "resumable",
     "saved_results",
+    "saved_trials",
+    "settle_finished",
     "use_callbacks",
     "use_signals",
 ]
@@ -51,9 +67,14 @@ class ExtendedSearch(SearchGenerator):
     """Tune's SearchGenerator whose number of trials, restored from the experiment, is
     raised to ``num_samples`` (never lowered)."""
 
-    def __init__(self, searcher: Searcher, num_samples: int) -> None:
+    def __init__(
+        self, searcher: Searcher, num_samples: int, settled: Mapping[str, Any] | None = None
+    ) -> None:
         super().__init__(searcher)
         self.num_samples = num_samples
+        # trials that ended before Tune's last save caught it (``settle_finished``): the
+        # restored searcher is told their last result and their end, as Tune would have
+        self.settled = dict(settled or {})
 
     def set_state(self, state: dict[str, Any]) -> None:
         if not hasattr(self, "_total_samples") or not hasattr(self, "_finished"):
@@ -71,6 +92,10 @@ class ExtendedSearch(SearchGenerator):
         base = _group_searcher(self.searcher)
         if base is not None:
             base.extend(self.num_samples)
+        for trial_id, last in self.settled.items():
+            self.searcher.on_trial_result(trial_id, last)
+            self.searcher.on_trial_complete(trial_id, result=last)
+        self.settled = {}
 
 
 def _group_searcher(searcher: Any) -> GroupSearcher | None:
@@ -105,10 +130,11 @@ def _restored(tuner: tune.Tuner) -> Any:
     return tuner._local_tuner
 
 
-def extend(tuner: tune.Tuner, num_samples: int) -> None:
+def extend(tuner: tune.Tuner, num_samples: int, settled: Mapping[str, Any] | None = None) -> None:
     """Make the restored ``tuner`` run up to ``num_samples`` trials (no more than it
-    would anyway when that is not larger). Through Ray Client the tuner lives on the
-    cluster and cannot be reached: settings refuse to extend a search that way."""
+    would anyway when that is not larger), its searcher told of the ``settled`` trials'
+    ends (``settle_finished``). Through Ray Client the tuner lives on the cluster and
+    cannot be reached: settings refuse to extend a search that way."""
     internal = _restored(tuner)  # Tuner.restore's TunerInternal
     if internal is None:
         return
@@ -116,7 +142,7 @@ def extend(tuner: tune.Tuner, num_samples: int) -> None:
     searcher = config.search_alg
     if isinstance(searcher, SearchGenerator):
         searcher = searcher.searcher
-    config.search_alg = ExtendedSearch(searcher, num_samples)
+    config.search_alg = ExtendedSearch(searcher, num_samples, settled)
 
 
 def use_callbacks(tuner: tune.Tuner, callbacks: list[Any]) -> None:
@@ -144,7 +170,7 @@ def check_resume(settings: SearchSettings) -> None:
     trial it was asked for (Tune holds them all terminated, its MLflow parent run is
     closed ``finished``) and ``--num-samples`` asks for no more; ``SearchError`` when
     ``--num-samples`` is below what the search recorded at its start."""
-    trials = _saved_trials(settings)
+    trials = saved_trials(settings)
     if not trials:  # none, or none readable: Tune's restore says what is wrong
         return
     parent = _parent_run(settings)
@@ -189,7 +215,7 @@ def _int(value: str | None) -> int | None:
         return None
 
 
-def _saved_trials(settings: SearchSettings) -> list[Any]:
+def saved_trials(settings: SearchSettings) -> list[Any]:
     """The trials of the search's saved Tune experiment; none when it cannot be read."""
     try:
         return list(tune.ExperimentAnalysis(settings.experiment_path).trials)
@@ -204,7 +230,7 @@ def ended_trials(settings: SearchSettings) -> set[str]:
     an interruption is saved as it was (running), before Tune ends it."""
     return {
         str(t.trial_id)
-        for t in _saved_trials(settings)
+        for t in saved_trials(settings)
         if t.status in (Trial.TERMINATED, Trial.ERROR)
     }
 
@@ -226,7 +252,7 @@ def saved_results(settings: SearchSettings) -> list[SavedResult]:
             dict(t.config or {}),
             "failed" if t.status == Trial.ERROR else None,
         )
-        for t in _saved_trials(settings)
+        for t in saved_trials(settings)
     ]
 
 
@@ -268,3 +294,104 @@ def check_writable(settings: SearchSettings) -> None:
                 "there (its Tune experiment, MLflow store, Optuna study and record): resume "
                 "a writable copy (cp -r RUNS COPY, then --runs-dir COPY)"
             )
+
+
+_LAST_RESULT_BYTES = 1 << 20  # a result line is a few KB: the end of result.json holds it
+
+
+def settle_finished(settings: SearchSettings) -> dict[str, dict[str, Any]]:
+    """Mark ended, in the newest saved experiment state of a local Tune experiment, the
+    trials saved as running that finished: the newest checkpoint their workers wrote
+    (kept whatever Tune's last save missed) holds, for every member, a training state
+    whose last report has its ensemble. Their last result is then that of their
+    ``result.json`` where it says so, else their members' last reports (the mean of
+    their seeds). Returns their ids. Written whole (atomic); nothing written when there
+    is none. See the module docstring."""
+    folder = local_path(settings.experiment_path)
+    if folder is None or not folder.is_dir():
+        return {}
+    states = sorted(folder.glob("experiment_state-*.json"))
+    if not states:
+        return {}
+    state = json.loads(states[-1].read_text(encoding="utf-8"))  # checked whole (_damage)
+    settled: dict[str, dict[str, Any]] = {}
+    for entry in state["trial_data"]:
+        trial, metadata = json.loads(entry[0]), json.loads(entry[1])
+        if trial["status"] in (Trial.TERMINATED, Trial.ERROR):
+            continue
+        trial_folder = folder / str(trial.get("relative_logdir", ""))
+        reports = _final_reports(trial_folder)
+        if not reports or not all(names.is_finished(r) for r in reports.values()):
+            continue  # still to run, or stopped where it was: Tune resumes it
+        results = trial_folder / "result.json"
+        last = _last_result(results)
+        if not last or not all(names.is_finished(r) for r in member_metrics(last).values()):
+            last = dict(metadata.get("last_result") or {})  # Tune's files end before it did
+            for position, report in reports.items():
+                last.update({member_key(position, k): v for k, v in report.items()})
+            last.update(reports[min(reports)], trial_id=str(trial["trial_id"]))
+            _append_result(results, last)  # its results end as it did (their last row)
+        trial["status"] = Trial.TERMINATED
+        metadata["last_result"] = last
+        entry[0], entry[1] = json.dumps(trial), json.dumps(metadata)
+        settled[str(trial["trial_id"])] = last
+    if settled:
+        write_text_atomic(states[-1], json.dumps(state))
+    return settled
+
+
+def _final_reports(trial_folder: Path) -> dict[int, dict[str, Any]] | None:
+    """Each member's last report in the trial's newest checkpoint (by member position; the
+    mean of its seeds), or None where there is none or it cannot be read."""
+    found = sorted(trial_folder.glob("checkpoint_*"), key=lambda p: p.name)
+    if not found:
+        return None
+    newest = found[-1]
+    folders = sorted(newest.glob("member-*")) or [newest]  # a checkpoint before groups: one
+    reports: dict[int, dict[str, Any]] = {}
+    for member in folders:
+        position = int(member.name.removeprefix("member-")) if member != newest else 0
+        seeds = list(
+            itertools.takewhile(Path.is_file, (member / state_file(i) for i in itertools.count()))
+        )
+        try:
+            lasts = [load_training_state(path)["history"][-1] for path in seeds]
+            reports[position] = combine(lasts)
+        except (CheckpointError, ValueError, IndexError, KeyError, TypeError):
+            return None  # not a whole training state: Tune resumes the trial as it was
+    return reports or None
+
+
+def _append_result(path: Path, result: Mapping[str, Any]) -> None:
+    """``result`` as the last line of a trial's ``result.json`` (its whole lines kept; the
+    file replaced whole)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        lines = []
+    kept = []
+    for line in lines:
+        try:
+            json.loads(line)
+        except ValueError:
+            continue  # cut short
+        kept.append(line)
+    write_text_atomic(path, "\n".join([*kept, json.dumps(result)]) + "\n")
+
+
+def _last_result(path: Path) -> dict[str, Any] | None:
+    """The last whole line of a trial's ``result.json`` (Tune appends a line per
+    report), or None."""
+    try:
+        with path.open("rb") as handle:
+            handle.seek(max(path.stat().st_size - _LAST_RESULT_BYTES, 0))
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            found = json.loads(line)
+        except ValueError:
+            continue  # cut short
+        return found if isinstance(found, dict) else None
+    return None

@@ -25,7 +25,7 @@ however old the checkpoint its trial resumes from.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,15 +195,23 @@ def _member_result(result: Any, member: Member) -> _MemberResult:
         epoch = member_key(member.position, "epoch")
         if epoch in frame:
             rows = frame[frame[epoch].notna()][own].rename(columns=lambda c: str(c)[len(prefix) :])
+    reported = member_metrics(dict(result.metrics or {})).get(member.position, {})
     last: dict[str, Any] = {}
     if rows is not None and len(rows):
         last = {k: v for k, v in rows.iloc[-1].to_dict().items() if v == v}
-    else:
-        last = member_metrics(dict(result.metrics or {})).get(member.position, {})
+    if _epoch(reported) > _epoch(last):  # Tune's table ends before its last result
+        last = dict(reported)  # (a trial's end its last save missed: _extend.settle_finished)
     fused_trial = str((result.metrics or {}).get("trial_id", "?"))
     last["trial_id"] = member.trial_id
     checkpoint = member_checkpoint(getattr(result, "checkpoint", None), member.position)
     return _MemberResult(last, member.config, rows, checkpoint, result.error, fused_trial)
+
+
+def _epoch(report: Mapping[str, Any]) -> float:
+    try:
+        return float(report.get("epoch", -1))
+    except (TypeError, ValueError):
+        return -1.0
 
 
 @dataclass(frozen=True)

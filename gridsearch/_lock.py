@@ -16,6 +16,12 @@ process with that pid and start time (or a reboot since). A lock held from anoth
 is never broken automatically; the error says which host and process hold it, and that
 the file may be removed once that process is known to be gone.
 
+A lock is written whole (a complete file linked into place), so one that is not what
+this module writes (not a regular file, not a small JSON object with the holder's
+fields, each of its type: a pid from 1 up, a host named) was made or changed by
+something else: nothing can say whether its holder runs, and it is never broken; the
+error (``LockUnreadable``) names the file and the field.
+
 ``setup_lock`` serialises the first use of a sqlite tracking store in a runs directory
 (MLflow creating its schema from two processes at once fails) with ``flock(2)``.
 """
@@ -23,21 +29,28 @@ the file may be removed once that process is known to be gone.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import socket
+import stat
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-__all__ = ["ExperimentLock", "Holder", "LockHeld", "setup_lock"]
+__all__ = ["ExperimentLock", "Holder", "LockHeld", "LockUnreadable", "setup_lock"]
 
 
 class LockHeld(RuntimeError):
     """Another live driver holds the experiment's lock (the message names it)."""
+
+
+class LockUnreadable(LockHeld):
+    """The lock file is not one this module writes (the message names it and the field):
+    nothing can tell whether its holder runs."""
 
 
 @dataclass(frozen=True)
@@ -93,7 +106,7 @@ class ExperimentLock:
             if self._link():
                 self._held = True
                 return
-            other = _read_holder(self.path)
+            other = self._read()
             self._refuse(other)
             self._break(other)
         raise LockHeld(f"{self.what}: could not take the lock {self.path}; another driver races")
@@ -102,7 +115,19 @@ class ExperimentLock:
         """Raise ``LockHeld`` when another live driver holds the lock, writing nothing:
         for the checks that read what that driver may be writing, before the lock is
         taken."""
-        self._refuse(_read_holder(self.path))
+        self._refuse(self._read())
+
+    def _read(self) -> Holder | None:
+        """The holder the lock file names; None without a file. ``LockUnreadable`` for a
+        file this module did not write."""
+        try:
+            return read_holder(self.path)
+        except ValueError as err:
+            raise LockUnreadable(
+                f"{self.what}: the lock {self.path} is not one a driver writes ({err}); "
+                "whether a driver holds it cannot be told: once none runs, remove it "
+                f"(rm -r '{self.path}')"
+            ) from None
 
     def _refuse(self, other: Holder | None) -> None:
         if other is not None and not other.gone():
@@ -114,7 +139,7 @@ class ExperimentLock:
 
     def release(self) -> None:
         """Remove the lock if it is still ours (never another driver's)."""
-        if self._held and _read_holder(self.path) == self.holder:
+        if self._held and _holder_or_none(self.path) == self.holder:
             self.path.unlink(missing_ok=True)
         self._held = False
 
@@ -142,7 +167,7 @@ class ExperimentLock:
         aside = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.stale")
         with contextlib.suppress(FileNotFoundError):
             os.rename(self.path, aside)
-            moved = _read_holder(aside)
+            moved = _holder_or_none(aside)
             if moved != stale:  # a live driver took it between our read and the rename
                 with contextlib.suppress(FileExistsError):
                     os.link(aside, self.path)
@@ -161,13 +186,68 @@ def setup_lock(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _read_holder(path: Path) -> Holder | None:
-    """The holder in the lock file; None when there is none, or it is unreadable (a
-    lock is always written whole, so an unreadable one was damaged: stale)."""
+_MAX_LOCK_BYTES = 4096  # a lock file is about 200 bytes
+_PID_MAX = 2**22  # Linux's highest pid (/proc/sys/kernel/pid_max can go no higher)
+
+
+def read_holder(path: Path) -> Holder | None:
+    """The holder the lock file at ``path`` names; None when there is no file.
+    ``ValueError`` naming what is wrong when it is not a lock file this module writes:
+    not a regular file (a folder, a link), too large, not a JSON object, a field missing,
+    unknown or of another type or range."""
     try:
-        return Holder(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
+        info = path.lstat()
+    except OSError as err:
+        if err.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return None  # none there: no folder can hold one (the runs checks name why)
+        raise ValueError(f"cannot be read: {err.strerror or err}") from None
+    if not stat.S_ISREG(info.st_mode):
+        what = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+        what = "a symbolic link" if stat.S_ISLNK(info.st_mode) else what
+        raise ValueError(f"it is {what}")
+    if info.st_size > _MAX_LOCK_BYTES:
+        raise ValueError(f"{info.st_size:,} bytes, a lock is at most {_MAX_LOCK_BYTES:,}")
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None  # released meanwhile
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise ValueError(f"not a JSON object ({type(err).__name__})") from None
+    if not isinstance(values, dict):
+        raise ValueError(f"a JSON {type(values).__name__}, expected an object")
+    expected = {f.name: str(f.type) for f in fields(Holder)}
+    unknown = sorted(set(values) - set(expected))
+    if unknown:
+        raise ValueError(f"field {str(unknown[0])[:40]!r}: not a field of a lock")
+    for name, kind in expected.items():
+        if name not in values:
+            raise ValueError(f"field {name!r}: missing")
+        value = values[name]
+        if kind == "int":
+            if not (isinstance(value, int) and not isinstance(value, bool)):
+                raise ValueError(f"field {name!r}: {_shown(value)}, expected an integer")
+            if not 0 < value <= _PID_MAX:
+                raise ValueError(f"field {name!r}: {value}, expected a pid from 1 to {_PID_MAX}")
+        elif not isinstance(value, str):
+            raise ValueError(f"field {name!r}: {_shown(value)}, expected a string")
+    if not values["host"]:
+        raise ValueError("field 'host': empty, expected the holder's host name")
+    if values["started"] and not values["started"].isdigit():
+        raise ValueError(f"field 'started': {_shown(values['started'])}, expected clock ticks")
+    return Holder(**values)
+
+
+def _holder_or_none(path: Path) -> Holder | None:
+    """The holder, or None where there is none or it cannot be read (never ours then)."""
+    try:
+        return read_holder(path)
+    except ValueError:
         return None
+
+
+def _shown(value: object) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else f"{text[:30]}... ({type(value).__name__})"
 
 
 def _process_start(pid: int) -> str:

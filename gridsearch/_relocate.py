@@ -32,9 +32,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from gridsearch._damage import WHOLE_COPIES
 from gridsearch._layout import local_path, rebase, sqlite_file
-from gridsearch.settings import SearchSettings
+from gridsearch.settings import SearchError, SearchSettings
+from gridsearch.tracking import forget_database
 from storage import is_temp_name, write_text_atomic
+from storage.cli import error_line
 
 __all__ = ["journal_path", "rebase_pickle", "relocate"]
 
@@ -57,6 +60,7 @@ def relocate(settings: SearchSettings) -> str:
         journal.rebase(path, _rebased_file)
     for database in _databases(settings):
         journal.rebase(database, _rebased_database)
+        forget_database(database)  # this process's connections to the file it replaced
     settings.save_record()
     journal.path.unlink(missing_ok=True)
     return (
@@ -71,7 +75,9 @@ def _state_files(settings: SearchSettings) -> list[Path]:
     if experiment is None or not experiment.is_relative_to(new) or not experiment.is_dir():
         return []
     _remove_leftovers(experiment)
-    return [path for path in sorted(experiment.iterdir()) if path.is_file()]
+    copies = experiment / WHOLE_COPIES  # the state files' last whole copies (_whole)
+    folders = [experiment, copies] if copies.is_dir() else [experiment]
+    return [path for folder in folders for path in sorted(folder.iterdir()) if path.is_file()]
 
 
 def _databases(settings: SearchSettings) -> list[Path]:
@@ -115,11 +121,9 @@ class _Journal:
         self.path, self.old, self.new = path, old, new
         self.done: dict[str, str] = {}  # file (relative to new) -> sha256 written
         self.previous: tuple[Path, dict[str, str]] | None = None  # a cut-short one
-        recorded = _read_json(path)
-        if isinstance(recorded, dict) and recorded.get("from") == str(old):
-            files = recorded.get("files")
-            if isinstance(recorded.get("to"), str) and isinstance(files, dict):
-                self.previous = (Path(recorded["to"]), {str(k): str(v) for k, v in files.items()})
+        recorded = _read_journal(path)
+        if recorded is not None and recorded["from"] == str(old):
+            self.previous = (Path(recorded["to"]), dict(recorded["files"]))
 
     def rebase(self, path: Path, rebased: Any) -> None:
         """Replace ``path`` by ``rebased(path, source, new, out)``'s file, rebased from
@@ -239,8 +243,49 @@ def _sha256(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def _read_json(path: Path) -> Any:
+_MAX_JOURNAL_BYTES = 16 << 20  # a line per state file: kilobytes
+
+
+def _read_journal(path: Path) -> dict[str, Any] | None:
+    """The journal a relocation cut short left, None where there is none; a file that is
+    not what ``_Journal`` writes (a JSON object: ``from`` and ``to``, absolute paths;
+    ``files``, relative paths to sha256 digests) is a ``SearchError`` naming the field:
+    a relocation done again without it could rebase a file twice."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
-        return None
+        if not path.exists():
+            return None
+        if not path.is_file() or path.stat().st_size > _MAX_JOURNAL_BYTES:
+            raise ValueError("not a small regular file")
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise _bad_journal(path, f"not a JSON journal: {error_line(err, 120)}") from None
+    if not isinstance(recorded, dict):
+        raise _bad_journal(path, f"a JSON {type(recorded).__name__}, expected an object")
+    for key in ("from", "to"):
+        value = recorded.get(key)
+        if not (isinstance(value, str) and os.path.isabs(value)):
+            raise _bad_journal(path, f"field {key!r}: expected an absolute path")
+    files = recorded.get("files")
+    if not isinstance(files, dict):
+        raise _bad_journal(path, "field 'files': expected an object of files and digests")
+    for name, digest in files.items():
+        if os.path.isabs(name) or ".." in Path(name).parts:
+            raise _bad_journal(path, f"field 'files': {name[:60]!r} is not a path inside it")
+        if not (isinstance(digest, str) and len(digest) == 64 and _is_hex(digest)):
+            raise _bad_journal(path, f"field 'files': {name[:60]!r} has no sha256 digest")
+    unknown = sorted(set(recorded) - {"from", "to", "files"})
+    if unknown:
+        raise _bad_journal(path, f"field {unknown[0][:40]!r}: not a field of a journal")
+    return recorded
+
+
+def _is_hex(text: str) -> bool:
+    return all(c in "0123456789abcdef" for c in text)
+
+
+def _bad_journal(path: Path, what: str) -> SearchError:
+    return SearchError(
+        f"{path} is not a relocation journal this package writes ({what}); it records a "
+        "move of the runs directory cut short: resume the copy made before that move, or "
+        f"remove it (rm '{path}') to take the move in again from the record's place"
+    )

@@ -4,14 +4,14 @@ the ``SearchResult`` that ``gridsearch.driver.run_search`` returns."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gridsearch import _extend, _optuna
 from gridsearch._groups import MemberResults, tune_trial_of
 from gridsearch._interrupt import Interruption
-from gridsearch._outcome import Outcome, classify
+from gridsearch._outcome import Failures, Outcome, classify, failures_of
 from gridsearch._voice import voice_of
 from gridsearch.registry import register_best
 from gridsearch.settings import SearchError, SearchSettings
@@ -81,7 +81,7 @@ def finish(
         run.write(repeats)
     if complete:
         _optuna.close_leftovers(run.settings.experiment, run.settings.optuna_storage)
-    outcomes = _outcomes(results, run.shown, complete, run.ended.ids)
+    outcomes = _outcomes(results, run.shown, complete, run.ended.ids, _failures(run))
     if not interrupted:  # before the parent is closed: a signal now leaves it open
         voice = voice_of(run.write)
         with voice.phase("registering the best models in MLflow's Model Registry", "register"):
@@ -92,6 +92,7 @@ def finish(
                 space=run.space.name,
                 objective=run.settings.objective,
                 write=voice,
+                smoke_test=run.settings.smoke_test,
             )
     return _closed(run, outcomes, unfinished, elapsed_s, dashboard, stopped_by, interrupted)
 
@@ -108,7 +109,7 @@ def stopped(
     if results is None:
         results = _extend.saved_results(run.settings)
     results = MemberResults(results)  # every trial's members, each as a trial
-    outcomes = _outcomes(results, run.shown, False, run.ended.ids)
+    outcomes = _outcomes(results, run.shown, False, run.ended.ids, _failures(run))
     done = sum(o.status in _ENDED for o in outcomes)
     unfinished = max(run.num_samples - done, 0)
     with voice_of(run.write).phase("recording the trials' last results in MLflow"):
@@ -128,10 +129,15 @@ def _closed(
     interrupted: bool,
     resumable: bool = True,
 ) -> SearchResult:
-    """The parent run closed with the ``outcomes`` and their summary: the result."""
+    """The parent run closed with the ``outcomes`` and their summary (what was retried
+    said in it, on the trials' runs and on the parent): the result."""
+    run.tracker.mark_failures(outcomes)  # queued: a store that is away waited for already
     summary = format_summary(outcomes, run.settings.objective, run.baselines)
+    tracking = run.tracker.queue.said()
+    if tracking is not None:
+        summary += f"\n{tracking}"
     outcome = close_parent(
-        run.client, run.parent, outcomes, summary, unfinished, elapsed_s, interrupted
+        run.client, run.parent, outcomes, summary, unfinished, elapsed_s, interrupted, tracking
     )
     return SearchResult(
         run.settings, outcomes, summary, unfinished, outcome, dashboard, stopped_by, resumable
@@ -162,16 +168,28 @@ def _flush(run: SearchRun) -> None:
 _ENDED = (Outcome.FINISHED.value, Outcome.STOPPED_EARLY.value, Outcome.FAILED.value)
 
 
+def _failures(run: SearchRun) -> dict[str, Failures]:
+    """Each Tune trial's failures (``_outcome.failures_of``), from the trials Tune
+    returned, else from its saved experiment."""
+    analysis = getattr(run.results, "_experiment_analysis", None)
+    trials = getattr(analysis, "trials", None)
+    if trials is None:
+        trials = _extend.saved_trials(run.settings)
+    return {str(trial.trial_id): failures_of(trial) for trial in trials}
+
+
 def _outcomes(
     results: Any,
     searched: Sequence[str],
     complete: bool,
     ended: set[str] | frozenset[str],
+    failures: Mapping[str, Failures] | None = None,
 ) -> list[TrialOutcome]:
     """One per trial of Tune's ``results``. ``complete``: no trial is left to run;
     ``ended``: trials Tune completed (a trial without its ensemble among them was
     stopped early, not by the search's end; a member of a fused trial goes by its
-    trial's)."""
+    trial's); ``failures``: by Tune trial (a member has its trial's)."""
+    failures = failures or {}
     outcomes = []
     for result in results:
         metrics = {k: v for k, v in (result.metrics or {}).items() if isinstance(v, (int, float))}
@@ -183,5 +201,6 @@ def _outcomes(
         )
         config = result.config or {}
         shown = {k: config[k] for k in searched if k in config}
-        outcomes.append(TrialOutcome(trial_id, shown, metrics, status.value))
+        failed = failures.get(tune_trial_of(result), Failures())
+        outcomes.append(TrialOutcome(trial_id, shown, metrics, status.value, failed))
     return outcomes

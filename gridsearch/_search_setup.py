@@ -5,8 +5,8 @@ is ``gridsearch._search_end``)."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +16,12 @@ from ray.tune import Callback
 from gridsearch import _extend, _optuna
 from gridsearch._groups import group_search
 from gridsearch._interrupt import DiskGuard, Interruption
-from gridsearch._layout import sqlite_file
+from gridsearch._layout import local_path, sqlite_file
+from gridsearch._resumed import BadRecord, check_record
 from gridsearch._scheduler import cycle_epochs, describe_rungs, make_scheduler
 from gridsearch._scheduler_choice import FIFO_BELOW_EPOCHS, resolve_scheduler
 from gridsearch._voice import voice_of
+from gridsearch._whole import WholeCopies
 from gridsearch.cluster import Resources
 from gridsearch.progress import ProgressPrinter, shown_keys
 from gridsearch.settings import SearchError, SearchSettings, first_objective
@@ -43,6 +45,9 @@ class SearchInputs:
     data: TrainingData | str
     benchmark: SemanticBenchmark | None
     baselines: dict[str, dict[str, float]] | None  # trainables.baselines, by baseline
+    # a --resume's trials that finished though Tune's last save said running, with their
+    # last results (_extend.settle_finished)
+    settled: Mapping[str, dict[str, Any]] = field(default_factory=dict)
 
 
 class SearchRun:
@@ -87,6 +92,7 @@ class SearchRun:
         self.epochs = int(fixed["epochs"])
         self.cycle = cycle_epochs(space.fixed, fixed)
         self.baselines = inputs.baselines
+        self.settled = inputs.settled  # trials a hard stop left saved as running, finished
         self.ended = _Ended()  # trials Tune ended (ran out or stopped by the scheduler)
         self.results: Any = None  # Tune's, once it returned
         self._start_tracking(resources, fixed, inputs.store, inputs.senteval)
@@ -96,6 +102,10 @@ class SearchRun:
         settings, source = self.settings, str(self.settings.warm_start)
         try:
             record = json.loads(settings.layout.record(source).read_text(encoding="utf-8"))
+            if not isinstance(record, dict):
+                raise BadRecord(f"a JSON {type(record).__name__}, expected an object")
+            if "args" not in record:  # a record of the settings (not an older one's flags)
+                check_record(record, SearchSettings)
             source_storage = str(record["optuna_storage"])
             copied, left = _optuna.warm_start(
                 source,
@@ -106,7 +116,7 @@ class SearchRun:
                 space=self.space,
                 fixed=fixed,
             )
-        except (OSError, ValueError, KeyError, TypeError) as err:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as err:
             raise SearchError(f"--warm-start {source}: cannot read its study ({err})") from None
         self.write(
             f"warm start: {copied} ended trial(s) of {source!r} start the study"
@@ -153,6 +163,7 @@ class SearchRun:
             )
         self.tracker.interruption = interruption
         callbacks = [
+            guard,  # first: a trial's failure for a full disk is taken back before the rest
             self.tracker,
             ProgressPrinter(
                 self.space,
@@ -162,9 +173,11 @@ class SearchRun:
                 self.write,
                 signals=signals,
             ),
-            guard,
             self.ended,
         ]
+        experiment = local_path(settings.experiment_path)
+        if experiment is not None:  # the last whole copy of each state file (_whole)
+            callbacks.append(WholeCopies(experiment))
         if settings.resume:  # the experiment keeps its own scheduler and searcher
             self.ended.ids |= _extend.ended_trials(settings)  # before this driver
             restoring = f"restoring Tune's experiment from {settings.experiment_path}"
@@ -177,8 +190,8 @@ class SearchRun:
                 )
             _extend.use_callbacks(restored, callbacks)
             _extend.use_signals(restored, signals)
-            if settings.num_samples is not None:  # the record's, or a larger --num-samples
-                _extend.extend(restored, settings.num_samples)
+            if settings.num_samples is not None or self.settled:  # the record's, or more
+                _extend.extend(restored, settings.num_samples or 0, self.settled)
                 settings.save_record()  # the record keeps the number of trials
                 self.write(f"resuming {settings.experiment!r} up to {self.num_samples} trials")
             return restored

@@ -90,10 +90,21 @@ def _run_search(settings: SearchSettings, write: Voice, space: SearchSpace | Non
             _extend.check_writable(settings)
         with lock:  # before the experiment is read: another driver may be writing it
             check_experiment_path(settings)  # again, now that no other driver can start it
+            if settings.resume:  # a damaged state file: one line, before Ray (or its last
+                # whole copy put in its place, before a move rewrites what it names)
+                for line in _damage.check_resume_state(settings):
+                    write(line)
             if settings.moved_from is not None:  # a copied or moved runs directory
                 write(_relocate.relocate(settings))
+            # a hard stop's finished trials, saved as running: kept finished
+            settled = _extend.settle_finished(settings) if settings.resume else {}
+            if settled:
+                write(
+                    f"{len(settled)} trial(s) finished before the search stopped, though "
+                    f"Tune's last save said running ({', '.join(settled)}): kept as "
+                    "finished, not run again"
+                )
             if settings.resume:  # nothing left to run, or fewer trials than recorded
-                _damage.check_resume_state(settings)  # a damaged state file: one line, before Ray
                 _extend.check_resume(settings)
             # before Ray: forked workers must not read the store again
             store, senteval, data = load_data(settings, write)
@@ -104,7 +115,9 @@ def _run_search(settings: SearchSettings, write: Voice, space: SearchSpace | Non
             ):
                 client = tracking_client(settings)
             baselines = load_baselines(settings, store, senteval, data, write)
-            inputs = SearchInputs(space, client, store, senteval, data, benchmark, baselines)
+            inputs = SearchInputs(
+                space, client, store, senteval, data, benchmark, baselines, settled
+            )
             if settings.recurrence == "compiled":  # once per key: no trial ever compiles it
                 building = "building the C++ recurrence, or waiting for the process that does"
                 with write.phase(building, estimate_s=cpp_loop_build_seconds()):

@@ -54,6 +54,7 @@ from ray.tune.experiment import Trial
 from ray.tune.result import SHOULD_CHECKPOINT
 
 from gridsearch._groups import Member, members_of
+from gridsearch._outcome import failures_of, is_disk_full
 from gridsearch._space import SearchSpace
 from gridsearch._voice import QUIET_S, Voice, clock_text, voice_of
 from gridsearch.summary import key_value
@@ -233,6 +234,21 @@ class ProgressPrinter(Callback):
         reason = str(error).strip().splitlines()[-1][:200] if error else "unknown error"
         self._print(f"FAILED {self._number(trial)}  {trial.trial_id}  {reason}")
         self._status(trials)
+
+    def on_trial_recover(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        """Tune runs the trial again after a failure: said, with the cause (a failure for
+        a full disk is the disk guard's to say: it stops the search)."""
+        self._flush(trial)
+        failures = failures_of(trial)
+        if not failures.count or is_disk_full(failures.last):
+            return
+        self._print(
+            f"RETRY {self._number(trial)}  {trial.trial_id}  failed "
+            f"({failures.last or 'unknown error'}); run again from its last checkpoint "
+            f"(failure {failures.count}, --max-failures {trial.max_failures})"
+        )
 
     def on_step_end(self, iteration: int, trials: list[Trial], **info: Any) -> None:
         if self.units_at_start is None and trials:

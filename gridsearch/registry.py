@@ -12,8 +12,26 @@ search space, ``grounded-<space>``, with aliases:
 The trials are chosen as the search's summary chooses them (``summary.best_trial``,
 ``summary.pareto_front``: dev values only), among the trials whose outcome is
 ``finished``. A trial chosen twice is one model version with both aliases. Each version
-is tagged with its trial, run, experiment and dev and test values. A search that ends
-again (``--resume``) registers new versions and points the aliases at them.
+is tagged with its trial, run, experiment, what it was chosen as among its search's
+trials (``chosen_in_search``), its dev and test values, and its search's lineage: the
+store's manifest digest (``data_manifest_sha256``), the semantic sets
+(``semantic_sets``), the ``objective`` and whether it was a ``--smoke-test``.
+
+Every search registers its versions; an alias names the best among comparable models,
+so a version takes it only where:
+
+- no version holds it yet, or the one that does is this search's own (a search that
+  ends again, ``--resume``, points it at its new versions);
+- the one that holds it is a ``--smoke-test``'s and this search is not (a smoke test
+  checks the path: its models never replace a search's, a search's replace its);
+- the two searches are comparable (the same store, semantic sets and objective) and
+  this search's dev value is better (``best-*``), or its models are on the Pareto front
+  of both searches' models (``pareto-K``, which then name that front).
+
+Otherwise the alias stays where it is, and a line says where and why (another store, a
+worse dev value, ...). A version that loses an alias is tagged ``replaced`` (to which
+version, and why); one that did not get an alias it was chosen for, ``not_aliased``
+(where it stays, and why): the tags never claim more than what happened.
 
     import mlflow
 
@@ -25,10 +43,16 @@ The model (``SentenceEncoderModel``) takes one column of strings (a DataFrame wi
 takes a list only for that) and returns float32 L2-normalised embeddings ``(N, dim)``,
 exactly what ``trainables.encoder.SentenceEncoder.encode`` returns for the trial's
 ``ensemble.pt`` (its one artifact), on the CPU unless loaded with
-``model_config={"device": "auto"}``. Another column, a value that is not a string, or
-a sentence over the ``encode`` command's 10,000 characters is refused with what was
-expected (a model server answers 400; MLflow itself turns a list's values into strings
-and drops unnamed extra columns before the model sees them). It is a model from code
+``model_config={"device": "auto"}``. Another column, a value that is not a string (a
+number, ``true``, ``null``), a sentence over the ``encode`` command's 10,000 characters,
+or ``params`` (it takes none) are refused with what was expected (a model server answers
+400). Its signature's column is of any type, not of strings: MLflow turns the values of
+a column of strings into strings before the model sees them, and the model could not
+refuse ``[1, true, null]``. What MLflow does before the model sees a request, and the
+model cannot undo: of a DataFrame of several columns it keeps the first (``sentence``
+first: the rest are dropped unseen), reads a lone string as a list of one, and hands on
+``params`` as an empty dictionary (what they held is dropped unseen; the model refuses
+them whatever they held). It is a model from code
 (``_encoder_model.py``, no pickle), carries this package's code (``gridsearch``,
 ``storage``, ``trainables`` as ``code_paths``: it loads without the package installed,
 with the code it was registered with) and requires this package's dependencies.
@@ -36,11 +60,14 @@ with the code it was registered with) and requires this package's dependencies.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
+import math
 import tempfile
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +87,8 @@ from mlflow.protos.databricks_pb2 import (
 )
 from mlflow.pyfunc.model import PythonModel, PythonModelContext
 from mlflow.tracking import MlflowClient
-from mlflow.types import ColSpec, DataType, Schema, TensorSpec
+from mlflow.types import ColSpec, Schema, TensorSpec
+from mlflow.types.schema import AnyType
 from mlflow.utils.mlflow_tags import MLFLOW_MODEL_VERSIONS
 from packaging.requirements import Requirement
 
@@ -70,7 +98,7 @@ import trainables
 from gridsearch._outcome import Outcome
 from gridsearch._space_file import SPACE_NAME
 from gridsearch.summary import TrialOutcome, best_trial, pareto_front, without_password
-from gridsearch.tracking import TRIAL_TAG, using_tracking_uri
+from gridsearch.tracking import ROLE_SEARCH, ROLE_TAG, TRIAL_TAG, using_tracking_uri
 from storage.cli import error_line
 from trainables import names
 from trainables.checkpoint import ENSEMBLE_FILE, load_ensemble
@@ -79,6 +107,7 @@ from trainables.encoder import MAX_CHARS, SentenceEncoder
 __all__ = [
     "BEST_ALIASES",
     "INPUT_COLUMN",
+    "Lineage",
     "SentenceEncoderModel",
     "choose",
     "log_encoder",
@@ -118,6 +147,11 @@ class SentenceEncoderModel(PythonModel):
         model_input: pd.DataFrame,
         params: dict[str, Any] | None = None,
     ) -> np.ndarray:
+        if params is not None:  # MLflow hands on {} for params it dropped, None for none
+            raise _bad_input(
+                "params: this model takes none (MLflow drops what a request names before "
+                "the model sees it; leave params out)"
+            )
         return self.encoder.encode(_sentences(model_input))
 
 
@@ -230,7 +264,10 @@ def log_encoder(
             artifacts={_ARTIFACT: str(ensemble)},
             code_paths=code,
             signature=ModelSignature(
-                inputs=Schema([ColSpec(DataType.string)]),  # unnamed: a list of strings is one
+                # one unnamed column (a list of strings is one), of any type: MLflow turns
+                # the values of a column of strings into strings before the model sees
+                # them (1, true and null would be encoded); the model refuses what is not one
+                inputs=Schema([ColSpec(AnyType())]),
                 outputs=Schema([TensorSpec(np.dtype(np.float32), (-1, dim))]),
             ),
             input_example=pd.DataFrame({INPUT_COLUMN: _EXAMPLE}),
@@ -266,16 +303,21 @@ def register_best(
     space: str,
     objective: str,
     write: Write,
+    smoke_test: bool = False,
 ) -> dict[str, str]:
-    """Register the trials ``choose`` picks (see the module docstring); returns alias ->
-    version. A registry that fails (a tracking server away) is one ``warning:`` line to
-    ``write`` and no alias moved: the search itself is all recorded already."""
+    """Register the trials ``choose`` picks, a version each, and point the aliases at
+    those that are the best among comparable models (see the module docstring); returns
+    alias -> version for the aliases this search's versions took. Where an alias stays,
+    a line says where and why. A registry that fails (a tracking server away) is one
+    ``warning:`` line to ``write`` and no alias moved: the search itself is all recorded
+    already. ``smoke_test``: the search is a ``--smoke-test``."""
     picks = choose(outcomes, objective)
     if not picks:
         return {}
     name = model_name(space)
     try:
-        versions = _Search(tracking_uri, experiment, space, objective).register(name, picks)
+        search = _Search(tracking_uri, experiment, space, objective, smoke_test)
+        registered = search.register(name, picks)
     except Exception as err:  # MLflow raises many kinds for a store that is away
         write(
             f"warning: the best models were not registered as {name!r} in "
@@ -283,29 +325,127 @@ def register_best(
             f"recorded all the same, every trial's {ENSEMBLE_FILE} in its run"
         )
         return {}
-    for version in sorted(set(versions.values()), key=int):
-        aliases = [a for a, v in versions.items() if v == version]
-        trial = picks[aliases[0]].trial_id
-        write(f"registered models:/{name}@{aliases[0]} (version {version}, trial {trial})")
-        if len(aliases) > 1:
-            write(f"  also {', '.join(aliases[1:])}")
-    return versions
+    for line in registered.lines(name, picks):
+        write(line)
+    return registered.taken
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """What makes two searches' models comparable on their dev values: the store they
+    trained and were evaluated on (its manifest's sha256), the semantic sets (the store's
+    own, or a ``--senteval`` folder), the objective they were searched for; and whether
+    the search was a ``--smoke-test`` (the same path, tiny: never the best of a real
+    search)."""
+
+    experiment: str
+    store: str
+    semantic: str
+    objective: str
+    smoke_test: bool
+
+    def tags(self) -> dict[str, str]:
+        return {
+            _STORE_TAG: self.store,
+            _SEMANTIC_TAG: self.semantic,
+            "objective": self.objective,
+            _SMOKE_TAG: str(self.smoke_test).lower(),
+        }
+
+    def unlike(self, other: Lineage) -> str | None:
+        """Why ``other``'s models cannot be compared with this search's, or None."""
+        if other.store != self.store:
+            return (
+                f"trained on another store (data manifest sha256 {other.store[:12]}, this "
+                f"search's {self.store[:12]}): dev values of two stores are not comparable"
+            )
+        if other.semantic != self.semantic:
+            return (
+                f"evaluated on other semantic sets ({other.semantic}, this search's "
+                f"{self.semantic}): their dev semantic scores are not comparable"
+            )
+        if other.objective != self.objective:
+            return f"searched for objective {other.objective}, this search for {self.objective}"
+        return None
+
+
+_STORE_TAG = "data_manifest_sha256"
+_SEMANTIC_TAG = "semantic_sets"
+_SMOKE_TAG = "smoke_test"
+_CHOSEN_TAG = "chosen_in_search"  # what a version was chosen as among its search's trials
+_REPLACED_TAG = "replaced"  # on a version: the aliases it lost, to which version and why
+_NOT_ALIASED_TAG = "not_aliased"  # on a version: the aliases it was chosen for but did not get
+_LABELS = {"best-retrieval": "dev R@10 mean", "best-semantic": "dev semantic"}
+_PARETO = PARETO_ALIAS.format("")
+
+
+@dataclass
+class _Registered:
+    """What one registration did: this search's version per alias it picked
+    (``versions``), the aliases they took (``taken``), and where each other alias
+    stayed and why (``kept``: alias -> (version, why))."""
+
+    versions: dict[str, str]
+    taken: dict[str, str] = dataclasses.field(default_factory=dict)
+    kept: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    notes: dict[str, str] = dataclasses.field(default_factory=dict)  # alias -> how it moved
+    front: str | None = None  # why the pareto aliases moved, when they did
+
+    def keep_front(self, front: Mapping[str, str], mine: Sequence[str], why: str) -> None:
+        """The pareto aliases stay as they are (``front``; this search's beyond it stay
+        unset)."""
+        for alias in sorted({*front, *mine}, key=_pareto_number):
+            self.kept[alias] = (front.get(alias, ""), why)
+
+    def lines(self, name: str, picks: Mapping[str, TrialOutcome]) -> list[str]:
+        """What was registered, where each alias is now, and why where that is news."""
+        chosen = {version: alias for alias, version in reversed(self.versions.items())}
+        lines = []
+        for version in sorted({v for v in self.taken.values() if v in chosen}, key=int):
+            aliases = [a for a, v in self.taken.items() if v == version]
+            trial = picks[chosen[version]].trial_id
+            lines.append(
+                f"registered models:/{name}@{aliases[0]} (version {version}, trial {trial})"
+            )
+            if len(aliases) > 1:
+                lines.append(f"  also {', '.join(aliases[1:])}")
+            lines += [f"  {self.notes[a]}" for a in aliases if a in self.notes]
+        if self.front is not None:
+            front = sorted((a for a in self.taken if a.startswith(_PARETO)), key=_pareto_number)
+            listed = ", ".join(f"@{a} version {self.taken[a]}" for a in front)
+            lines.append(f"  {self.front}: {listed}")
+        by_why: dict[str, list[tuple[str, str]]] = {}
+        for alias, (version, why) in self.kept.items():
+            by_why.setdefault(why, []).append((alias, version))
+        for why, kept in by_why.items():
+            mine = [a for a, _ in kept if a in self.versions]
+            versions = sorted({self.versions[a] for a in mine}, key=int)
+            where = ", ".join(f"@{a} at version {v}" if v else f"@{a} unset" for a, v in kept)
+            lines.append(
+                f"registered version(s) {', '.join(versions)} of models:/{name} (this "
+                f"search's {', '.join(mine)}); the aliases stay ({where}): {why}"
+            )
+        return lines
 
 
 class _Search:
     """One search's experiment, as the registry sees it."""
 
-    def __init__(self, tracking_uri: str, experiment: str, space: str, objective: str) -> None:
+    def __init__(
+        self, tracking_uri: str, experiment: str, space: str, objective: str, smoke_test: bool
+    ) -> None:
         self.uri, self.experiment = tracking_uri, experiment
-        self.space, self.objective = space, objective
+        self.space, self.objective, self.smoke_test = space, objective, smoke_test
         self.client = MlflowClient(tracking_uri=tracking_uri, registry_uri=tracking_uri)
 
-    def register(self, name: str, picks: Mapping[str, TrialOutcome]) -> dict[str, str]:
-        """A new version per picked trial, then every alias pointed at its version and
-        this module's aliases that no longer name a trial removed."""
+    def register(self, name: str, picks: Mapping[str, TrialOutcome]) -> _Registered:
+        """A new version per picked trial; then each alias pointed at its version where
+        that is the best among comparable models (``_verdict``), and the versions that
+        lost one, or did not get one they were chosen for, tagged with where and why."""
         found = self.client.get_experiment_by_name(self.experiment)
         if found is None:
             raise LookupError(f"no MLflow experiment {self.experiment!r}")
+        lineage = self._lineage(found.experiment_id, self.smoke_test)
         self._ensure_model(name)
         by_trial: dict[str, list[str]] = {}
         for alias, outcome in picks.items():
@@ -314,14 +454,214 @@ class _Search:
         with using_tracking_uri(self.uri), tempfile.TemporaryDirectory() as folder:
             for aliases in by_trial.values():
                 outcome = picks[aliases[0]]
-                version = self._version(name, found.experiment_id, outcome, aliases, folder)
+                version = self._version(
+                    name, found.experiment_id, outcome, aliases, folder, lineage
+                )
                 versions.update(dict.fromkeys(aliases, version))
-        for alias, version in versions.items():
-            self.client.set_registered_model_alias(name, alias, version)
-        for alias in self.client.get_registered_model(name).aliases:
-            if alias not in versions and _ours(alias):
-                self.client.delete_registered_model_alias(name, alias)
-        return versions
+        held = dict(self.client.get_registered_model(name).aliases)
+        registered = _Registered(versions)
+        for alias in (a for a in versions if a in BEST_ALIASES):
+            self._decide(name, alias, lineage, picks, held, registered)
+        self._decide_front(name, lineage, picks, held, registered)
+        for alias, version in registered.taken.items():
+            if held.get(alias) != version:
+                self.client.set_registered_model_alias(name, alias, version)
+        self._tag_changes(name, held, registered)
+        return registered
+
+    def _decide(
+        self,
+        name: str,
+        alias: str,
+        lineage: Lineage,
+        picks: Mapping[str, TrialOutcome],
+        held: Mapping[str, str],
+        registered: _Registered,
+    ) -> None:
+        """``best-retrieval`` or ``best-semantic``: this search's version takes it, or
+        it stays where it is (``registered.kept``, with why)."""
+        version = registered.versions[alias]
+        holder = held.get(alias)
+        if holder is None:
+            registered.taken[alias] = version
+            return
+        holding = self._holder(name, holder)
+        take, why = self._verdict(lineage, holding)
+        if take is None:  # comparable, from another search: the better dev value wins
+            metric = BEST_ALIASES[alias]
+            mine = float(picks[alias].metrics.get(metric, float("nan")))
+            theirs = _number(holding.tags.get(metric))
+            label = _LABELS[alias]
+            if theirs is not None and not mine > theirs:
+                take, why = (
+                    False,
+                    (
+                        f"its {label} {theirs:.4g} (search {holding.lineage.experiment!r}) is at "
+                        f"least this search's best, {mine:.4g}"
+                    ),
+                )
+            else:
+                take = True
+                was = "no value" if theirs is None else f"{theirs:.4g}"
+                why = f"better {label} than version {holder}'s ({mine:.4g} > {was})"
+        if take:
+            registered.taken[alias] = version
+            registered.notes[alias] = f"@{alias} was at version {holder}: {why}"
+        else:
+            registered.kept[alias] = (holder, why)
+
+    def _decide_front(
+        self,
+        name: str,
+        lineage: Lineage,
+        picks: Mapping[str, TrialOutcome],
+        held: Mapping[str, str],
+        registered: _Registered,
+    ) -> None:
+        """The ``pareto-K`` aliases, as one: this search's front takes them, or the front
+        of its models and those of the comparable search that holds them does, or they
+        stay (``registered.front``: why they moved, when they did)."""
+        mine = sorted((a for a in picks if a.startswith(_PARETO)), key=_pareto_number)
+        if not mine:
+            return
+        front = {a: v for a, v in held.items() if a.startswith(_PARETO)}
+        first = front.get(PARETO_ALIAS.format(1)) or next(iter(front.values()), None)
+        if first is None:
+            registered.taken.update({a: registered.versions[a] for a in mine})
+            return
+        holding = self._holder(name, first)
+        take, why = self._verdict(lineage, holding)
+        if take is False:
+            registered.keep_front(front, mine, why)
+            return
+        if take:  # this search's front replaces the one held
+            registered.taken.update({a: registered.versions[a] for a in mine})
+            registered.front = f"the pareto aliases were {why}"
+            return
+        # comparable, from another search: the front of both fronts' models
+        candidates = {registered.versions[a]: (picks[a].retrieval, picks[a].semantic) for a in mine}
+        for version in front.values():
+            tags = self.client.get_model_version(name, version).tags
+            r10 = _number(tags.get(names.BEST_RETRIEVAL))
+            semantic = _number(tags.get(names.BEST_SEMANTIC))
+            if r10 is not None and semantic is not None:
+                candidates[version] = (r10, semantic)
+        listed = list(candidates)
+        merged = [listed[i] for i in pareto_front([candidates[v] for v in listed])]
+        other = holding.lineage.experiment
+        if set(merged) == set(front.values()):  # the front held stands as it was
+            why = (
+                f"no model of this search is on the Pareto front of its models and those of "
+                f"search {other!r} (version {holding.version} and the rest of the front held)"
+            )
+            registered.keep_front(front, mine, why)
+            return
+        registered.taken.update({PARETO_ALIAS.format(k): v for k, v in enumerate(merged, 1)})
+        registered.front = (
+            f"the pareto aliases name the Pareto front of this search's models and those of "
+            f"search {other!r} (the same store, semantic sets and objective)"
+        )
+
+    def _verdict(self, lineage: Lineage, holding: _Holder) -> tuple[bool | None, str]:
+        """Whether this search's version takes an alias ``holding`` holds: True (with
+        why), False (with why it stays), None where the two are comparable and the
+        better dev value decides."""
+        theirs = holding.lineage
+        where = f"version {holding.version}, search {theirs.experiment!r}"
+        if theirs.experiment == lineage.experiment:
+            return True, f"this search's own ({where}): it ended again"
+        if theirs.smoke_test and not lineage.smoke_test:
+            return True, f"a --smoke-test's ({where}), which a search's models replace"
+        if lineage.smoke_test and not theirs.smoke_test:
+            return False, (
+                f"its model is a search's ({where}); a --smoke-test's models never replace it"
+            )
+        why = lineage.unlike(theirs)
+        if why is not None:
+            return False, f"{where}: {why}"
+        return None, where
+
+    def _holder(self, name: str, version: str) -> _Holder:
+        """The version that holds an alias, with its search's lineage: its tags, else
+        (a version registered before they were written) its search's parent run."""
+        found = self.client.get_model_version(name, version)
+        tags = dict(found.tags)
+        experiment = tags.get("experiment", "?")
+        if _STORE_TAG in tags:
+            lineage = Lineage(
+                experiment,
+                tags[_STORE_TAG],
+                tags.get(_SEMANTIC_TAG, ""),
+                tags.get("objective", ""),
+                tags.get(_SMOKE_TAG) == "true",
+            )
+        else:
+            known = self.client.get_experiment_by_name(experiment)
+            lineage = (
+                self._lineage(known.experiment_id, False)
+                if known is not None
+                else Lineage(experiment, "", "", tags.get("objective", ""), False)
+            )
+            lineage = dataclasses.replace(
+                lineage, objective=tags.get("objective", lineage.objective)
+            )
+        return _Holder(str(found.version), tags, lineage)
+
+    def _lineage(self, experiment_id: str, smoke_test: bool) -> Lineage:
+        """A search's lineage from its parent run's parameters."""
+        experiment = self.client.get_experiment(experiment_id).name
+        runs = self.client.search_runs(
+            [experiment_id], f"tags.`{ROLE_TAG}` = '{ROLE_SEARCH}'", max_results=1
+        )
+        params = dict(runs[0].data.params) if runs else {}
+        data, senteval = params.get("data", ""), params.get("senteval", "null")
+        if senteval in ("null", "None", ""):
+            semantic = "none"
+        elif data and (senteval == data or senteval.startswith(data.rstrip("/") + "/")):
+            semantic = "the store's own"
+        else:
+            semantic = senteval
+        return Lineage(
+            experiment,
+            params.get("data_manifest_sha256", ""),
+            semantic,
+            params.get("objective", self.objective),
+            smoke_test,
+        )
+
+    def _tag_changes(self, name: str, held: Mapping[str, str], registered: _Registered) -> None:
+        """The versions that lost an alias say to which version and why; this search's
+        versions that did not get an alias they were chosen for say where it stays. A
+        pareto alias beyond a front that moved and is shorter now is removed."""
+        lost: dict[str, list[str]] = {}
+        for alias, before in held.items():
+            now = registered.taken.get(alias)
+            if alias.startswith(_PARETO) and registered.front is not None:
+                if now is None:
+                    self.client.delete_registered_model_alias(name, alias)
+                    lost.setdefault(before, []).append(f"{alias}: removed ({registered.front})")
+                elif now != before:
+                    lost.setdefault(before, []).append(
+                        f"{alias}: to version {now} ({registered.front})"
+                    )
+            elif now is not None and now != before:
+                lost.setdefault(before, []).append(
+                    f"{alias}: to version {now} ({registered.notes.get(alias, '')})"
+                )
+        for version, said in lost.items():
+            self._append_tag(name, version, _REPLACED_TAG, "; ".join(said))
+        kept: dict[str, list[str]] = {}
+        for alias, (where, why) in registered.kept.items():
+            if alias in registered.versions:
+                at = f"stays at version {where}" if where else "stays unset"
+                kept.setdefault(registered.versions[alias], []).append(f"{alias} {at}: {why}")
+        for version, said in kept.items():
+            self._append_tag(name, version, _NOT_ALIASED_TAG, "; ".join(said))
+
+    def _append_tag(self, name: str, version: str, key: str, text: str) -> None:
+        before = self.client.get_model_version(name, version).tags.get(key)
+        value = f"{before}; {text}" if before else text
+        self.client.set_model_version_tag(name, version, key, value[-_TAG_LIMIT:])
 
     def _ensure_model(self, name: str) -> None:
         try:
@@ -329,14 +669,22 @@ class _Search:
                 name,
                 tags={"space": self.space},
                 description=f"Sentence encoders found by searches of the space {self.space!r} "
-                "(gridsearch.run): aliases best-retrieval, best-semantic, pareto-K.",
+                "(gridsearch.run): aliases best-retrieval, best-semantic, pareto-K, each "
+                "the best among comparable models (the same store, semantic sets and "
+                "objective; a --smoke-test's never replace a search's).",
             )
         except MlflowException as err:
             if err.error_code != ErrorCode.Name(RESOURCE_ALREADY_EXISTS):
                 raise
 
     def _version(
-        self, name: str, experiment_id: str, outcome: TrialOutcome, aliases: list[str], folder: str
+        self,
+        name: str,
+        experiment_id: str,
+        outcome: TrialOutcome,
+        aliases: list[str],
+        folder: str,
+        lineage: Lineage,
     ) -> str:
         """Log the trial's ensemble as a model into its run; register it; its version."""
         query = f"tags.`{TRIAL_TAG}` = '{outcome.trial_id}'"
@@ -358,10 +706,12 @@ class _Search:
             name,
             source=info.model_uri,
             run_id=run_id,
-            tags={**own, **self._tags(outcome, run_id, aliases)},
-            description=f"{', '.join(aliases)} of search {self.experiment!r}: trial "
-            f"{outcome.trial_id}, dev R@10 mean {outcome.retrieval:.2f}, dev semantic "
-            f"{outcome.semantic:.4f}",
+            tags={**own, **self._tags(outcome, run_id, aliases), **lineage.tags()},
+            description=f"Chosen as {', '.join(aliases)} among the trials of search "
+            f"{self.experiment!r}: trial {outcome.trial_id}, dev R@10 mean "
+            f"{outcome.retrieval:.2f}, dev semantic {outcome.semantic:.4f}. The registered "
+            "model's aliases name the best among comparable models (its tags say which "
+            "this version got or lost, and why).",
             model_id=info.model_id,
         )
         # as MLflow's own registration does: the logged model's page lists its version
@@ -370,17 +720,35 @@ class _Search:
         return str(version.version)
 
     def _tags(self, outcome: TrialOutcome, run_id: str, aliases: list[str]) -> dict[str, str]:
-        """A version's tags besides the trial and experiment: where it comes from, what it
-        was chosen as, and its dev and test values."""
+        """A version's tags besides the trial, experiment and lineage: where it comes
+        from, what it was chosen as among its search's trials, and its dev and test
+        values."""
         values = {k: f"{outcome.metrics[k]:.6g}" for k in _VALUE_TAGS if k in outcome.metrics}
         return {
             "run_id": run_id,
             "space": self.space,
-            "objective": self.objective,
-            "chosen_as": ", ".join(aliases),
+            _CHOSEN_TAG: ", ".join(aliases),
             **values,
         }
 
 
-def _ours(alias: str) -> bool:
-    return alias in BEST_ALIASES or alias.startswith(PARETO_ALIAS.format(""))
+@dataclass(frozen=True)
+class _Holder:
+    version: str
+    tags: Mapping[str, str]
+    lineage: Lineage
+
+
+_TAG_LIMIT = 5000  # characters of a version tag kept (its end)
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        value = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return None if value is None or math.isnan(value) else value
+
+
+def _pareto_number(alias: str) -> int:
+    return int(alias.removeprefix(PARETO_ALIAS.format("")))

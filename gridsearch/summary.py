@@ -9,9 +9,10 @@ import math
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from gridsearch._outcome import Failures
 from gridsearch.settings import SearchSettings
 from trainables import names
 
@@ -28,6 +29,7 @@ __all__ = [
     "pareto_front",
     "ray_dashboard_line",
     "report_command",
+    "retry_lines",
     "without_password",
 ]
 
@@ -38,6 +40,12 @@ class TrialOutcome:
     config: Mapping[str, Any]  # the searched parameters (not the fixed ones)
     metrics: Mapping[str, float]  # the trial's last report
     status: str  # finished, stopped_early, failed
+    failures: Failures = field(default_factory=Failures)  # how often it failed, and why
+
+    @property
+    def retried(self) -> bool:
+        """It failed and was run again (whatever its outcome)."""
+        return self.failures.retries(self.status == "failed") > 0
 
     @property
     def retrieval(self) -> float:
@@ -87,11 +95,13 @@ def format_summary(
     ``objective == "both"`` the Pareto front, and the best trials' test numbers against
     the store's ``baselines`` (``trainables.baselines``)."""
     counts: dict[str, int] = {}
-    for outcome in outcomes:
-        counts[outcome.status] = counts.get(outcome.status, 0) + 1
+    for outcome in outcomes:  # a retried trial is counted apart from those that were not
+        status = OUTCOME_WORDS.get(outcome.status, outcome.status)
+        status += " after a retry" if outcome.retried else ""
+        counts[status] = counts.get(status, 0) + 1
     trials = f"{len(outcomes)} trial{'' if len(outcomes) == 1 else 's'}"
-    said = (f"{n} {OUTCOME_WORDS.get(s, s)}" for s, n in sorted(counts.items()))
-    lines = [f"{trials}: " + ", ".join(said)]
+    lines = [f"{trials}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))]
+    lines += retry_lines(outcomes)
     for label, metric in (("retrieval", names.BEST_RETRIEVAL), ("semantic", names.BEST_SEMANTIC)):
         best = best_trial(outcomes, metric)
         if best is not None:
@@ -114,6 +124,28 @@ def format_summary(
     if baselines:
         lines += baseline_lines(outcomes, baselines)
     return "\n".join(lines)
+
+
+_RETRIES_SHOWN = 10  # retried trials named in the summary; the rest counted
+
+
+def retry_lines(outcomes: Sequence[TrialOutcome]) -> list[str]:
+    """A line per trial that failed and was run again: how often, the last cause, and
+    how it ended (its run's ``failures`` and ``last_failure`` tags say the same)."""
+    retried = [o for o in outcomes if o.retried]
+    lines = []
+    for outcome in retried[:_RETRIES_SHOWN]:
+        count = outcome.failures.count
+        times = "once" if count == 1 else f"{count} times"
+        cause = f" ({outcome.failures.last})" if outcome.failures.last else ""
+        failed = outcome.status == "failed"
+        words = OUTCOME_WORDS.get(outcome.status, outcome.status)
+        end = "and then given up (failed)" if failed else f"then {words}"
+        lines.append(f"  retried {outcome.trial_id}: failed {times}{cause}, {end}")
+    if len(retried) > _RETRIES_SHOWN:
+        more = len(retried) - _RETRIES_SHOWN
+        lines.append(f"  and {more} more retried (their runs' failures tag)")
+    return lines
 
 
 # what a baseline is called on screen, and the test metrics the best trials are held to

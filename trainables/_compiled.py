@@ -10,7 +10,12 @@ alone, and its ninja rebuilds whenever the source's path differs: two clones too
 
 :func:`load` never builds and never waits: it imports the published module or returns None.
 A build is published only when whole: the module is moved into the folder and then
-``key.json`` names it (both atomic renames), so a reader sees all of it or nothing.
+``key.json`` names it (both atomic renames), so a reader sees all of it or nothing: a
+process never needs a lock to load one, whoever else shares the folder.
+Within a process, loading is one thread at a time (``_LOADING``): an extension module is
+created, then run (PEP 489); a pybind11 module run a second time finds its first, finished
+copy and leaves the second empty, so two threads importing one at once could each make
+one, and the later got a module without its functions.
 :func:`build` is for a process that may take the time (a search's driver, the train CLI,
 ``python -m trainables.cpp_loop``): it compiles in a folder of its own and holds a lock on
 the key while it does, so a second builder of the same key (the only one that could want
@@ -30,6 +35,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -47,6 +53,8 @@ MANIFEST = "key.json"  # written last: the build is complete and names its modul
 LOG = "builds.log"  # a line per build: who built it, where, how long it took
 _LOCK = ".lock"
 _BUILDER = ".builder"  # who holds the lock (host, pid, since), for a waiter to say
+# one thread of a process at a time imports a build (see the module docstring)
+_LOADING = threading.RLock()
 
 
 class Extension(NamedTuple):
@@ -133,26 +141,36 @@ def folder(extension: Extension) -> Path:
 
 def load(extension: Extension) -> ModuleType | None:
     """The built module, or None where it is not built for this key: never compiles,
-    never waits on a lock. A manifest whose module is gone or cannot be loaded (a cache
-    cleaner took the file, a disk damaged it) is no build: the next builder builds again."""
+    never waits on a lock another process holds. A manifest whose module is gone or
+    cannot be loaded (a cache cleaner took the file, a disk damaged it) is no build: the
+    next builder builds again. Thread-safe: a module is imported once per process, by
+    one thread, and every caller gets that one (``_LOADING``)."""
     where = folder(extension)
     try:
         manifest = json.loads((where / MANIFEST).read_text())
-        name, file = str(manifest["module"]), where / str(manifest["file"])
-    except (OSError, ValueError, KeyError, TypeError):
+        name, file = manifest["module"], manifest["file"]
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
-    if name in sys.modules:  # loaded already (a module is initialised once per process)
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, file)
-    if spec is None or spec.loader is None:
+    # what a build writes: the folder's own module, a file in the folder (anything else
+    # is no build: the shared folder's manifest never names code elsewhere)
+    if name != where.name or not isinstance(file, str) or Path(file).name != file:
         return None
-    try:
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    except ImportError:  # the file is missing or not a loadable module
+    if not file.startswith(f"{name}.") or file.startswith("."):
         return None
-    sys.modules[name] = module
-    return module
+    file = where / file
+    with _LOADING:
+        if name in sys.modules:  # loaded already (a module is initialised once per process)
+            return sys.modules[name]
+        spec = importlib.util.spec_from_file_location(name, file)
+        if spec is None or spec.loader is None:
+            return None
+        try:
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        except ImportError:  # the file is missing or not a loadable module
+            return None
+        sys.modules[name] = module
+        return module
 
 
 Write = Callable[[str], None]
@@ -232,7 +250,7 @@ def _compile(extension: Extension, where: Path, write: Write, what: str) -> Modu
     work.mkdir()
     cpp_extension = _cpp_extension()
 
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _LOADING:  # it imports what it built
         warnings.simplefilter("ignore")  # "No CUDA runtime is found" and the like
         module = cpp_extension.load(
             name=where.name,
@@ -243,6 +261,9 @@ def _compile(extension: Extension, where: Path, write: Write, what: str) -> Modu
         )
     built = Path(str(module.__file__))
     os.replace(built, where / built.name)
+    module.__file__ = str(where / built.name)  # where it now is
+    with _LOADING:  # this process's one copy, before a reader finds the manifest
+        sys.modules[module.__name__] = module
     seconds = time.monotonic() - started
     manifest = {
         "module": module.__name__,
@@ -256,7 +277,5 @@ def _compile(extension: Extension, where: Path, write: Write, what: str) -> Modu
     with (where / LOG).open("a") as log:
         log.write(f"{since} pid {pid} on {host}: built in {seconds:.1f} s\n")
     shutil.rmtree(work, ignore_errors=True)
-    module.__file__ = str(where / built.name)  # where it now is
-    sys.modules[module.__name__] = module
     write(f"  built in {seconds:.0f} s")
     return module

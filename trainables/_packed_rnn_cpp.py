@@ -18,6 +18,7 @@ tests/trainables/test_packed_rnn.py), with one warning. A run whose config says
 
 from __future__ import annotations
 
+import threading
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,9 @@ FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp-simd"]
 WHAT = "the C++ recurrence (trainables/_packed_rnn.cpp)"
 
 _built: list[ModuleType | None] = []
+# one thread looks it up (or builds it); the others wait for its answer: a bidirectional
+# layer runs its two directions on two threads, and both ask at the first step
+_looking = threading.Lock()
 _recurrence = ["compiled"]  # this process's ``RunConfig.recurrence`` (``use``)
 
 
@@ -50,12 +54,20 @@ def use(recurrence: str) -> None:
 
 
 def extension() -> ModuleType | None:
-    """The compiled loops (looked up once per process), or None: recurrence "python"
-    (``use``), or not built for this machine (warned once). Never builds or waits."""
+    """The compiled loops (looked up once per process, by one thread: the others wait for
+    its answer), or None: recurrence "python" (``use``), or not built for this machine
+    (warned once). Never builds or waits on another process."""
     if _recurrence[0] == "python":
         return None
     if _built:
         return _built[0]
+    with _looking:
+        if not _built:
+            _built.append(_look_up())
+    return _built[0]
+
+
+def _look_up() -> ModuleType | None:
     module = None
     try:
         module = _compiled.load(_extension())
@@ -70,9 +82,8 @@ def extension() -> ModuleType | None:
             "`python -m trainables.cpp_loop` builds it (a search builds it before its "
             "trials); the config's recurrence python (--recurrence python) silences this",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    _built.append(module)
     return module
 
 
@@ -97,5 +108,6 @@ def prebuild(write: Callable[[str], None] = _silent) -> ModuleType | None:
             "uses the Python loop (slower; --recurrence python skips the build)"
         )
         module = None
-    _built[:] = [module]
+    with _looking:
+        _built[:] = [module]
     return module

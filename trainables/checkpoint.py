@@ -41,7 +41,7 @@ from __future__ import annotations
 import io
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +67,7 @@ __all__ = [
     "load_training_state",
     "to_bytes",
     "training_state_header",
+    "weight_mismatch",
 ]
 
 SCHEMA_VERSION = 2  # 2: word models (the ``vocabulary`` key); 1: the format field
@@ -133,7 +134,94 @@ def _checked(state: dict[str, Any], expected: str, what: str) -> dict[str, Any]:
     missing = [key for key in keys if key not in state]
     if missing:
         raise CheckpointError(f"{what}: a {expected} file without {', '.join(missing)}")
+    problem = _values_problem(state, expected)
+    if problem is not None:
+        raise CheckpointError(f"{what}: not a {expected} file as this package writes it: {problem}")
     return state
+
+
+def _values_problem(state: Mapping[str, Any], expected: str) -> str | None:
+    """What in ``state`` is not of the type and shape this module writes (the field, what
+    it should be), or None. Deeper checks (the config's fields, the optimiser's state,
+    each tensor's shape against the model) are where they are read."""
+    checks: dict[str, tuple[Callable[[Any], bool], str]] = {
+        "config": (_is_dict, "an object of the run's settings"),
+        "snapshots": (_is_snapshots, "a list of {epoch, score, state} snapshots"),
+        "alphabet": (lambda v: isinstance(v, str), "the characters a model reads"),
+        "vocabulary": (lambda v: v is None or _is_dict(v), "a word vocabulary, or none"),
+    }
+    if expected == TRAINING_STATE:
+        checks |= {
+            "model": (_is_weights, "a model's weights: names and tensors"),
+            "optimizer": (_is_dict, "an optimiser's state"),
+            "epoch": (_is_count, "an epoch: an integer from 0"),
+            "step": (_is_count, "a step: an integer from 0"),
+            "history": (
+                lambda v: isinstance(v, list) and all(map(_is_dict, v)),
+                "a list of reports",
+            ),
+            "rng": (_is_rng, "the random generators' states: {torch: a byte tensor, cuda: a list}"),
+        }
+    else:
+        checks["weights"] = (
+            lambda v: v in ("snapshots", "final model", LAST_EVALUATED),
+            f"'snapshots', 'final model' or {LAST_EVALUATED!r}",
+        )
+    for key, (valid, said) in checks.items():
+        if key in state and not valid(state[key]):
+            return f"field {key!r} is {_kind(state[key])}, expected {said}"
+    return None
+
+
+def _is_dict(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) for k in value)
+
+
+def _is_reports(value: Any) -> bool:
+    return isinstance(value, list) and all(map(_is_dict, value))
+
+
+def _is_count(value: Any) -> bool:
+    return type(value) is int and value >= 0
+
+
+def _is_weights(value: Any) -> bool:
+    return _is_dict(value) and all(isinstance(t, torch.Tensor) for t in value.values())
+
+
+def _is_snapshots(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(s, dict)
+        and _is_count(s.get("epoch"))
+        and type(s.get("score")) in (int, float)
+        and _is_weights(s.get("state"))
+        for s in value
+    )
+
+
+def _is_rng(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and isinstance(value.get("torch"), torch.Tensor)
+        and value["torch"].dtype == torch.uint8
+        and value["torch"].dim() == 1
+        and isinstance(value.get("cuda"), list)
+        and all(isinstance(t, torch.Tensor) and t.dtype == torch.uint8 for t in value["cuda"])
+    )
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    if isinstance(value, bool | int | float) or value is None:
+        return repr(value)
+    if isinstance(value, str):
+        return f"the text {value[:30]!r}" + ("..." if len(value) > 30 else "")
+    return (
+        f"a {type(value).__name__} of {len(value)}"
+        if hasattr(value, "__len__")
+        else type(value).__name__
+    )
 
 
 def training_state_header() -> dict[str, Any]:
@@ -172,6 +260,7 @@ class EnsembleWeights:
     snapshots: list[dict[str, Any]]  # {"epoch", "score", "state"}, best first
     weights: str = "snapshots"  # "snapshots" or "final model" (see the module docstring)
     vocabulary: dict[str, Any] | None = None  # a word model's input (WordVocabulary state)
+    source: str = ""  # the file it was read from, for errors ("": made in memory)
 
     @classmethod
     def from_training_state(cls, state: Mapping[str, Any]) -> EnsembleWeights:
@@ -207,9 +296,15 @@ class EnsembleWeights:
         """The CNN feature size the image encoder takes (read from its weights; cap2img's
         captions are projected into the feature space, so from that projection)."""
         state = self.snapshots[0]["state"]
-        if "image_encoder.linear.weight" in state:
-            return int(state["image_encoder.linear.weight"].shape[1])
-        return int(state["caption_encoder.projection.weight"].shape[0])
+        for name, axis in (("image_encoder.linear.weight", 1),
+                           ("caption_encoder.projection.weight", 0)):  # fmt: skip
+            weight = state.get(name)
+            if isinstance(weight, torch.Tensor) and weight.dim() == 2:
+                return int(weight.shape[axis])
+        raise CheckpointError(
+            f"{self.source or 'the ensemble'}: snapshot 0's weights have neither "
+            "image_encoder.linear.weight nor caption_encoder.projection.weight (a matrix)"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -240,11 +335,23 @@ class EnsembleWeights:
         """One evaluation-mode model per snapshot, on ``device``, sharing one tokenizer."""
         built = []
         tokenizer = self.tokenizer()
-        for snapshot in self.snapshots:
+        for number, snapshot in enumerate(self.snapshots):
             model = GroundedEncoder(self.config, self.feature_dim, tokenizer)
-            model.load_state_dict(snapshot["state"])
+            try:
+                model.load_state_dict(snapshot["state"])
+            except (RuntimeError, KeyError) as err:  # names or shapes of another model
+                raise CheckpointError(
+                    f"{self.source or 'the ensemble'}: snapshot {number}'s weights are not "
+                    f"those of the model its config builds ({weight_mismatch(err)})"
+                ) from None
             built.append(model.to(device).eval())
         return built
+
+
+def weight_mismatch(err: BaseException) -> str:
+    """torch's refusal of a state dict, in a line: its first reason."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return (lines[1] if len(lines) > 1 else lines[0] if lines else type(err).__name__)[:200]
 
 
 def load_ensemble(data: bytes | str | os.PathLike[str], what: str = "") -> EnsembleWeights:
@@ -263,6 +370,7 @@ def load_ensemble(data: bytes | str | os.PathLike[str], what: str = "") -> Ensem
         list(state["snapshots"]),
         str(state.get("weights", "snapshots")),
         vocabulary=state.get("vocabulary"),
+        source=what,
     )
     try:
         weights.tokenizer()  # the input its family needs is there

@@ -176,6 +176,11 @@ def _finish(vectors: torch.Tensor, normalize: bool) -> np.ndarray:
 
 def _weights(model: str | os.PathLike[str], tracking_uri: str | None) -> EnsembleWeights:
     text = os.fspath(model)
+    if not text.strip():  # Path("") is the working directory: never what was meant
+        raise CheckpointError(
+            f"model {text!r}: empty; expected a checkpoint or ensemble file, a folder of "
+            "one, a run id, trial id or run name, or a models:/ or runs:/ URI"
+        )
     path = Path(text)
     if path.is_dir():
         inside = _models_in(path)
@@ -235,12 +240,12 @@ def _model_source() -> Callable[[str, str | None], EnsembleWeights]:
 
 def _looks_like_a_run(text: str) -> bool:
     """A run id (32 hex), a Tune trial id (``8c1f0a2e`` or ``search_trainable_8c1f0_00001``)
-    or a run name (``trial-...``), as opposed to a path that does not exist."""
-    return (
-        "/" not in text
-        and bool(re.fullmatch(r"[A-Za-z0-9_.\-]+", text))
-        and not text.endswith((".pt", ".pth"))
-    )
+    or a run name, as ``analysis.compare`` takes them (``trial-3f2a91c0`` or the whole
+    ``trial-3f2a91c0 margin=0.1625``, whose values may hold any character), as opposed
+    to a path that does not exist (a folder in it, or a checkpoint's suffix)."""
+    if not text.isprintable() or text.endswith((".pt", ".pth")):
+        return False
+    return text.startswith("trial-") or "/" not in text
 
 
 def _from_file(path: Path) -> EnsembleWeights:

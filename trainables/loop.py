@@ -598,7 +598,13 @@ class Trainer:
             self.model = self._new_model(self._data.feature_dim)
             self.optimizer = self._new_optimizer()
             self._place_splits()
-        self.model.load_state_dict(state["model"])
+        try:
+            self.model.load_state_dict(state["model"])
+        except (RuntimeError, KeyError) as err:  # names or shapes of another model
+            raise checkpoint.CheckpointError(
+                f"{what}: its model's weights are not those of the model its config builds "
+                f"({checkpoint.weight_mismatch(err)})"
+            ) from None
         try:
             self.optimizer.load_state_dict(state["optimizer"])
         except (KeyError, TypeError, ValueError) as err:

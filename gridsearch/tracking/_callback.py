@@ -20,7 +20,6 @@ the trade-off per epoch (``_curves.charts_view``).
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -33,7 +32,7 @@ from ray.tune.experiment import Trial
 from gridsearch._groups import Member, MemberResults, member_checkpoint, members_of
 from gridsearch._interrupt import Interruption
 from gridsearch._optuna import StudyLinks
-from gridsearch._outcome import Outcome, classify
+from gridsearch._outcome import Failures, Outcome, classify, failures_of, trial_error
 from gridsearch.tracking._artifacts import CURVE_KEYS
 from gridsearch.tracking._curves import charts_view
 from gridsearch.tracking._reconcile import ReconcileReport, epoch_metrics, reconcile
@@ -161,6 +160,29 @@ class TrialTracker(Callback):
     ) -> None:
         self._close(trial, Outcome.FAILED, _trial_error(trial))
 
+    def on_trial_recover(
+        self, iteration: int, trials: list[Trial], trial: Trial, **info: Any
+    ) -> None:
+        """Tune retries the trial after a failure: its runs say so at once (a failure for
+        a full disk is not the trial's: the disk guard, before this, took it back)."""
+        failures = failures_of(trial)
+        if failures.count:
+            for member in members_of(trial.trial_id, dict(trial.config)):
+                self._mark(member.trial_id, member.config, failures)
+
+    def mark_failures(self, outcomes: Iterable[Any]) -> None:
+        """At the search's end, every trial's failures as its outcome holds them (Tune's
+        count, across resumes): a run rebuilt by ``reconcile`` says them too."""
+        for outcome in outcomes:
+            if outcome.failures.count:
+                self._mark(outcome.trial_id, dict(outcome.config), outcome.failures)
+
+    def _mark(self, trial_id: str, config: dict[str, Any], failures: Failures) -> None:
+        self.queue.submit(
+            f"the failures of {trial_id}",
+            lambda: self.runs.mark_failures(trial_id, config, failures),
+        )
+
     def on_experiment_end(self, trials: list[Trial], **info: Any) -> None:
         for trial in trials:
             if trial.trial_id in self._seen and trial.trial_id not in self._closing:
@@ -268,13 +290,6 @@ class TrialTracker(Callback):
 
 
 def _trial_error(trial: Trial) -> str:
-    """The failed ``trial``'s error as Tune wrote it (its ``error.txt``): the driver's own
-    copy, written at once, else the storage path's (``Trial.get_error``), which Tune
-    copies there only every few seconds: a trial that failed soon after a copy has none
-    there yet, and its run would say only that it failed."""
-    local = trial.error_file
-    if local is not None and os.path.isfile(local):
-        with open(local, encoding="utf-8", errors="replace") as handle:
-            return handle.read()
-    error = trial.get_error()
-    return str(error) if error is not None else "the trial failed"
+    """The failed ``trial``'s error as Tune wrote it (``_outcome.trial_error``): its run
+    says more than that it failed."""
+    return trial_error(trial) or "the trial failed"

@@ -37,6 +37,8 @@ from gridsearch.tracking._store import log_metrics, objective_metrics
 from gridsearch.tracking._tags import (
     CHARTS_VIEW,
     PARENT_TAG,
+    RETRIED_TRIALS_TAG,
+    TRACKING_RETRIES_TAG,
     TRIAL_TAG,
     VIEW_TAG_PREFIX,
     best_trial_tag,
@@ -117,11 +119,18 @@ def close_parent(
     unfinished: int,
     elapsed_s: float,
     interrupted: bool = False,
+    tracking: str | None = None,
 ) -> str:
     """Record the end of the search; returns the parent's outcome: ``interrupted`` (trials
     left to run, or ``interrupted`` by a signal or a full disk before its end: a
-    ``--resume`` continues), ``failed`` (every trial failed) or ``finished``."""
+    ``--resume`` continues), ``failed`` (every trial failed) or ``finished``. How many
+    trials were retried after a failure, and ``tracking`` (what the tracking store's
+    writes went through, ``WriteQueue.said``), are tags of their own."""
     client.log_text(parent, summary + "\n", "summary.txt")
+    retried = {RETRIED_TRIALS_TAG: str(sum(o.retried for o in outcomes))}
+    if tracking:
+        retried[TRACKING_RETRIES_TAG] = tracking
+    client.log_batch(parent, tags=[RunTag(k, v) for k, v in retried.items()])
     run = client.get_run(parent)
     objective = run.data.params.get("objective", "retrieval")
     values, tags = best_values(client, run.info.experiment_id, objective, outcomes)

@@ -16,10 +16,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from mlflow.entities import Param
+from mlflow.entities import Param, RunTag
 from mlflow.tracking import MlflowClient
 
-from gridsearch._outcome import Outcome, is_disk_full
+from gridsearch._outcome import Failures, Outcome, is_disk_full
 from gridsearch._space import split_trial_config
 from gridsearch.summary import key_value
 from gridsearch.tracking._artifacts import curve_history, trajectory_image, write_trial_artifacts
@@ -27,6 +27,8 @@ from gridsearch.tracking._lineage import copy_inputs
 from gridsearch.tracking._store import log_metrics, param_value
 from gridsearch.tracking._tags import (
     ERROR_TAG,
+    FAILURES_TAG,
+    LAST_FAILURE_TAG,
     OUTCOME_RUNNING,
     OUTCOME_TAG,
     PARENT_TAG,
@@ -206,6 +208,15 @@ class TrialRuns:
         held = any(int(m.step) == step for m in self.client.get_metric_history(run_id, key))
         self._failed.discard((run_id, key, step))
         return held
+
+    def mark_failures(self, trial_id: str, config: Mapping[str, Any], failures: Failures) -> None:
+        """Say on the trial's run how often it failed and why it last did (whatever it
+        ends as: a retried trial that finished is no plain success)."""
+        run_id = self.run_of(trial_id, config)
+        tags = [RunTag(FAILURES_TAG, str(failures.count))]
+        if failures.last:
+            tags.append(RunTag(LAST_FAILURE_TAG, failures.last))
+        self.client.log_batch(run_id, tags=tags)
 
     def close(
         self,

@@ -46,6 +46,7 @@ __all__ = [
     "TrackingError",
     "check_reachable",
     "ensure_experiment",
+    "forget_database",
     "log_metrics",
     "objective_metrics",
     "param_value",
@@ -113,6 +114,23 @@ def forget_artifact_stores() -> None:
     from mlflow.tracking._tracking_service import utils
 
     utils._artifact_repos_cache.clear()
+
+
+def forget_database(path: Path) -> None:
+    """Close the connections MLflow keeps open to the sqlite file at ``path`` (its stores
+    keep an engine per database URL, ``SqlAlchemyStore._engine_map``; no public call closes
+    them): once the file is replaced (a relocation writes a rebased copy in its place),
+    they would read the old file, and write into nothing ("a readonly database"). The
+    next use opens the file there now."""
+    from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore as Registry
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore as Tracking
+
+    target = os.path.realpath(path)
+    for store in (Tracking, Registry):
+        for engine in list(store._engine_map.values()):
+            database = engine.url.database
+            if database and os.path.realpath(database) == target:
+                engine.dispose()
 
 
 def ensure_experiment(client: MlflowClient, experiment: str, artifact_root: Path) -> str:

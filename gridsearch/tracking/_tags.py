@@ -9,16 +9,20 @@ __all__ = [
     "ERROR_TAG",
     "EXPERIMENT_KIND",
     "EXPERIMENT_KIND_TAG",
+    "FAILURES_TAG",
+    "LAST_FAILURE_TAG",
     "OPTUNA_STUDY_TAG",
     "OPTUNA_TRIAL_TAG",
     "OUTCOME_RUNNING",
     "OUTCOME_TAG",
     "PARENT_TAG",
     "RESULTS_VIEW",
+    "RETRIED_TRIALS_TAG",
     "ROLE_SEARCH",
     "ROLE_TAG",
     "ROLE_TRIAL",
     "RUN_COLOUR_TAG",
+    "TRACKING_RETRIES_TAG",
     "TRADEOFF_IMAGE",
     "TRIAL_COLOURS",
     "TRIAL_TAG",
@@ -40,6 +44,14 @@ OPTUNA_TRIAL_TAG = "optuna.trial_number"
 OUTCOME_TAG = "outcome"
 OUTCOME_RUNNING = "running"
 ERROR_TAG = "error"  # a failed or abandoned trial's error, its last 5,000 characters
+# A trial that failed and was retried (whatever its outcome): how often it failed, and the
+# last failure's cause in a line (gridsearch._outcome.Failures); set when Tune retries it.
+FAILURES_TAG = "failures"
+LAST_FAILURE_TAG = "last_failure"
+# On the parent run: how many trials were retried after a failure, and what the tracking
+# store's writes went through (written again, refused), in a line; set at the search's end.
+RETRIED_TRIALS_TAG = "retried_trials"
+TRACKING_RETRIES_TAG = "tracking_retries"
 # On the parent run: BEST_TRIAL_TAG + "." + an objective metric -> the Tune trial id whose
 # value of that metric the parent run shows.
 BEST_TRIAL_TAG = "best_trial"

@@ -6,9 +6,10 @@ write); one the store answers but refuses is logged and dropped, since retrying 
 help, unless it failed for a full disk (``is_disk_full``), which frees up: it stays too,
 and ``disk_full`` says why. ``flush(wait_s)`` waits up to ``wait_s`` for the store to come
 back, but not for a full disk: it tries once more and returns. ``why_pending`` says in
-a line why writes are left. Nothing here knows Tune or MLflow: the store is a
-``reachable()`` probe and writes are callables. Each write runs under ``guard`` (the
-driver's: a stop that comes meanwhile waits for its end).
+a line why writes are left, and ``said`` what the writes went through (waited for the
+store and went through, refused), for the search's summary. Nothing here knows Tune or
+MLflow: the store is a ``reachable()`` probe and writes are callables. Each write runs
+under ``guard`` (the driver's: a stop that comes meanwhile waits for its end).
 
     queue = WriteQueue(reachable=store_answers, where="http://mlflow:5000")
     queue.submit("epoch 3 of trial a", lambda: client.log_batch(...))
@@ -54,6 +55,12 @@ class WriteQueue:
         # the error of the last write refused for a full disk, while none went through since
         self.disk_full: str | None = None
         self._pending: deque[tuple[str, Write]] = deque()
+        # what the writes went through: waited for the store (how many writes, how many
+        # times it was away or full, for how long in all), refused and dropped
+        self.waited = 0
+        self.outages = 0
+        self.away_s = 0.0
+        self.refused = 0
         self._down_since: float | None = None
         self._last_try = 0.0
         # what each write runs under, whole: the bookkeeping after it included
@@ -99,6 +106,23 @@ class WriteQueue:
             return f"no space left for the MLflow tracking store at {self.where} ({self.disk_full})"
         return f"the MLflow tracking store at {self.where} did not come back within {wait_s:g} s"
 
+    def said(self) -> str | None:
+        """What the writes went through, in a line (None: every one went through at its
+        first try): how many waited for the store to come back (or to have space again)
+        and then went through, and how many it refused (each logged, and dropped)."""
+        parts = []
+        if self.waited:
+            times = "once" if self.outages == 1 else f"{self.outages} times"
+            parts.append(
+                f"{self.waited} write(s) waited for the store, away or full {times} "
+                f"({self.away_s:.0f} s in all), and then went through"
+            )
+        if self.refused:
+            parts.append(f"{self.refused} write(s) refused by it and skipped (logged)")
+        if self.pending:
+            parts.append(f"{self.pending} write(s) still waiting")
+        return f"MLflow at {self.where}: " + "; ".join(parts) if parts else None
+
     def _try_head(self) -> None:
         with self.guard() if self.guard else contextlib.nullcontext():
             self._try(*self._pending[0])
@@ -110,6 +134,10 @@ class WriteQueue:
         except Exception as err:  # MLflow raises many kinds for a store that is away
             self._failed(what, err)
             return
+        if self._down_since is not None:
+            self.outages += 1
+            self.away_s += time.monotonic() - self._down_since
+            self.waited += len(self._pending)  # this one, and those queued behind it
         self._pending.popleft()
         if self._down_since is not None:
             logger.warning(
@@ -137,6 +165,7 @@ class WriteQueue:
                 self._down_since = time.monotonic()
         elif self.reachable():
             logger.error("MLflow refused %s (%s); skipped", what, error_line(err))
+            self.refused += 1
             self._pending.popleft()
         elif self._down_since is None:
             self._down_since = time.monotonic()

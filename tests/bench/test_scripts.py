@@ -191,9 +191,7 @@ def test_packing(small_store: str, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.slow
-def test_cpu_sized(
-    small_store: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_cpu_sized(small_store: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from bench import bench_cpu_sized
 
     figure = tmp_path / "fig4.png"

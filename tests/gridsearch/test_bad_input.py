@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gridsearch.run import main
+from gridsearch.settings import SearchError, SearchSettings
 
 SPACE = "name: s\nparams:\n  margin: {type: float, low: 0.1, high: 0.3}\n"
 
@@ -170,8 +171,8 @@ def _record(runs: Path, name: str, text: str) -> None:
     [
         ("not json {", "is not a readable search record (JSONDecodeError"),
         ('{"args": ', "is not a readable search record"),
-        ("[1, 2]", "expected a JSON object, got list"),
-        ('{"space": "margin_sweep"}', "is not a readable search record (KeyError: 'layout'"),
+        ("[1, 2]", "(a JSON list, expected an object)"),
+        ('{"space": "margin_sweep"}', "is not a readable search record (field 'space_file': "),
         ('{"args": {"space": 3, "runs_dir": "x"}}', "records the search '3-"),
         ("[" * 100_000 + "]" * 100_000, "is not a readable search record"),
         ("\xff\xfe", "is not a readable search record"),
@@ -186,10 +187,56 @@ def test_a_damaged_search_record_is_named(
     assert expected in line and "searches/e.json" in line
 
 
+HOSTILE = (None, True, -1, 0, 1.5, float("nan"), "fortran", "", [], {}, {"root": 1}, 2**70)
+
+
+def test_every_field_of_a_search_record_is_checked(tmp_path: Path) -> None:
+    """A search's real record, each field replaced by each hostile value: the resume's
+    settings are built (a value its setting takes) or refused in one line naming the
+    record and the field, never a traceback, never a value taken silently (a record
+    edited to ``"recurrence": "fortran"`` once resumed as if compiled)."""
+    runs = tmp_path / "runs"
+    settings = SearchSettings.from_argv(
+        ["--space", "margin_sweep", "--smoke-test", "--experiment", "e", "--runs-dir", str(runs)]
+    )
+    path = settings.save_record(num_samples=2)
+    record = json.loads(path.read_text())
+    resume = ["--experiment", "e", "--resume", "--runs-dir", str(runs)]
+    taken: dict[str, list[object]] = {}
+    for field in [*record, "unknown_field"]:
+        for value in HOSTILE:
+            path.write_text(json.dumps({**record, field: value}))
+            try:
+                SearchSettings.from_argv(resume)
+            except SearchError as err:
+                message = str(err)
+                assert "\n" not in message and len(message) < 600, message
+                assert message.startswith(f"--resume: {path} "), (field, value, message)
+                if "is not a readable search record" in message:
+                    assert repr(field) in message, (field, value, message)
+                continue
+            taken.setdefault(field, []).append(value)
+    for field in ("recurrence", "engine", "objective", "scheduler", "sampler", "data_via"):
+        assert field not in taken, (field, taken.get(field))  # no choice but its choices
+    assert len(taken["started_at"]) == len(HOSTILE)  # when it started: any (else its mtime)
+    path.write_text(json.dumps({**record, "recurrence": "fortran"}))
+    with pytest.raises(SearchError, match="field 'recurrence': \"fortran\", expected one of"):
+        SearchSettings.from_argv(resume)
+
+
 def test_resume_mistakes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     runs = tmp_path / "runs"
     assert "--resume needs --experiment NAME" in _fails(["--resume"], capsys, runs)
     assert "no search named 'nope'" in _fails(["--resume", "--experiment", "nope"], capsys, runs)
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)  # a runs directory that is a loop, then a record that is one
+    line = _fails(["--resume", "--experiment", "e"], capsys, loop)
+    assert f"--resume: {loop} is a symbolic link loop" in line and "--runs-dir at" in line
+    (runs / "searches").mkdir(parents=True)
+    (runs / "searches" / "e.json").symlink_to("e.json")
+    line = _fails(["--resume", "--experiment", "e"], capsys, runs)
+    assert f"{runs / 'searches' / 'e.json'} is a symbolic link loop" in line
+    (runs / "searches" / "e.json").unlink()
     assert "cannot be a path" in _fails(["--resume", "--experiment", "../e"], capsys, runs)
     space = tmp_path / "space.yaml"
     space.write_text(SPACE)

@@ -9,6 +9,7 @@ import functools
 import json
 import pickle
 import random
+import re
 import signal
 import tempfile
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from gridsearch import _damage
 from gridsearch._damage import DamagedState
+from gridsearch._relocate import relocate
 from gridsearch.run import main
 from gridsearch.settings import SearchError, SearchSettings, parse_args
 
@@ -49,10 +51,22 @@ def _scrambled_pages(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
+DEEP = 100_000
+
+
+def _deeply_nested(path: Path) -> None:
+    """A whole pickle of a dictionary with the keys Tune's tuner.pkl holds, one of them
+    nested ``DEEP`` lists deep: every opcode in place, nothing to call, and not what Tune
+    wrote (its restore failed on it, deep inside Tune, with the parent run left open)."""
+    nested = b"]" * DEEP + b"a" * (DEEP - 1)  # EMPTY_LIST each, then APPEND each
+    path.write_bytes(b"\x80\x04}\x8c\x0c_tune_config" + nested + b"s\x8c\x0b_run_config" + b"Ns.")
+
+
 DAMAGE: dict[str, Callable[[Path], None]] = {
     "truncated": _truncate,
     "zero bytes": _empty,
     "random bytes": _random,
+    "deeply nested": _deeply_nested,
 }
 SQLITE_DAMAGE = {**DAMAGE, "pages overwritten": _scrambled_pages}
 
@@ -91,13 +105,27 @@ def _tracking(path: Path) -> Path:
 def _tune_folder(folder: Path) -> Path:
     """The files of a Tune experiment a resume reads, in Tune's formats."""
     folder.mkdir(parents=True, exist_ok=True)
-    state = {"trial_data": [["{}", "{}"]], "runner_data": {}, "stats": {"start_time": 1.0}}
-    (folder / "experiment_state-2026-01-01_00-00-00.json").write_text(json.dumps(state))
+    (folder / "experiment_state-2026-01-01_00-00-00.json").write_text(json.dumps(_state()))
     # Tune pickles the search generator's state into a file it names .json
-    (folder / "search_gen_state-2026-01-01_00-00-00.json").write_bytes(pickle.dumps({"n": 1}))
-    (folder / "tuner.pkl").write_bytes(pickle.dumps({"config": list(range(100))}))
-    (folder / "searcher-state-2026-01-01_00-00-00.pkl").write_bytes(pickle.dumps([1.0] * 50))
+    generator = {"counter": 2, "total_samples": 2, "finished": True}
+    (folder / "search_gen_state-2026-01-01_00-00-00.json").write_bytes(pickle.dumps(generator))
+    tuner = {"_tune_config": {"metric": "m"}, "_run_config": {}, "config": list(range(100))}
+    (folder / "tuner.pkl").write_bytes(pickle.dumps(tuner))
+    searcher = {"_metric": "m", "_points": [1.0] * 50}
+    (folder / "searcher-state-2026-01-01_00-00-00.pkl").write_bytes(pickle.dumps(searcher))
     return folder
+
+
+def _state(**changed: Any) -> dict[str, Any]:
+    """An experiment state of one trial, its fields as Tune writes them (the trial's,
+    then its run metadata's) changed by ``changed``."""
+    trial = {"trial_id": "a1b2c3d4_00000", "status": "TERMINATED", "config": {}}
+    metadata = {"num_failures": 0, "num_failures_after_restore": 0, "error_filename": None,
+                "pickled_error_filename": None, "last_result": {"epoch": 2}}  # fmt: skip
+    for key, value in changed.items():
+        (trial if key in trial else metadata)[key] = value
+    entry = [json.dumps(trial), json.dumps(metadata)]
+    return {"trial_data": [entry], "runner_data": {}, "stats": {"start_time": 1.0}}
 
 
 def _one_line(err: BaseException) -> str:
@@ -163,6 +191,77 @@ def test_a_damaged_tune_state_file_is_named(tmp_path: Path, name: str, damage: s
         _damage.check_tune_state(folder, EXPERIMENT)
     text = _one_line(caught.value)
     assert f"{folder / name} is damaged (" in text and f"--warm-start {EXPERIMENT}" in text
+
+
+HOSTILE = (None, True, -1, 1.5, "fortran", "", [], {}, {"a": [1]}, "x" * 1000, 2**70)
+# what each field of a trial in the experiment state may be (anything else is refused)
+VALID = {
+    "trial_id": lambda v: isinstance(v, str) and v.replace("_", "").isalnum(),
+    "status": lambda v: v in ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR"),
+    "num_failures": lambda v: type(v) is int and v >= 0,
+    "num_failures_after_restore": lambda v: type(v) is int and v >= 0,
+    "last_result": lambda v: isinstance(v, dict),
+    "error_filename": lambda v: v is None or isinstance(v, str),
+    "pickled_error_filename": lambda v: v is None or isinstance(v, str),
+}
+
+
+def test_every_field_of_a_trial_in_the_experiment_state_is_checked(tmp_path: Path) -> None:
+    """Each field a resume reads back, every hostile type: refused in one line naming the
+    file and the field, or (a value of its type) taken."""
+    folder = _tune_folder(tmp_path / EXPERIMENT)
+    state = folder / "experiment_state-2026-01-01_00-00-00.json"
+    for field, valid in VALID.items():
+        for value in HOSTILE:
+            state.write_text(json.dumps(_state(**{field: value})))
+            if valid(value):
+                _damage.check_tune_state(folder, EXPERIMENT)
+                continue
+            with pytest.raises(DamagedState) as caught:
+                _damage.check_tune_state(folder, EXPERIMENT)
+            text = _one_line(caught.value)
+            assert text.startswith(f"the Tune experiment state {state} is not what Tune "), text
+            assert f"trial_data[0]: field {field!r}: " in text and len(text) < 500, text
+    shapes = {
+        "[]": "a JSON list, expected an object",
+        '{"trial_data": {}, "runner_data": {}, "stats": {}}': "field 'trial_data'",
+        '{"trial_data": [], "runner_data": [], "stats": {}}': "field 'runner_data'",
+        '{"trial_data": [["{}"]], "runner_data": {}, "stats": {}}': "trial_data[0]: expected",
+        '{"trial_data": [[1, 2]], "runner_data": {}, "stats": {}}': "trial_data[0]: expected",
+        '{"trial_data": [["x", "y"]], "runner_data": {}, "stats": {}}': "trial_data[0]: not JSON",
+    }
+    for text, said in shapes.items():
+        state.write_text(text)
+        with pytest.raises(DamagedState, match=re.escape(said)):
+            _damage.check_tune_state(folder, EXPERIMENT)
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "said"),
+    [
+        ("tuner.pkl", [1, 2], "it holds a list, not Tune's dictionary"),
+        ("tuner.pkl", {"_run_config": {}}, "no key '_tune_config'"),
+        ("tuner.pkl", "text", "it holds a value"),
+        ("search_gen_state-2026-01-01_00-00-00.json", {"counter": 1}, "no key 'total_samples'"),
+        ("searcher-state-2026-01-01_00-00-00.pkl", (1, 2), "it holds a tuple"),
+    ],
+)
+def test_a_whole_tune_pickle_of_another_shape_is_named(
+    tmp_path: Path, name: str, content: object, said: str
+) -> None:
+    folder = _tune_folder(tmp_path / EXPERIMENT)
+    (folder / name).write_bytes(pickle.dumps(content))
+    with pytest.raises(DamagedState) as caught:
+        _damage.check_tune_state(folder, EXPERIMENT)
+    text = _one_line(caught.value)
+    assert f"{folder / name} is damaged ({said}" in text, text
+
+
+def test_a_deeply_nested_tuner_pickle_is_named_with_its_depth(tmp_path: Path) -> None:
+    folder = _tune_folder(tmp_path / EXPERIMENT)
+    _deeply_nested(folder / "tuner.pkl")
+    with pytest.raises(DamagedState, match=f"nested {DEEP + 1:,} deep; Tune's are at most 200"):
+        _damage.check_tune_state(folder, EXPERIMENT)
 
 
 def test_a_damaged_newest_state_falls_back_to_the_previous_one(tmp_path: Path) -> None:
@@ -326,3 +425,54 @@ def test_a_trial_failing_for_a_full_disk_stops_the_search(
         assert received == [] and interruption.reason is None
         assert trial.run_metadata.num_failures == 1  # the trial's own failure
     assert not (folder / "error.pkl").exists()
+
+
+@pytest.mark.parametrize("name", TUNE_FILES)
+@pytest.mark.parametrize("damage", list(DAMAGE))
+def test_a_damaged_state_file_with_its_last_whole_copy_is_restored_from_it(
+    tmp_path: Path, name: str, damage: str
+) -> None:
+    """A state file cut short (or otherwise damaged) whose last whole copy the search kept
+    (``.whole/``): no error; the check writes nothing; the repair moves the damaged file
+    aside and puts the copy in its place, in a line."""
+    folder = _tune_folder(tmp_path / EXPERIMENT)
+    (folder / _damage.WHOLE_COPIES).mkdir()
+    whole = (folder / name).read_bytes()
+    (folder / _damage.WHOLE_COPIES / name).write_bytes(whole)
+    DAMAGE[damage](folder / name)
+    damaged = (folder / name).read_bytes()
+    _damage.check_tune_state(folder, EXPERIMENT)  # the copy is what the resume reads
+    assert (folder / name).read_bytes() == damaged  # checked only
+    (said,) = _damage.restore_whole_copies(folder)
+    assert said.startswith(f"{folder / name} was damaged (") and "last whole copy" in said
+    assert (folder / name).read_bytes() == whole
+    assert (folder / f"{name}.damaged").read_bytes() == damaged
+    _damage.check_tune_state(folder, EXPERIMENT)
+    assert _damage.restore_whole_copies(folder) == []
+
+
+def test_a_moved_runs_directory_puts_the_whole_copy_back_before_the_move_is_taken_in(
+    tmp_path: Path,
+) -> None:
+    """The driver's order: the repair first (a pickle cut short cannot be rewritten
+    string by string), then the relocation, which rewrites the restored file and the
+    copies too."""
+    runs = tmp_path / "runs"
+    settings = _recorded(runs)
+    _study(Path(settings.optuna_storage.removeprefix("sqlite:///")))
+    tune = _tune_folder(Path(settings.experiment_path))
+    (tune / _damage.WHOLE_COPIES).mkdir()
+    tuner = {"_tune_config": {}, "_run_config": {"storage": str(runs / "tune")}}
+    for folder in (tune, tune / _damage.WHOLE_COPIES):
+        (folder / "tuner.pkl").write_bytes(pickle.dumps(tuner))
+    _truncate(tune / "tuner.pkl")
+    moved = runs.rename(tmp_path / "elsewhere")
+    resumed = SearchSettings.from_argv(
+        ["--experiment", EXPERIMENT, "--resume", "--runs-dir", str(moved)]
+    )
+    (said,) = _damage.check_resume_state(resumed)
+    assert "tuner.pkl was damaged" in said
+    relocate(resumed)
+    for path in (moved / "tune" / EXPERIMENT / "tuner.pkl",
+                 moved / "tune" / EXPERIMENT / _damage.WHOLE_COPIES / "tuner.pkl"):  # fmt: skip
+        assert pickle.loads(path.read_bytes())["_run_config"]["storage"] == str(moved / "tune")

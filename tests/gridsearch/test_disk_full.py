@@ -9,6 +9,7 @@ and Ray's log lines about a full disk."""
 from __future__ import annotations
 
 import errno
+import json
 import logging
 import os
 import signal
@@ -21,7 +22,9 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
+from gridsearch._damage import TUNE_STATE_FILES, WHOLE_COPIES
 from gridsearch._interrupt import DiskGuard, Interruption, Reserve, quiet_disk_full_logs
+from gridsearch._whole import WholeCopies
 from gridsearch.run import main
 from gridsearch.tracking import OUTCOME_TAG, ROLE_TAG, TRIAL_TAG
 from gridsearch.tracking._write_queue import WriteQueue
@@ -112,10 +115,21 @@ def test_a_disk_that_fills_during_a_trial_is_resumed_not_failed(
     assert {t.data.tags[OUTCOME_TAG] for t in trials} == {"search_ended"}  # not failed
     hit = {t.data.tags[TRIAL_TAG] for t in trials}
 
+    # the last whole copy of each state file is kept: here the reserve gave Tune's last
+    # save its room, which a disk under twice the reserve has not: that save cut short
+    # (as there) leaves the resume the copy, not only --warm-start
+    experiment = runs / "tune" / "full"
+    for pattern in TUNE_STATE_FILES:
+        (copy,) = (experiment / WHOLE_COPIES).glob(pattern)
+        assert (experiment / copy.name).read_bytes() == copy.read_bytes(), pattern
+    (state,) = experiment.glob("experiment_state-*.json")
+    state.write_bytes(state.read_bytes()[:4096])
+
     ballast.unlink()  # space freed: the same search goes on
     resume = ["--experiment", "full", "--resume", "--runs-dir", str(runs), *on_cluster]
     assert main(resume) == 0
     captured = capsys.readouterr()
+    assert f"{state} was damaged (cut short at 4,096 bytes): moved aside" in captured.out
     assert "1 trial: 1 finished" in captured.out and "finished in" in captured.out
     assert "stopped (" not in captured.out and not captured.err.strip()
     for trial in hit:  # restored from its checkpoint: its first epochs are not trained again
@@ -130,6 +144,35 @@ def test_a_disk_that_fills_during_a_trial_is_resumed_not_failed(
     )
     assert [t.state.name for t in study.trials] == ["COMPLETE"]  # the trial not given up
     assert not list(runs.glob(".disk-reserve-*"))  # the reserve given back
+
+
+def test_a_state_file_keeps_its_last_whole_copy_on_a_full_disk(disk8: Path) -> None:
+    """On a disk too small for the reserve (8 MiB), filled: a state file Tune saves anew
+    and a full disk cuts short is not copied (the last whole copy stays); nor is a whole
+    one the full disk leaves no room to copy. Once there is room, the new one is."""
+    folder = disk8 / "tune" / "e"
+    folder.mkdir(parents=True)
+    state = folder / "experiment_state-2026-01-01_00-00-00.json"
+    whole = {"trial_data": [], "runner_data": {}, "stats": {"start_time": 1.0}}
+    state.write_text(json.dumps(whole))
+    copies = WholeCopies(folder)
+    assert copies.copy() == [folder / WHOLE_COPIES / state.name]
+    ballast = _fill(disk8)
+    grown = json.dumps({**whole, "runner_data": {"x": "y" * 65536}})
+    # Tune's save in place (its first page fits where the old file was): cut short
+    with pytest.raises(OSError), state.open("w") as handle:
+        handle.write(grown)
+        handle.flush()
+        os.fsync(handle.fileno())
+    assert copies.copy() == []  # not whole: not copied
+    assert json.loads((folder / WHOLE_COPIES / state.name).read_text()) == whole
+    # whole again, in the page its old self freed: the disk still has no room for a copy
+    state.write_text(json.dumps({**whole, "stats": {"start_time": 2.0}}))
+    assert copies.copy() == [] and not list((folder / WHOLE_COPIES).glob(".*.tmp"))
+    assert json.loads((folder / WHOLE_COPIES / state.name).read_text()) == whole
+    ballast.unlink()
+    assert copies.copy() == [folder / WHOLE_COPIES / state.name]
+    assert json.loads((folder / WHOLE_COPIES / state.name).read_text())["stats"]["start_time"] == 2
 
 
 def test_the_write_queue_does_not_wait_for_a_full_disk(disk8: Path) -> None:

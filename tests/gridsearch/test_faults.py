@@ -179,6 +179,14 @@ def test_worker_node_killed_mid_trial_while_the_tracking_server_is_away(
             line.split("] start ", 1)[1].split()[1] for line in driver.lines if "] start " in line
         )
         (resumed,) = [trial_id for trial_id, count in starts.items() if count == 2]
+        # the retry said as it happened, in the summary's count and line, and in MLflow;
+        # so are the writes that waited for the server
+        assert f"RETRY 1/2  {resumed}  failed (" in driver.text or (
+            f"RETRY 2/2  {resumed}  failed (" in driver.text
+        ), driver.text
+        assert "2 trials: 1 finished, 1 finished after a retry" in driver.text, driver.text
+        assert f"  retried {resumed}: failed once (" in driver.text
+        assert f"MLflow at {server.uri}: " in driver.text and " waited for the store" in driver.text
         built = _builds(extensions)
         if built_before:  # an earlier driver of this module built it: found, not a word
             assert built == built_before and "building the C++" not in driver.text
@@ -196,6 +204,13 @@ def test_worker_node_killed_mid_trial_while_the_tracking_server_is_away(
             artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
             assert {"config.json", "tradeoff.png", "ensemble.pt"} <= artifacts
         (run,) = [r for r in runs if r.data.tags["tune.trial_id"] == resumed]
+        assert run.data.tags["failures"] == "1" and run.data.tags["last_failure"]
+        assert all("failures" not in r.data.tags for r in runs if r is not run)
+        found = client.get_experiment_by_name("node")
+        assert found is not None
+        (parent,) = client.search_runs([found.experiment_id], "tags.`search.role` = 'search'")
+        assert parent.data.tags["retried_trials"] == "1"
+        assert " waited for the store" in parent.data.tags["tracking_retries"]
         config_file = client.download_artifacts(run.info.run_id, "config.json", str(tmp_path))
         keys = (names.PRIMARY_RETRIEVAL, names.PRIMARY_SEMANTIC, names.LOSS)
         history = {key: client.get_metric_history(run.info.run_id, key) for key in keys}

@@ -213,3 +213,25 @@ def test_a_restored_searcher_tells_its_new_actor_the_stops_of_its_running_trials
     assert fresh.total == 6
     fresh.extend(5)  # never fewer
     assert fresh.total == 6
+
+
+def test_a_trials_last_result_wins_over_a_table_that_ends_before_it() -> None:
+    """Tune's results table of a trial (its result.json) can end before the trial did (a
+    hard stop's resume keeps it finished from its checkpoint; on a joined cluster Tune
+    copies its older table back): the member's end is its trial's last result then,
+    never a report the table still holds from before."""
+    import pandas as pd
+    from ray.tune import Result
+
+    from gridsearch._groups import MemberResults
+
+    early = {member_key(0, "epoch"): 1.0, member_key(0, names.BEST_RETRIEVAL): 40.0}
+    last = {**early, member_key(0, "epoch"): 2.0, member_key(0, names.FINISHED): 80.0}
+    table = pd.DataFrame([{**early, "trial_id": "abc"}])
+    stale = Result({**last, "trial_id": "abc"}, None, None, "/nowhere", metrics_dataframe=table)
+    (member,) = MemberResults([stale])
+    assert member.metrics["epoch"] == 2.0 and names.is_finished(member.metrics)
+    whole = pd.DataFrame([{**early, "trial_id": "abc"}, {**last, "trial_id": "abc"}])
+    current = Result({**last, "trial_id": "abc"}, None, None, "/nowhere", metrics_dataframe=whole)
+    (member,) = MemberResults([current])  # the table's last row, as ever
+    assert member.metrics["epoch"] == 2.0 and names.is_finished(member.metrics)

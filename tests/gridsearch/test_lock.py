@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gridsearch._lock import ExperimentLock, Holder, LockHeld, setup_lock
+from gridsearch._lock import ExperimentLock, Holder, LockHeld, LockUnreadable, setup_lock
 
 
 def _held_by(path: Path, holder: Holder) -> None:
@@ -81,10 +81,6 @@ def test_a_lock_whose_holder_is_provably_gone_is_broken(tmp_path: Path) -> None:
         _held_by(path, holder)
         with ExperimentLock(path, "x") as lock:
             assert json.loads(path.read_text())["pid"] == lock.holder.pid, case
-    damaged = tmp_path / "damaged.lock"
-    damaged.write_text("{not json")
-    with ExperimentLock(damaged, "x"):
-        assert json.loads(damaged.read_text())["pid"] == os.getpid()
 
 
 def test_a_live_holder_or_one_on_another_host_is_never_broken(tmp_path: Path) -> None:
@@ -123,3 +119,81 @@ def test_setup_lock_excludes(tmp_path: Path) -> None:
         order.append("first")
     thread.join()
     assert order == ["first", "second"]
+
+
+def _hostile_locks() -> dict[str, object]:
+    """Lock files of every other type and shape (JSON text or a value to dump): each is
+    something other than what a driver writes, the fields it names."""
+    me = dataclasses.asdict(Holder.me())
+    cases: dict[str, object] = {
+        "not json": "{not json",
+        "empty": "",
+        "binary": "\udcff\x00",
+        "a list": [],
+        "a number": 7,
+        "deeply nested": "[" * 100_000 + "]" * 100_000,
+        "too large": {**me, "host": "h" * 5000},
+        "a field missing": {k: v for k, v in me.items() if k != "pid"},
+        "an unknown field": {**me, "owner": "x"},
+        "host empty": {**me, "host": ""},
+        "started not ticks": {**me, "started": "soon"},
+    }
+    for value in ("123", -1, 0, True, 1.5, None, 2**40, [1], {"pid": 1}):
+        cases[f"pid {value!r}"] = {**me, "pid": value}
+    for field in ("host", "started", "boot", "since"):
+        cases[f"{field} 5"] = {**me, field: 5}
+    return cases
+
+
+def test_a_lock_file_of_any_other_shape_is_named_and_never_broken(tmp_path: Path) -> None:
+    """Each: one line naming the lock file (and the field), the file left as it was (a
+    pid of -1 once counted as a live driver forever; a string pid was a traceback)."""
+    for case, content in _hostile_locks().items():
+        path = tmp_path / "locks" / "e.lock"
+        path.parent.mkdir(exist_ok=True)
+        text = content if isinstance(content, str) else json.dumps(content)
+        path.write_bytes(text.encode("utf-8", "surrogateescape"))
+        for attempt in (ExperimentLock(path, "--experiment e").acquire,
+                        ExperimentLock(path, "--experiment e").check_free):  # fmt: skip
+            with pytest.raises(LockUnreadable) as caught:
+                attempt()
+            message = str(caught.value)
+            assert "\n" not in message and str(path) in message, (case, message)
+            assert message.startswith("--experiment e: the lock "), (case, message)
+            assert len(message) < 400, (case, message)
+        if case.startswith(("pid", "host", "started", "boot", "since", "a field")):
+            field = case.split()[0] if not case.startswith("a field") else "pid"
+            assert f"field {field!r}" in message, (case, message)
+        assert path.read_bytes() == text.encode("utf-8", "surrogateescape"), case
+        assert sorted(p.name for p in path.parent.iterdir()) == ["e.lock"], case
+
+
+def test_a_lock_path_that_is_a_folder_or_a_link_is_named_and_left_alone(tmp_path: Path) -> None:
+    folder = tmp_path / "folder.lock"
+    (folder / "inside").mkdir(parents=True)
+    link = tmp_path / "link.lock"
+    _held_by(tmp_path / "elsewhere" / "real.lock", Holder.me())
+    link.symlink_to(tmp_path / "elsewhere" / "real.lock")
+    for path, what in ((folder, "it is a folder"), (link, "it is a symbolic link")):
+        with pytest.raises(LockUnreadable, match=what):
+            ExperimentLock(path, "x").acquire()
+    assert (folder / "inside").is_dir() and link.is_symlink()  # neither renamed nor removed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere", "folder.lock", "link.lock"]
+
+
+def test_a_search_refuses_an_unreadable_lock_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Through the command line: ``error:``, exit 2, nothing started or written."""
+    from gridsearch.run import main
+
+    path = tmp_path / "locks" / "e.lock"
+    _held_by(path, dataclasses.replace(Holder.me(), pid="123"))  # type: ignore[arg-type]
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    code = main(["--space", "margin_sweep", "--smoke-test", "--experiment", "e",
+                 "--runs-dir", str(tmp_path)])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.count("\n") == 0, err
+    assert err.startswith(f"error: --experiment e: the lock {path} is not one a driver writes")
+    assert "field 'pid'" in err
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before

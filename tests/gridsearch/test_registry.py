@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import shutil
 import signal
 import socket
@@ -30,6 +31,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 from packaging.requirements import Requirement
 
+from analysis._tracking import find_run
 from gridsearch.registry import (
     choose,
     model_name,
@@ -42,9 +44,11 @@ from gridsearch.tracking._lineage import DIGEST_LENGTH
 from storage import FeatureStore
 from trainables import names
 from trainables.checkpoint import ENSEMBLE_FILE
+from trainables.encode import main as encode_main
 from trainables.encoder import SentenceEncoder
 
 ROOT = Path(__file__).resolve().parents[2]
+STORE_TAG = "data_manifest_sha256"
 EXPERIMENT = "best"
 SPACE = "lr_bounds"  # trials that differ (a margin sweep's tiny trials tie)
 NAME = model_name(SPACE)
@@ -144,7 +148,9 @@ def test_the_aliases_name_the_trials_the_summary_calls_best(search: Search) -> N
         run = runs[trial_id]
         assert version.tags["trial_id"] == trial_id and version.run_id == run.info.run_id
         assert version.tags["experiment"] == EXPERIMENT and version.tags["objective"] == "both"
-        assert alias in version.tags["chosen_as"].split(", ")
+        assert alias in version.tags["chosen_in_search"].split(", ")
+        assert version.tags["smoke_test"] == "true" and len(version.tags[STORE_TAG]) == 64
+        assert version.tags["semantic_sets"] == "the store's own"
         for key in (names.BEST_RETRIEVAL, names.BEST_SEMANTIC, names.FINISHED):
             assert float(version.tags[key]) == pytest.approx(run.data.metrics[key], rel=1e-5)
         # the model is an output of the trial's run, which stays as the search closed it
@@ -183,7 +189,9 @@ def test_the_registered_model_embeds_as_the_best_trial_did(search: Search, tmp_p
         mlflow.pyfunc.load_model(uri, model_config={"device": "cuda:abc"})  # reaches the model
 
     signature = model.metadata.signature
-    assert signature.inputs.input_types() == [mlflow.types.DataType.string]
+    # one unnamed column of any type: the model refuses what is not a string itself
+    # (a column of strings would have MLflow turn 1, true and null into text first)
+    assert [type(t).__name__ for t in signature.inputs.input_types()] == ["AnyType"]
     (output,) = signature.outputs.inputs
     assert output.type == np.float32 and output.shape == (-1, by_alias.embedding_dim)
     with using_tracking_uri(search.uri):  # as load_model: models:/ URIs go by the global URI
@@ -338,8 +346,12 @@ def test_a_search_that_ends_again_points_the_aliases_at_new_versions(
         "pareto-1": ids[0], "pareto-2": ids[1], "pareto-3": ids[2],
     }  # fmt: skip
     alone = {"best-retrieval", "best-semantic", "pareto-1"}
+    held = client.get_registered_model(NAME).aliases
     assert set(again(front[:1])) == alone
     assert set(client.get_registered_model(NAME).aliases) == alone  # pareto-2, -3: removed
+    for alias in ("pareto-2", "pareto-3"):  # the versions that lost them say so
+        said = client.get_model_version(NAME, held[alias]).tags["replaced"]
+        assert f"{alias}: removed (the pareto aliases were this search's own" in said, said
 
 
 def _finished(trial_id: str, r10: float, semantic: float) -> TrialOutcome:
@@ -391,3 +403,208 @@ def test_a_registry_that_is_away_is_one_warning_and_nothing_else(
     # no finished trial: nothing to register, nothing said
     assert register_best([], tracking_uri=away, experiment="e", space="s", objective="both",
                          write=lines.append) == {} and len(lines) == 1  # fmt: skip
+
+
+def _holders(client: MlflowClient, **tags: str) -> dict[str, str]:
+    """The versions that hold the aliases now, their tags set to ``tags``: the registry
+    as another search (its experiment, store, ...) would have left it."""
+    aliases = dict(client.get_registered_model(NAME).aliases)
+    for version in set(aliases.values()):
+        for key, value in tags.items():
+            client.set_model_version_tag(NAME, version, key, value)
+    return aliases
+
+
+@pytest.mark.slow
+def test_an_alias_moves_only_to_a_better_comparable_model(search: Search, tmp_path: Path) -> None:
+    """Each rule of the aliases (gridsearch/registry.py), on real versions of real trials
+    (their values given here): the registry's state is another search's, written into
+    the holders' tags as a search writes them."""
+    shutil.copy(search.runs_dir / "mlflow.db", tmp_path / "mlflow.db")  # this test's own copy
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = _client(uri)
+    (trial, *_) = sorted(o.trial_id for o in _outcomes(client))
+    lines: list[str] = []
+
+    def register(r10: float, semantic: float, *, smoke: bool) -> dict[str, str]:
+        lines.clear()
+        got = register_best(
+            [_finished(trial, r10, semantic)], tracking_uri=uri, experiment=EXPERIMENT,
+            space=SPACE, objective="both", write=lines.append, smoke_test=smoke,
+        )  # fmt: skip
+        return got
+
+    def latest() -> Any:
+        return max(client.search_model_versions(f"name = '{NAME}'"), key=lambda v: int(v.version))
+
+    # a --smoke-test never replaces a search's model, however good its dev values
+    before = _holders(client, experiment="main", smoke_test="false")
+    assert register(99.0, 0.99, smoke=True) == {}
+    assert dict(client.get_registered_model(NAME).aliases) == before
+    new = latest()
+    assert new.tags["chosen_in_search"] == "best-retrieval, best-semantic, pareto-1"
+    assert "best-retrieval stays at version" in new.tags["not_aliased"]
+    (said,) = [line for line in lines if "@best-retrieval at version" in line]
+    assert said.startswith(f"registered version(s) {new.version} of models:/{NAME}"), lines
+    assert "a --smoke-test's models never replace it" in said and "search 'main'" in said
+
+    # a search's model replaces a --smoke-test's, even a better one
+    old = _holders(client, experiment="smoke", smoke_test="true")["best-retrieval"]
+    assert set(register(1.0, 0.01, smoke=False)) >= {"best-retrieval", "best-semantic"}
+    taken = latest().version
+    assert client.get_model_version_by_alias(NAME, "best-retrieval").version == taken
+    assert "a --smoke-test's" in client.get_model_version(NAME, old).tags["replaced"]
+    assert f"registered models:/{NAME}@best-retrieval (version {taken}" in lines[0], lines
+
+    # comparable (the same store, semantic sets, objective): the better dev value wins
+    _holders(client, experiment="main")
+    assert register(0.5, 0.005, smoke=False) == {}  # worse than the 1.0 above
+    assert client.get_model_version_by_alias(NAME, "best-retrieval").version == taken
+    assert any("is at least this search's best, 0.5" in line for line in lines), lines
+    assert set(register(2.0, 0.02, smoke=False)) >= {"best-retrieval", "best-semantic"}
+    better = latest().version
+    assert client.get_model_version_by_alias(NAME, "best-retrieval").version == better
+    replaced = client.get_model_version(NAME, taken).tags["replaced"]
+    assert f"best-retrieval: to version {better} (" in replaced and "2 > 1" in replaced
+
+    # another store: not comparable, whatever the values
+    _holders(client, experiment="main", data_manifest_sha256="0" * 64)
+    assert register(99.0, 0.99, smoke=False) == {}
+    assert client.get_model_version_by_alias(NAME, "best-retrieval").version == better
+    assert any("trained on another store (data manifest sha256 000000000000" in x for x in lines)
+
+
+@pytest.mark.slow
+def test_a_smoke_test_after_a_search_in_its_runs_directory_leaves_the_aliases(
+    search: Search, tiny_world: Path, tmp_path: Path, on_cluster: list[str]
+) -> None:
+    """The module's search stands for the real one (its versions marked as a search's,
+    as a search without --smoke-test writes them), in a copy of its runs directory; a
+    --smoke-test of the same space there, as small as a search gets (one trial, one
+    epoch), registers its version, leaves every alias where it was, and says where and
+    why: "use the best model" still means the search's."""
+    runs = tmp_path / "runs"
+    shutil.copytree(search.runs_dir, runs)
+    uri = f"sqlite:///{runs / 'mlflow.db'}"
+    client = _client(uri)
+    before = _holders(client, smoke_test="false")
+    argv = ["--space", SPACE, *SMOKE, "--objective", "both", "--num-samples", "1"]
+    argv += ["--epochs", "1", "--scheduler", "fifo", "--data", str(tiny_world)]
+    started = time.monotonic()
+    status, out = _run([*argv, "--runs-dir", str(runs), "--experiment", "smoke", *on_cluster])
+    seconds = time.monotonic() - started
+    assert status == 0, out
+    assert dict(client.get_registered_model(NAME).aliases) == before
+    new = max(client.search_model_versions(f"name = '{NAME}'"), key=lambda v: int(v.version))
+    assert new.tags["experiment"] == "smoke" and new.tags["smoke_test"] == "true"
+    said = [line for line in out.splitlines() if line.startswith("registered version(s) ")]
+    assert said and all(f"{new.version} of models:/{NAME}" in line for line in said), out
+    for alias, version in before.items():  # every alias said, where it stays
+        assert any(f"@{alias} at version {version}" in line for line in said), said
+    assert all("a --smoke-test's models never replace it" in line for line in said)
+    assert f"registered models:/{NAME}@" not in out  # no alias said to move
+    print(f"the smoke search after the search: {seconds:.1f} s")  # measured, -s shows it
+
+
+@pytest.mark.slow
+def test_encode_takes_the_run_names_compare_takes_and_never_a_copys_original(
+    search: Search, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``trainables.encode --model`` takes a trial's whole run name (``trial-<id> lr_min=...``,
+    as ``analysis.compare`` does), its first word, its run id and trial id. In a copy of
+    the runs directory not resumed since, whose store still names the original's files,
+    every lookup is refused in one line naming both (the model would be the original's);
+    once the copy is resumed (a finished search only takes the move in), its own."""
+    client = _client(search.uri)
+    run = next(iter(_trial_runs(client).values()))
+    sentences = tmp_path / "sentences.txt"
+    sentences.write_text("\n".join(SENTENCES[:2]) + "\n")
+
+    def encode(model: str, uri: str) -> tuple[int, str]:
+        out = tmp_path / "out.npy"
+        argv = ["--model", model, "--tracking-uri", uri, "--input", str(sentences)]
+        code = encode_main([*argv, "--output", str(out), "--device", "cpu"])
+        return code, capsys.readouterr().err
+
+    name = str(run.info.run_name)
+    assert " " in name and "=" in name, name  # what it tried is part of its name
+    assert find_run(client, name).info.run_id == run.info.run_id  # analysis.compare's lookup
+    for ref in (name, name.split(" ")[0], run.info.run_id, run.data.tags["tune.trial_id"]):
+        code, err = encode(ref, search.uri)
+        assert code == 0 and "error" not in err, (ref, err)  # (MLflow's download bar aside)
+
+    copy = tmp_path / "copy"
+    shutil.copytree(search.runs_dir, copy)
+    uri = f"sqlite:///{copy / 'mlflow.db'}"
+    refs = (name, f"models:/{NAME}@best-retrieval", f"runs:/{run.info.run_id}/{ENSEMBLE_FILE}")
+    for ref in refs:
+        code, err = encode(ref, uri)
+        assert code == 2 and err.count("\n") == 1, (ref, err)
+        assert f"is a copy or move of {search.runs_dir} not resumed since" in err, (ref, err)
+    assert main(["--experiment", EXPERIMENT, "--resume", "--runs-dir", str(copy)]) == 0
+    assert "nothing to run" in capsys.readouterr().err
+    # in a process of its own: this one's MLflow keeps the copy's database as it first
+    # opened it (the file the resume replaced)
+    output = ["--input", str(sentences), "--output", str(tmp_path / "o.npy"), "--device", "cpu"]
+    calls = [["--model", ref, "--tracking-uri", uri, *output] for ref in refs]
+    script = (
+        f"from trainables.encode import main\nfor argv in {calls!r}:\n    assert main(argv) == 0\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          cwd=ROOT, check=False, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_a_resume_after_a_hard_stop_keeps_finished_trials_finished(
+    search: Search, tmp_path: Path, on_cluster: list[str]
+) -> None:
+    """A second Ctrl+C after a trial finished skips Tune's last save: its experiment state
+    says the trial runs, at an epoch long past (its result.json too), whose checkpoint
+    from then is gone, and the searcher's state (of the same save) counts it as running
+    (one at a time: no next trial would ever be suggested). Here that state, made from the
+    module's finished search in a copy; ``--resume --num-samples 4`` (which extends it by
+    a trial, then registers the models) runs no finished trial again: the trial's newest
+    checkpoint says it finished, which is said in a line and told to the searcher, and
+    the new trial runs."""
+    runs = tmp_path / "runs"
+    shutil.copytree(search.runs_dir, runs)
+    experiment = runs / "tune" / EXPERIMENT
+    (state,) = experiment.glob("experiment_state-*.json")
+    saved = json.loads(state.read_text())
+    trial, metadata = (json.loads(part) for part in saved["trial_data"][0])
+    folder = experiment / trial["relative_logdir"]
+    first = (folder / "result.json").read_text().splitlines()[0]
+    (folder / "result.json").write_text(first + "\n")  # as Tune last copied it
+    trial["status"], metadata["last_result"] = "RUNNING", json.loads(first)
+    saved["trial_data"][0] = [json.dumps(trial), json.dumps(metadata)]
+    state.write_text(json.dumps(saved))
+    shutil.rmtree(sorted(folder.glob("checkpoint_*"))[0])  # the one Tune's state last named
+    (generator,) = experiment.glob("search_gen_state-*.json")  # a pickle (Tune's own file)
+    limiter_state = pickle.loads(generator.read_bytes())
+    limiter = limiter_state["name:ConcurrencyLimiter"]
+    limiter["live_trials"].add(trial["trial_id"])
+    limiter["num_unfinished_live_trials"] = len(limiter["live_trials"])
+    generator.write_bytes(pickle.dumps(limiter_state))
+    client = _client(f"sqlite:///{runs / 'mlflow.db'}")
+    found = client.get_experiment_by_name(EXPERIMENT)
+    assert found is not None
+    (parent,) = client.search_runs([found.experiment_id], "tags.`search.role` = 'search'")
+    client.set_tag(parent.info.run_id, "outcome", "interrupted")  # as the stop closed it
+    client.set_terminated(parent.info.run_id, "KILLED")
+    argv = ["--experiment", EXPERIMENT, "--resume", "--runs-dir", str(runs), "--num-samples"]
+    started = time.monotonic()
+    # a process of its own, with a time limit: a searcher left waiting hangs Tune for good
+    done = subprocess.run(
+        [sys.executable, "-m", "gridsearch.run", *argv, "4", *on_cluster],
+        capture_output=True, text=True, cwd=ROOT, timeout=600, check=False,
+    )  # fmt: skip
+    seconds = time.monotonic() - started
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert f"Tune's last save said running ({trial['trial_id']}): kept as finished" in out
+    starts = [line for line in out.splitlines() if "] start " in line]
+    assert len(starts) == 1 and trial["trial_id"] not in starts[0], out  # the new one only
+    assert "Traceback" not in out, out
+    assert "4 trials: 4 finished" in out and f"registered models:/{NAME}@" in out, out
+    print(f"the resume after a hard stop, extended by a trial: {seconds:.1f} s")  # -s shows it

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from gridsearch._relocate import journal_path, relocate
-from gridsearch.settings import SearchSettings
+from gridsearch.settings import SearchError, SearchSettings
 
 EXPERIMENT = "e"
 
@@ -182,3 +182,40 @@ def test_a_relocation_cut_then_moved_again_names_the_last_place(tmp_path: Path) 
         new.rename(third)
         relocate(_settings(third))
         assert _snapshot(third) == whole, f"cut before rename {rename} of {total}"
+
+
+def test_a_journal_of_any_other_shape_is_named_and_nothing_is_rewritten(tmp_path: Path) -> None:
+    """The journal of a relocation cut short, each field of every hostile type: one line
+    naming the journal and the field, before any file is touched (a relocation done
+    again without its journal could rebase a file twice)."""
+    old = tmp_path / "runs"
+    _search(old)
+    new = old.rename(tmp_path / "moved")
+    settings = _settings(new)
+    journal = journal_path(settings)
+    whole = {"from": str(old), "to": str(new), "files": {"tune/e/tuner.pkl": "0" * 64}}
+    hostile: list[tuple[object, str]] = [
+        ("not json", "not a JSON journal"),
+        ([1], "a JSON list"),
+        ({**whole, "extra": 1}, "field 'extra'"),
+        ({**whole, "files": {"../x": "0" * 64}}, "is not a path inside it"),
+        ({**whole, "files": {"/abs": "0" * 64}}, "is not a path inside it"),
+        ({**whole, "files": {"x": "zz"}}, "has no sha256 digest"),
+    ]
+    for field in ("from", "to", "files"):
+        for value in (None, 1, True, [], "relative/path", {"a": 1}):
+            if field == "files" and isinstance(value, dict):
+                continue  # a dict of files: its entries are checked above
+            hostile.append(({**whole, field: value}, f"field {field!r}"))
+    before = _raw(new)
+    for content, said in hostile:
+        journal.write_text(content if isinstance(content, str) else json.dumps(content))
+        with pytest.raises(SearchError) as caught:
+            relocate(settings)
+        message = str(caught.value)
+        assert message.startswith(f"{journal} is not a relocation journal"), message
+        assert said in message and "\n" not in message, (content, message)
+        assert _raw(new) == {**before, str(journal.relative_to(new)): journal.read_bytes()}
+    journal.write_text(json.dumps(whole))  # whole: taken (a digest of no file: from the start)
+    relocate(settings)
+    assert not journal.exists()

@@ -1,10 +1,11 @@
 """What a served registered model (``mlflow models serve``) answers to a request that is
 not sentences: the scoring server's own request handling (``invocations``, in this
 process) on a real logged ``SentenceEncoderModel``: 400 with a line that says what was
-expected, for every kind of input the model can tell apart; 200 and the vectors of
-``SentenceEncoder.encode`` for sentences in each of the forms MLflow takes. (MLflow turns
-every value of a list into a string and drops columns the signature does not name before
-the model sees them: ``[1, 2, 3]``, ``[null]`` and extra columns are not told apart.)"""
+expected, for every kind of input the model can tell apart (numbers, booleans, nulls,
+params: its signature's column is of any type, so that MLflow leaves the values as they
+came); 200 and the vectors of ``SentenceEncoder.encode`` for sentences in each of the
+forms MLflow takes. (What MLflow drops before the model sees it, the model cannot refuse:
+a DataFrame's columns besides the first ``sentence`` one; a lone string is one sentence.)"""
 
 from __future__ import annotations
 
@@ -85,6 +86,18 @@ def test_sentences_in_each_form_are_embedded(served) -> None:
         ({"inputs": ["ok", "x" * 480_000]}, "row 1 has 480,000 characters"),
         ({"dataframe_split": {"columns": ["sentence"], "data": [["a"], [None]]}}, "sentence"),
         ({"inputs": {"sentence": ["a"]}}, "Invalid input"),
+        ({"inputs": ["a", 1]}, "expected strings, got int '1'"),
+        ({"inputs": [1.5]}, "expected strings, got float"),
+        ({"inputs": [True]}, "expected strings, got bool 'True'"),
+        ({"inputs": [None]}, "expected strings, got NoneType"),
+        ({"instances": ["a", 7]}, "expected strings, got int '7'"),
+        ({"dataframe_records": [{"sentence": 1}]}, "expected strings, got int '1'"),
+        ({"inputs": ["a"], "params": {"device": "cuda"}}, "params: this model takes none"),
+        ({"inputs": ["a"], "params": {}}, "params: this model takes none"),
+        (
+            {"dataframe_split": {"columns": ["other", "sentence"], "data": [["a", "b"]]}},
+            "'sentence'",
+        ),
     ],
     ids=[
         "misnamed",
@@ -93,6 +106,15 @@ def test_sentences_in_each_form_are_embedded(served) -> None:
         "480k",
         "null-cell",
         "named-inputs",
+        "an-int",
+        "a-float",
+        "a-boolean",
+        "a-null",
+        "instances-int",
+        "records-int",
+        "params",
+        "empty-params",
+        "sentence-second",
     ],
 )
 def test_a_request_that_is_not_sentences_is_a_400_saying_what_was_expected(
@@ -123,3 +145,17 @@ def test_a_refused_request_is_not_answered_with_itself(served, body: object) -> 
     answer = refused.value.serialize_as_json()  # the body a model server sends
     assert refused.value.get_http_status_code() == 400 and len(answer) < 1_000, len(answer)
     assert "has 500,000 characters; sentences of at most 10,000 are encoded" in answer
+
+
+@pytest.mark.slow  # in the module's model (its fixture is the cost)
+def test_what_mlflow_drops_before_the_model_sees_it(served) -> None:
+    """Documented, not refused (the model never sees it): a data frame's columns after
+    its first (``sentence`` first: the rest dropped), a lone string (one sentence)."""
+    model, expected = served
+    split = {"columns": ["sentence", "other"], "data": [[s, 7] for s in SENTENCES]}
+    status, answer = _answer(model, {"dataframe_split": split})
+    assert status == 200, answer
+    got = np.asarray(json.loads(answer)["predictions"], dtype=np.float32)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    status, answer = _answer(model, {"inputs": SENTENCES[0]})
+    assert status == 200 and len(json.loads(answer)["predictions"]) == 1, answer

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
+from gridsearch._outcome import Failures, last_failure
 from gridsearch.summary import TrialOutcome, best_trial, format_summary, pareto_front
 from trainables import names
 
@@ -35,6 +37,43 @@ def test_best_trials_and_summary() -> None:
     assert text.splitlines()[0] == "3 trials: 1 failed, 2 finished"
     assert "Pareto front" in text and "  b:" in text and "  a:" in text and "  c:" in text
     assert format_summary(outcomes[:1], "retrieval").splitlines()[0] == "1 trial: 1 finished"
+
+
+def test_a_retried_trial_is_counted_and_named_apart_from_plain_ones() -> None:
+    """A trial that failed and was run again is never counted as plainly finished: the
+    count says "after a retry", and a line names it, how often it failed and why."""
+    once = Failures(1, "AttributeError: module 'x' has no attribute 'gru_forward'")
+    outcomes = [
+        _outcome("a", 50, 0.5),
+        dataclasses.replace(_outcome("b", 60, 0.4), failures=once),
+        dataclasses.replace(_outcome("c", 40, 0.7, "failed"), failures=Failures(2, "boom")),
+        dataclasses.replace(_outcome("d", 30, 0.1, "failed"), failures=Failures(1, "once")),
+    ]
+    lines = format_summary(outcomes, "retrieval").splitlines()
+    assert lines[:4] == [
+        "4 trials: 1 failed, 1 failed after a retry, 1 finished, 1 finished after a retry",
+        f"  retried b: failed once ({once.last}), then finished",
+        "  retried c: failed 2 times (boom), and then given up (failed)",
+        lines[3],
+    ]
+    assert not lines[3].startswith("  retried")  # d failed at its first try: no retry
+    assert [o.retried for o in outcomes] == [False, True, True, False]
+
+
+def test_the_cause_of_a_trials_last_failure_is_read_from_tunes_error_file() -> None:
+    text = (
+        "Failure # 1 (occurred at 2026-01-02_10-00-00)\n"
+        'ray::ImplicitFunc.train() (pid=1, ip=1.2.3.4)\n  File "x.py", line 3\n'
+        "ValueError: the loss became nan\n"
+        "Failure # 2 (occurred at 2026-01-02_10-00-09)\n"
+        "ray::ImplicitFunc.train() (pid=2, ip=1.2.3.4)\n"
+        "AttributeError: module 'grounded_packed_rnn_x' has no attribute 'gru_forward'\n"
+    )
+    assert last_failure(text) == (
+        "AttributeError: module 'grounded_packed_rnn_x' has no attribute 'gru_forward'"
+    )
+    assert last_failure(text.split("Failure # 2")[0]) == "ValueError: the loss became nan"
+    assert last_failure("") == "" and last_failure("x" * 500) == "x" * 200
 
 
 def test_the_summary_holds_the_best_trials_against_each_baseline() -> None:

@@ -210,3 +210,31 @@ def test_looking_up_the_build_folder_says_nothing_on_a_machine_without_a_gpu(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() and "CUDA" not in done.stderr, done.stderr
+
+
+def test_a_manifest_naming_anything_but_its_own_module_is_no_build(
+    tiny: _compiled.Extension, tmp_path: Path
+) -> None:
+    """The shared folder's key.json read back: a module of another name, a file outside
+    the folder or of another name, or a manifest of another shape is no build (the next
+    builder builds again); nothing it names is imported (in this process: none was)."""
+    folder = _compiled.folder(tiny)
+    _run(tiny)
+    manifest = json.loads((folder / _compiled.MANIFEST).read_text())
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    shutil.copy(folder / manifest["file"], elsewhere / manifest["file"])
+    hostile = [
+        {**manifest, "module": "os"},
+        {**manifest, "file": str(elsewhere / manifest["file"])},
+        {**manifest, "file": f"../elsewhere/{manifest['file']}"},
+        {**manifest, "file": ".hidden.so"},
+        {**manifest, "file": 7},
+        [manifest],
+        "[" * 100_000,
+    ]
+    for case in hostile:
+        text = case if isinstance(case, str) else json.dumps(case)
+        (folder / _compiled.MANIFEST).write_text(text)
+        assert _compiled.load(tiny) is None, case
+        assert folder.name not in sys.modules and "os" in sys.modules, case

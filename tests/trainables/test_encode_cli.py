@@ -161,6 +161,8 @@ def test_bad_options_are_one_error_line_and_the_old_output_is_kept(
         _a_gpu_that_is_not_there(model, good),
         (["--model", model, "--frobnicate"], "unrecognized arguments"),
         (["--input", good], "--model"),
+        (["--model", "", "--input", good], "model '': empty; expected"),  # not the cwd
+        (["--model", "  ", "--input", good], "model '  ': empty; expected"),
     ]  # fmt: skip
     for i, (args, message) in enumerate(cases):
         if i == 0:  # the command as a user runs it, in its own process

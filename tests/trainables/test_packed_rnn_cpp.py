@@ -197,3 +197,56 @@ def test_the_command_prints_the_built_file_and_rejects_bad_options(
     assert stop.value.code == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("error: unrecognized arguments: --now")
+
+
+# Threads that ask for the built module at once, in a fresh process (a module is imported
+# once per process), each step of the import slowed down through the interpreter's own
+# profiling hook: created (create_dynamic) and run (exec_dynamic) 50 ms apart, so that
+# without the lock every thread creates its module before the first is run. A pybind11
+# module run a second time finds the first, finished one and leaves its own empty: before
+# the lock the later threads got a module without gru_forward, every time with this hook.
+FIRST_USE = """
+    import sys, threading, time
+    from trainables import _compiled, _packed_rnn_cpp
+    extension = _packed_rnn_cpp._extension()
+    _compiled.folder(extension)  # the key (it runs the compiler): outside the race
+    THREADS = 4
+    def slowed(frame, event, arg):
+        if event == "c_return" and getattr(arg, "__name__", "") in (
+            "create_dynamic", "exec_dynamic"
+        ):
+            time.sleep(0.05)
+    ask = {
+        "extension": _packed_rnn_cpp.extension,
+        "load": lambda: _compiled.load(extension),
+    }[sys.argv[1]]
+    barrier = threading.Barrier(THREADS)
+    got = []
+    def first_use():
+        barrier.wait()
+        got.append(ask())
+    threading.setprofile(slowed)
+    threads = [threading.Thread(target=first_use) for _ in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    print(len(got), len({id(m) for m in got}), all(hasattr(m, "gru_forward") for m in got))
+"""
+
+
+def test_threads_using_the_compiled_loops_first_at_once_all_get_them_whole() -> None:
+    """``extension()`` (its cache) and ``_compiled.load`` (the import itself), each from
+    four threads at once, in fresh processes, twice each: one module, whole, for
+    every thread."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    code = textwrap.dedent(FIRST_USE)
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    runs = [
+        subprocess.Popen([sys.executable, "-c", code, way], cwd=REPO, env=env, **pipes)
+        for way in ("extension", "load") * 2
+    ]
+    for process in runs:
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err[-2000:]
+        assert out.split() == ["4", "1", "True"], (process.args[-1], out, err[-2000:])

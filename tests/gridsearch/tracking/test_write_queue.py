@@ -39,6 +39,7 @@ def test_writes_go_through_in_order() -> None:
     for what in ("a", "b", "c"):
         queue.submit(what, store.write(what))
     assert store.written == ["a", "b", "c"] and queue.pending == 0
+    assert queue.said() is None  # nothing to say: every write went through at once
 
 
 def test_a_refused_write_is_dropped_and_logged(caplog: pytest.LogCaptureFixture) -> None:
@@ -50,6 +51,7 @@ def test_a_refused_write_is_dropped_and_logged(caplog: pytest.LogCaptureFixture)
             queue.submit(what, store.write(what))
     assert store.written == ["a", "c"] and queue.pending == 0
     assert "MLflow refused b (ValueError: bad value for b); skipped" in caplog.text
+    assert queue.said() == "MLflow at fake: 1 write(s) refused by it and skipped (logged)"
 
 
 def test_writes_wait_while_the_store_is_away_and_keep_their_order(
@@ -63,6 +65,7 @@ def test_writes_wait_while_the_store_is_away_and_keep_their_order(
         queue.submit("b", store.write("b"))  # retried no sooner than retry_every_s
         assert queue.pending == 2 and store.written == []
         assert not queue.flush(wait_s=0.1)  # still away: gives up after wait_s
+        assert queue.said() == "MLflow at fake: 2 write(s) still waiting"
         store.up = True
         started = time.monotonic()
         assert queue.flush(wait_s=5)
@@ -70,6 +73,12 @@ def test_writes_wait_while_the_store_is_away_and_keep_their_order(
     assert store.written == ["a", "b"] and queue.pending == 0
     assert "is not answering (ConnectionError: connection refused)" in caplog.text
     assert "is back after" in caplog.text
+    # the search's summary and its parent run say it: no retry passes for a plain success
+    said = queue.said()
+    assert said is not None and said.startswith(
+        "MLflow at fake: 2 write(s) waited for the store, away or full once ("
+    ), said
+    assert said.endswith(" s in all), and then went through")
 
 
 def test_flush_without_waiting_returns_at_once_while_away() -> None:
