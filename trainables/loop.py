@@ -131,15 +131,19 @@ class Trainer:
                 yield self.history[-1]
                 return
             while len(self.history) <= epochs:  # the history holds epochs 0..self.epoch
+                # 1. train an epoch (epoch 0: none, the untrained model) and evaluate
                 metrics = self.evaluate_epoch(self.train_one_epoch() if self.history else {})
+                # 2. a snapshot at the end of every snapshot_interval epochs
                 if self.ensemble.due(self.epoch):
                     score = metrics[names.PRIMARY_RETRIEVAL]
                     self.ensemble.keep(self.epoch, score, self.model, self._test_embeddings)
-                late = battery.take_late()  # an earlier epoch's battery
+                # 3. the report: with an earlier epoch's battery, the ensemble's test
+                # metrics after the last epoch, and its own battery where it must wait
+                late = battery.take_late()
                 if self.epoch == epochs:
                     metrics.update(self.ensemble_metrics())  # while this epoch's battery runs
                 if self.epoch == epochs or self.epoch in self.complete_at:
-                    battery.collect_own(metrics)  # this report holds its own battery
+                    battery.collect_own(metrics)
                 self.history.append(metrics)
                 yield {**metrics, **late}
         finally:  # also when the run stops in between: keep the batteries that finished
