@@ -1,5 +1,5 @@
 """The test battery computed in place: the reference that the Trainer's one path, its
-background worker (``trainables.loop``'s module docstring), is held to and timed
+background worker (``trainables._battery``'s module docstring), is held to and timed
 against. The Trainer computes an epoch's battery in a thread of its own, from a copy of
 the epoch's weights, while the next epoch trains; here it is computed at once, in the
 training thread (with its torch threads), from the model itself, and each battery
@@ -69,7 +69,7 @@ def in_place(trainer: Trainer) -> Trainer:
     """``trainer``, its test battery computed in place (``InPlaceBattery`` in its
     worker's stead) and each battery in its own epoch's report (every epoch is one whose
     report holds its own battery: ``complete_at``)."""
-    trainer._battery = InPlaceBattery()  # type: ignore[assignment]  # the worker's interface
+    trainer.battery.worker = InPlaceBattery()  # type: ignore[assignment]  # the worker's interface
     trainer.complete_at = frozenset(range(trainer.config.epochs + 1))
     return trainer
 
@@ -78,6 +78,6 @@ def evaluate_in_place(trainer: Trainer, train_metrics: dict[str, float]) -> dict
     """``trainer.evaluate_epoch`` of an ``in_place`` trainer outside ``run``, with the
     epoch's battery (where due) in its metrics."""
     metrics = trainer.evaluate_epoch(train_metrics)
-    if trainer._battery.busy:
-        metrics.update(trainer._battery.collect()[1])
+    if trainer.battery.worker.busy:
+        metrics.update(trainer.battery.worker.collect()[1])
     return metrics

@@ -318,7 +318,7 @@ def _warm_up(config: TrainConfig, data: TrainingData, senteval: str) -> None:
     trainer.train_batches(plan[:2]).cpu()
     for packed in (False, True):
         with _embedding_path(packed):
-            trainer.embed_fn([trainer.model])(["a warm-up sentence."])
+            trainer.evaluation.embed_fn([trainer.model])(["a warm-up sentence."])
 
 
 def _battery_alone(
@@ -334,7 +334,7 @@ def _battery_alone(
     table = None
     for name, packed in ways.items():
         with _embedding_path(packed):
-            embed = trainer.embed_fn([trainer.model])
+            embed = trainer.evaluation.embed_fn([trainer.model])
             if packed:
                 embed(probe.test.sentences)  # packs the set, as the first epoch does
             _common.sync(device)
@@ -369,9 +369,10 @@ def _in_place(trainer: Trainer, device: torch.device, packed: bool) -> float:
     with _embedding_path(packed), torch.inference_mode():
         for _ in range(2 if packed else 1):  # packed: time the second, the sets packed
             started = time.perf_counter()
-            trainer._retrieval(trainer.val_split, [trainer.model], names.DEV)
-            trainer._retrieval(trainer.test_split, [trainer.model], names.TEST)
-            trainer._semantic([trainer.model], dev=True, battery=None)
+            evaluation = trainer.evaluation
+            evaluation.retrieval(trainer.val_split, [trainer.model], names.DEV)
+            evaluation.retrieval(trainer.test_split, [trainer.model], names.TEST)
+            evaluation.semantic_scores([trainer.model], dev=True, battery=None)
             _common.sync(device)
             took = time.perf_counter() - started
     return took

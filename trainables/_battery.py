@@ -1,18 +1,125 @@
-"""The test battery of one epoch at a time in a background thread, off the training's
-critical path (``trainables.loop`` says when the Trainer starts and collects one)."""
+"""The test battery off the training's critical path: when an epoch's battery runs
+(``BatterySchedule``), and the worker that runs it in the background (``BatteryWorker``).
+
+Nothing selects on the battery, so after an epoch the Trainer (``trainables.loop``)
+evaluates what selects (dev retrieval, the dev semantic score) and test retrieval in
+place, and hands the battery to a background worker (a thread, on a GPU with its own
+CUDA stream) that embeds and scores with a copy of the epoch's weights while the next
+epoch trains. Its metrics are filed under their own epoch: the battery started after
+epoch e is collected at the end of epoch e + 1 (waiting there only if it is not done),
+merged into ``history[e]`` (where the checkpoint keeps it), and delivered with the
+report of epoch e + 1 as ``names.late(key)`` beside ``names.LATE_EPOCH`` = e, which the
+search's tracking callback logs at MLflow step e (``gridsearch.tracking``). The same
+rule for every epoch makes the delivery deterministic (a trial's seeds deliver alike).
+Where a report must hold its own battery it waits for it: the last epoch (whose report
+also holds the ensemble's, computed while the battery runs) and the epochs in
+``complete_at`` (where a scheduler may stop the trial: ASHA's rungs; every epoch in it,
+each report holds its own battery). A run that stops in between (an interrupt, a closed
+generator) files the batteries that finished into ``history``; a battery still running
+is lost with the run, but a run resumed from a checkpoint whose last epoch lacks its
+battery computes it again from the checkpoint's weights (those very weights) and
+delivers it with the next report (a run resumed only to finish that last epoch waits
+for it in that epoch's report). The worker is the Trainer's one path; the battery
+computed in place, in the training thread, is a reference outside the package
+(``bench/_in_place_battery.py``), which the tests hold the worker's metrics to
+(tests/trainables/test_loop.py) and ``bench/bench_eval.py`` times the first path with.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import threading
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
+from trainables import names
 from trainables.model import GroundedEncoder
 from trainables.relatedness import cpu_threads
 
-__all__ = ["BatteryWorker"]
+__all__ = ["BatterySchedule", "BatteryWorker", "file_battery"]
+
+Battery = Callable[[Sequence[GroundedEncoder]], dict[str, float]]  # models -> the metrics
+History = list[dict[str, float]]  # the metrics reported after each epoch, epoch 0 first
+
+
+class BatterySchedule:
+    """When an epoch's test battery runs, and where its metrics go (module docstring):
+    due every ``every`` epochs (0: never), run by ``worker``, filed into the history
+    under its own epoch, and carried by the next report (``take_late``)."""
+
+    def __init__(self, device: torch.device, every: int) -> None:
+        self.worker = BatteryWorker(device)
+        self.every = every
+        self._late: dict[str, float] = {}  # an earlier epoch's battery, for the next report
+
+    def due(self, epoch: int) -> bool:
+        return bool(self.every) and epoch % self.every == 0
+
+    def missing(self, metrics: Mapping[str, float]) -> bool:
+        """``metrics`` (an epoch of the history) should hold the test battery and do not:
+        it was running when the run that reported them stopped."""
+        epoch = int(metrics["epoch"])
+        return self.due(epoch) and names.key(names.TEST, "semantic") not in metrics
+
+    def start(self, epoch: int, model: GroundedEncoder, battery: Battery) -> None:
+        """``battery`` of ``epoch``'s ``model``, started in the worker."""
+        self.worker.start(epoch, model, battery)
+
+    def collect_left(self, history: History) -> None:
+        """A battery that a run of the same Trainer left running when it stopped: filed
+        under its epoch, for the next report."""
+        if self.worker.busy:
+            epoch, battery = self.worker.collect()
+            if any(int(m["epoch"]) == epoch for m in history):
+                self._late = file_battery(history, epoch, battery)
+
+    def collect_earlier(self, epoch: int, history: History) -> None:
+        """The battery of an epoch before ``epoch``, if one is running or done: filed under
+        its epoch, for the next report."""
+        if self.worker.busy and self.worker.epoch != epoch:
+            self._late = file_battery(history, *self.worker.collect())
+
+    def collect_own(self, metrics: dict[str, float]) -> None:
+        """The battery of the epoch of ``metrics``, if one runs: waited for, into
+        ``metrics`` (whose ``time/eval_s`` counts the wait)."""
+        if self.worker.busy:
+            waited = time.perf_counter()
+            metrics.update(self.worker.collect()[1])
+            metrics[names.EVAL_SECONDS] += time.perf_counter() - waited
+
+    def wait(self) -> dict[str, float]:
+        """The metrics of the battery running (waited for); none if none runs."""
+        return self.worker.collect()[1] if self.worker.busy else {}
+
+    def take_late(self) -> dict[str, float]:
+        """An earlier epoch's battery, collected since the last call, in its ``late/``
+        form (``file_battery``); once."""
+        late, self._late = self._late, {}
+        return late
+
+    def settle(self, history: History) -> None:
+        """A run that stops: a battery that finished goes into ``history`` (and so into
+        the next checkpoint); one still running is left to finish unread."""
+        if self.worker.finished:
+            with contextlib.suppress(Exception):  # a failed battery: nothing to keep
+                epoch, battery = self.worker.collect()
+                if any(int(m["epoch"]) == epoch for m in history):
+                    file_battery(history, epoch, battery)
+
+
+def file_battery(history: History, epoch: int, battery: Mapping[str, float]) -> dict[str, float]:
+    """File an earlier epoch's battery into ``history`` (where it belongs); the
+    ``late/`` form the next report carries it in."""
+    for metrics in reversed(history):
+        if int(metrics["epoch"]) == epoch:
+            metrics.update(battery)
+            break
+    else:
+        raise RuntimeError(f"the battery of epoch {epoch} has no epoch in the history")
+    return {names.LATE_EPOCH: float(epoch), **{names.late(k): v for k, v in battery.items()}}
 
 
 class BatteryWorker:
@@ -47,7 +154,7 @@ class BatteryWorker:
         self,
         epoch: int,
         model: GroundedEncoder,
-        battery: Callable[[Sequence[GroundedEncoder]], dict[str, float]],
+        battery: Battery,
     ) -> None:
         if self._thread is not None:
             raise RuntimeError(f"the battery of epoch {self.epoch} was not collected")

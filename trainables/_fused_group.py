@@ -1,13 +1,14 @@
 """A trial group's seats (``trainables.group.TrialGroup``: its configurations at their
 seeds) trained as one fused model.
 
-Each seat keeps its own ``Trainer`` (``FusedMember``): its evaluation, test battery
-(in its background worker), snapshots, ensemble, history and checkpoint are the
-``Trainer``'s own code, unchanged. Only its training epoch is taken over: the first
-member that asks for an epoch trains that epoch of *every* member in one
-``FusedTrainer`` (``FusedGroup.train_member``); each member then gets its weights
-copied into its ``Trainer``'s model, its epoch and step, and its own training metrics
-(its own losses, checked as the ``Trainer`` checks them).
+Each seat keeps its own ``Trainer``: its evaluation, test battery (in its background
+worker), snapshots, ensemble, history and checkpoint are the ``Trainer``'s own pieces,
+as a lone run's. Only where its training epochs come from differs (the ``Trainer``'s
+``fused_epochs``): the first member that asks for an epoch trains that epoch of *every*
+member in one ``FusedTrainer`` (``FusedGroup.train_member``); each member then gets its
+weights copied into its ``Trainer``'s model, its epoch and step, and its own training
+metrics (its own losses, checked as a lone ``Trainer``'s are:
+``trainables._training.check_finite``).
 
 **Checkpoints.** A member's checkpoint is its ``Trainer``'s, in the lone format: before a
 save, ``FusedGroup.push`` writes the member's Adam moments and step count into its
@@ -23,56 +24,34 @@ the group's throughput.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 
 import torch
 
 from trainables import families, names
+from trainables._training import check_finite
 from trainables.config import TrainConfig
 from trainables.data import TrainingData
 from trainables.fused import FusedTrainer
 from trainables.loop import Trainer
 from trainables.semantic import SemanticEvaluation
 
-__all__ = ["FusedGroup", "FusedMember"]
+__all__ = ["FusedGroup"]
 
 logger = logging.getLogger(__name__)
-
-EpochSource = Callable[[int], "dict[str, float] | None"]
-
-
-class FusedMember(Trainer):
-    """A ``Trainer`` whose training epochs come from ``source(index)`` (the fused group);
-    ``None`` from it: train alone (the group fell back)."""
-
-    def __init__(
-        self,
-        config: TrainConfig,
-        data: TrainingData,
-        semantic: SemanticEvaluation | None,
-        *,
-        index: int,
-        source: EpochSource,
-        complete_at: Collection[int] = (),
-    ) -> None:
-        super().__init__(config, data, semantic, complete_at=complete_at)
-        self.index = index
-        self._source = source
-
-    def train_one_epoch(self) -> dict[str, float]:
-        metrics = self._source(self.index)
-        return super().train_one_epoch() if metrics is None else metrics
 
 
 class FusedGroup:
     """The fused training of ``configs`` (module docstring): the seeds of one
     configuration, or the members of a fused search trial (several configurations of one
     shape), each with its own ``Trainer`` (``trainers``, built as ``TrialGroup`` builds
-    its sequential ones). ``reason``: why it fell back to training them one after the
-    other (None while fused). A member that leaves (``stop``: stopped early, or its epochs
-    done) keeps its ``Trainer`` with its whole state; the others train on."""
+    its sequential ones, its training epochs from ``train_member``). ``reason``: why it
+    fell back to training them one after the other (None while fused). A member that
+    leaves (``stop``: stopped early, or its epochs done) keeps its ``Trainer`` with its
+    whole state; the others train on."""
 
     def __init__(
         self,
@@ -82,8 +61,12 @@ class FusedGroup:
         complete_at: Collection[int] = (),
     ) -> None:
         self.trainers = [
-            FusedMember(
-                config, data, semantic, index=i, source=self.train_member, complete_at=complete_at
+            Trainer(
+                config,
+                data,
+                semantic,
+                complete_at=complete_at,
+                fused_epochs=functools.partial(self.train_member, i),
             )
             for i, (config, semantic) in enumerate(zip(configs, semantics, strict=True))
         ]
@@ -94,9 +77,9 @@ class FusedGroup:
         self.left: set[int] = set()  # members that left the group (``stop``)
 
     @property
-    def live(self) -> list[FusedMember]:
-        """The members still training, in their order."""
-        return [t for t in self.trainers if t.index not in self.left]
+    def live(self) -> dict[int, Trainer]:
+        """The members still training, by index, in their order."""
+        return {i: t for i, t in enumerate(self.trainers) if i not in self.left}
 
     def stop(self, index: int) -> None:
         """Member ``index`` leaves the group: its ``Trainer`` gets its Adam state (so it
@@ -138,7 +121,7 @@ class FusedGroup:
         self.fused.copy_member_to(index, trainer.model)
         trainer.epoch, trainer.step = self.fused.epoch, self.fused.step
         trainer.optimizer.lr = metrics[names.LEARNING_RATE]
-        trainer._check_finite(losses.cpu().numpy())  # refused as a lone Trainer refuses them
+        check_finite(trainer, losses.cpu().numpy())  # refused as a lone Trainer refuses them
         return metrics
 
     def _train_epoch(self) -> None:
@@ -170,21 +153,21 @@ class FusedGroup:
     def pull(self) -> None:
         """Fill the fused model from the members' ``Trainer`` s (weights, Adam state,
         epoch and step); fall back when they cannot be one group."""
-        positions = {(t.epoch, t.step) for t in self.live}
+        positions = {(t.epoch, t.step) for t in self.live.values()}
         if len(positions) != 1:
             self.fall_back(f"their training states differ (epoch, step: {sorted(positions)})")
             return
         own = families.tokenizer_entries(self.fused.tokenizer)
-        if any(families.tokenizer_entries(t.tokenizer) != own for t in self.live):
+        if any(families.tokenizer_entries(t.tokenizer) != own for t in self.live.values()):
             self.fall_back("the checkpoint's vocabulary is not the data's")
             return
         for index in list(self.fused.member_ids):  # members that left before the load
             if index in self.left:
                 self.fused.stop(index)
-        for trainer in self.live:
+        for index, trainer in self.live.items():
             weights = trainer.model.state_dict()
             moments = trainer.optimizer.moments() if trainer.optimizer.steps else None
-            self.fused.load_member(trainer.index, weights, moments)
+            self.fused.load_member(index, weights, moments)
         ((epoch, step),) = positions
         self.fused.resume_at(epoch, step)
         self.synced = True
@@ -194,8 +177,8 @@ class FusedGroup:
         checkpoint); its weights, epoch and step are there after every epoch."""
         if not self.synced or self.reason is not None:
             return  # the Trainers hold their state already
-        for trainer in self.live:
-            _adam_state(trainer, self.fused.member_moments(trainer.index), self.fused.step)
+        for index, trainer in self.live.items():
+            _adam_state(trainer, self.fused.member_moments(index), self.fused.step)
 
 
 def _adam_state(

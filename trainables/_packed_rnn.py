@@ -17,6 +17,8 @@ The per-step loops run in C++ (``_packed_rnn.cpp``, built on first use by
 ``trainables._packed_rnn_cpp``; one product and one fused pass over the gates per step)
 where it builds, float32/float64 CPU tensors; the Python functions below are the same
 loops, the reference the tests hold the C++ ones to, and the fallback.
+The recurrent matrix products (ATen, bfloat16 or oneDNN) are ``trainables._rnn_products``;
+running the two directions side by side on two threads is ``trainables._rnn_directions``.
 Same parameters and the same equations as ``nn.GRU`` (gates ordered r, z, n)::
 
     r = sigmoid(W_ir x + b_ir + W_hr h + b_hr)
@@ -35,16 +37,16 @@ and ``nn.LSTM`` (gates ordered i, f, g, o)::
 from __future__ import annotations
 
 import contextlib
-import platform
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainables import _packed_rnn_cpp
+from trainables import _packed_rnn_cpp, _rnn_products
+from trainables._rnn_directions import both
+from trainables._rnn_products import Products
 
 
 class _Steps:
@@ -67,104 +69,6 @@ Saved = tuple[torch.Tensor, ...]
 Low = torch.dtype | None  # the dtype of the recurrent matrix products, None: the weights'
 
 
-class _Products:
-    """The recurrence's matrix products with ``w_hh``: in its own dtype, or in ``low``
-    (bfloat16: the CPU's bf16 dot products, float32 accumulation; the results are
-    rounded to ``low`` and added to float32 state). float32 products of a large enough
-    state (``onednn(w_hh, low)``) run in oneDNN, on weights laid out for it once per
-    pass (``step_weight``, ``back_weight``), instead of ATen's ``mm``."""
-
-    def __init__(self, w_hh: torch.Tensor, low: torch.dtype | None) -> None:
-        self.low = low
-        self.w = w_hh if low is None else w_hh.to(low)
-        self.dnn = onednn(w_hh, low)
-        self._packed: dict[str, torch.Tensor] = {}
-
-    @property
-    def step_weight(self) -> torch.Tensor:
-        """What a forward step multiplies by: ``w`` (as ``h @ w.T``), or ``w_hh`` laid
-        out for oneDNN."""
-        return self._laid_out("step")
-
-    @property
-    def back_weight(self) -> torch.Tensor:
-        """What a backward step multiplies by: ``w`` (as ``d @ w``), or ``w_hh.T`` laid
-        out for oneDNN."""
-        return self._laid_out("back")
-
-    def _laid_out(self, use: str) -> torch.Tensor:
-        if not self.dnn:
-            return self.w
-        if use not in self._packed:  # once per pass: the weights change every step
-            w = self.w.detach()
-            self._packed[use] = _reorder(w if use == "step" else w.t().contiguous())
-        return self._packed[use]
-
-    def step(self, bias: torch.Tensor, h: torch.Tensor, out: torch.Tensor) -> None:
-        """``out = bias + h @ w_hh.T`` (a forward step)."""
-        if self.dnn:
-            torch.add(_onednn_linear(h, self.step_weight), bias, out=out)
-        elif self.low is None:
-            torch.addmm(bias, h, self.w.t(), out=out)
-        else:
-            torch.add(torch.mm(h.to(self.low), self.w.t()), bias, out=out)
-
-    def back(self, d: torch.Tensor, out: torch.Tensor, add: torch.Tensor | None = None) -> None:
-        """``out = add + d @ w_hh`` (a backward step; ``add`` None: 0)."""
-        if self.dnn:
-            product = _onednn_linear(d, self.back_weight)
-            if add is None:
-                out.copy_(product)
-            else:
-                torch.add(product, add, out=out)
-        elif self.low is None:
-            if add is None:
-                torch.mm(d, self.w, out=out)
-            else:
-                torch.addmm(add, d, self.w, out=out)
-        elif add is None:
-            out.copy_(torch.mm(d.to(self.low), self.w))
-        else:
-            torch.add(torch.mm(d.to(self.low), self.w), add, out=out)
-
-    def weight_grad(self, d_all: torch.Tensor, h_all: torch.Tensor) -> torch.Tensor:
-        """``d_all.T @ h_all``: the gradient of ``w_hh`` over every step at once."""
-        if self.low is None:
-            return d_all.t() @ h_all
-        return (d_all.t().to(self.low) @ h_all.to(self.low)).to(d_all.dtype)
-
-
-_X86 = platform.machine().lower() in ("x86_64", "amd64")
-# the state size from which float32 recurrent products run in oneDNN rather than ATen's
-# mm (MKL): per step, one thread, (B x n) @ (n x 3n), oneDNN was faster from n=512, even
-# at n=256 and slower below (BENCHMARKS.md, "Training at the CPU's limit"); None: never
-ONEDNN_FROM: int | None = 512
-
-
-def onednn(w_hh: torch.Tensor, low: torch.dtype | None) -> bool:
-    """Whether the products with ``w_hh`` run in oneDNN: float32 on an x86 CPU (where it
-    was measured), no ``low``, n at least ``ONEDNN_FROM``, torch built with oneDNN."""
-    return (
-        ONEDNN_FROM is not None
-        and _X86
-        and low is None
-        and w_hh.dtype == torch.float32
-        and w_hh.device.type == "cpu"
-        and w_hh.shape[1] >= ONEDNN_FROM
-        and torch.backends.mkldnn.is_available()
-    )
-
-
-def _reorder(weight: torch.Tensor) -> torch.Tensor:
-    """``weight`` (out, in) laid out for oneDNN's linear."""
-    return torch.ops.mkldnn._reorder_linear_weight(weight)
-
-
-def _onednn_linear(x: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
-    """``x @ weight.T`` by oneDNN, ``packed`` = ``_reorder(weight)``."""
-    return torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
-
-
 def _gru_forward(
     gi: torch.Tensor, w_hh: torch.Tensor, b_hh: torch.Tensor, steps: _Steps, low: Low
 ) -> tuple[torch.Tensor, Saved]:
@@ -178,7 +82,7 @@ def _gru_forward(
     rz = gi.new_empty(gi.shape[0], 2 * n)  # the r and z gates
     new = gi.new_empty(gi.shape[0], n)  # the candidate state n
     h = gi.new_zeros(steps.batch_sizes[0], n)
-    products = _Products(w_hh, low)
+    products = Products(w_hh, low)
     for rows, size in steps.order(backward=False):
         hp = h[:size]
         h_prev[rows] = hp
@@ -195,7 +99,7 @@ def _gru_backward(saved: Saved, grad_out: torch.Tensor, steps: _Steps, low: Low)
     """The gradients of ``_gru_forward``'s ``gi``, ``w_hh`` and ``b_hh``."""
     w_hh, h_prev, gh, rz, new = saved
     n = w_hh.shape[1]
-    products = _Products(w_hh, low)
+    products = Products(w_hh, low)
     d_gi = grad_out.new_empty(grad_out.shape[0], 3 * n)
     d_gh = grad_out.new_empty(grad_out.shape[0], 3 * n)
     d_h = grad_out.new_zeros(steps.batch_sizes[0], n)
@@ -224,7 +128,7 @@ def _lstm_forward(
     tanh_c = gi.new_empty(gi.shape[0], n)  # tanh of the new cell state
     h = gi.new_zeros(steps.batch_sizes[0], n)
     c = gi.new_zeros(steps.batch_sizes[0], n)
-    products = _Products(w_hh, low)
+    products = Products(w_hh, low)
     for rows, size in steps.order(backward=False):
         hp, cp = h[:size], c[:size]
         h_prev[rows] = hp
@@ -246,7 +150,7 @@ def _lstm_backward(saved: Saved, grad_out: torch.Tensor, steps: _Steps, low: Low
     """The gradients of ``_lstm_forward``'s ``gi``, ``w_hh`` and ``b_hh``."""
     w_hh, h_prev, c_prev, gates, tanh_c = saved
     n = w_hh.shape[1]
-    products = _Products(w_hh, low)
+    products = Products(w_hh, low)
     d_gates = grad_out.new_empty(grad_out.shape[0], 4 * n)  # before the nonlinearities
     d_h = grad_out.new_zeros(steps.batch_sizes[0], n)
     d_c = grad_out.new_zeros(steps.batch_sizes[0], n)
@@ -276,7 +180,7 @@ class _CppForward:
         self, gi: torch.Tensor, w_hh: torch.Tensor, b_hh: torch.Tensor, steps: _Steps, low: Low
     ) -> tuple[torch.Tensor, Saved]:
         run = getattr(_packed_rnn_cpp.extension(), f"{self.cell}_forward")
-        w_mm = _Products(w_hh, low).step_weight
+        w_mm = Products(w_hh, low).step_weight
         out, *saved = run(gi, w_hh, w_mm, b_hh, steps.batch_sizes, steps.offsets, steps.reverse)
         return out, (w_hh, *saved)
 
@@ -284,7 +188,7 @@ class _CppForward:
 def _gru_backward_cpp(saved: Saved, grad_out: torch.Tensor, steps: _Steps, low: Low) -> Saved:
     """``_gru_backward`` with the loop in C++."""
     w_hh, h_prev, gh, rz, new = saved
-    products = _Products(w_hh, low)
+    products = Products(w_hh, low)
     d_gi, d_gh = _packed_rnn_cpp.extension().gru_backward(  # type: ignore[union-attr]
         products.back_weight, h_prev, gh, rz, new, grad_out, steps.batch_sizes, steps.offsets,
         steps.reverse,
@@ -295,7 +199,7 @@ def _gru_backward_cpp(saved: Saved, grad_out: torch.Tensor, steps: _Steps, low: 
 def _lstm_backward_cpp(saved: Saved, grad_out: torch.Tensor, steps: _Steps, low: Low) -> Saved:
     """``_lstm_backward`` with the loop in C++."""
     w_hh, h_prev, c_prev, gates, tanh_c = saved
-    products = _Products(w_hh, low)
+    products = Products(w_hh, low)
     (d_gates,) = _packed_rnn_cpp.extension().lstm_backward(  # type: ignore[union-attr]
         products.back_weight, c_prev, gates, tanh_c, grad_out, steps.batch_sizes, steps.offsets,
         steps.reverse,
@@ -320,20 +224,20 @@ def variant(
     by side or not (``SIDE_BY_SIDE``), the per-step ``loop`` (``LOOP``) or oneDNN's
     products from ``onednn_from`` (``ONEDNN_FROM``; None: never): the benchmarks compare
     the variants. A knob not given stays as it is; every knob is restored after."""
-    global SIDE_BY_SIDE, LOOP, ONEDNN_FROM
+    global SIDE_BY_SIDE, LOOP
     if loop is not _KEEP and loop is not None and loop not in LOOPS:
         raise ValueError(f"loop: got {loop!r}, expected one of {', '.join(LOOPS)} or None")
-    before = SIDE_BY_SIDE, LOOP, ONEDNN_FROM
+    before = SIDE_BY_SIDE, LOOP, _rnn_products.ONEDNN_FROM
     if side_by_side is not _KEEP:
         SIDE_BY_SIDE = side_by_side
     if loop is not _KEEP:
         LOOP = loop
     if onednn_from is not _KEEP:
-        ONEDNN_FROM = onednn_from
+        _rnn_products.ONEDNN_FROM = onednn_from
     try:
         yield
     finally:
-        SIDE_BY_SIDE, LOOP, ONEDNN_FROM = before
+        SIDE_BY_SIDE, LOOP, _rnn_products.ONEDNN_FROM = before
 
 
 Forward = Callable[
@@ -346,71 +250,6 @@ _CELLS: dict[tuple[str, str], tuple[Forward, Backward]] = {
     ("gru", "cpp"): (_CppForward("gru"), _gru_backward_cpp),
     ("lstm", "cpp"): (_CppForward("lstm"), _lstm_backward_cpp),
 }
-_pool: ThreadPoolExecutor | None = None
-
-
-def _both(work: Callable[[int], Any], side_by_side: bool) -> list[Any]:
-    """``[work(0), work(1)]`` (the two directions): one after the other with every
-    thread of torch's, or side by side, the second on a helper thread, each with half of
-    them (one core each on 2 cores: two independent recurrences do not wait for each
-    other's small matrix products)."""
-    if not side_by_side:
-        return [work(0), work(1)]
-    helper = _helper()
-    threads = torch.get_num_threads()
-    half = max(1, threads // 2)
-    torch.set_num_threads(half)
-    try:
-        other = helper.submit(_on_helper, work, 1, half)
-        first = work(0)
-        return [first, other.result()]
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _helper() -> ThreadPoolExecutor:
-    """The helper thread, started once with an OpenMP team of its own (``_start_team``)."""
-    global _pool
-    if _pool is None:
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="packed-rnn")
-        pool.submit(_start_team).result()
-        _pool = pool
-    return _pool
-
-
-def _start_team() -> None:
-    """Make the helper thread the master of a team of 2 OpenMP threads, once: one
-    elementwise pass over 2**20 elements (torch splits one from 2 x 32,768). The team's
-    worker then idles for good, but it counts among the process's OpenMP threads, and
-    when those outnumber the CPUs, libgomp's idle threads spin 100 times before they
-    sleep instead of 300,000 (GOMP_SPINCOUNT in libgomp's manual). On 2 cores the helper
-    runs its direction on 1 thread, so it has no team of its own; without this one the
-    main thread's idle OpenMP worker spun at the start of every side-by-side pass on the
-    core the helper needed (its CPU time tripled), and the layer's forward and backward
-    at n=256, batch 32, took 1.4 to 4 times as long. The helper's thread count for its
-    work is set by each task (``_on_helper``)."""
-    torch.set_num_threads(2)
-    torch.empty(1 << 20, dtype=torch.float32).fill_(0.0)
-
-
-def _on_helper(work: Callable[[int], Any], direction: int, threads: int) -> Any:
-    """``work(direction)`` on the helper thread with ``threads`` threads and grad mode
-    off: both are per thread, so the main thread's settings do not reach it.
-
-    The thread count is OpenMP's (``omp_set_num_threads``) and MKL's
-    (``mkl_set_num_threads_local``), each the calling thread's own. A new thread has
-    OpenMP's default, every core, until torch sets it lazily to its global count of the
-    moment (``at::internal::lazy_init_num_threads``: the thread's first
-    ``torch.get_num_threads()``, or its first ``parallel_for`` over more than 32,768
-    elements). Left to that, the helper's first products ran on every core, until its
-    first large elementwise op (a backward's ``d_gates.sum(dim=0)``) set it, and a
-    product of a long inner dimension (that backward's ``d_all.T @ h_all``) has other
-    low bits on 2 threads than on 1 in MKL: a process's first training differed from
-    its later ones."""
-    if torch.get_num_threads() != threads:
-        torch.set_num_threads(threads)
-    with torch.no_grad():
-        return work(direction)
 
 
 class _Bidirectional(torch.autograd.Function):
@@ -435,7 +274,7 @@ class _Bidirectional(torch.autograd.Function):
         forward, _ = _CELLS[cell]  # (cell, loop)
         steps = (_Steps(batch_sizes, offsets, False), _Steps(batch_sizes, offsets, True))
         inputs = ((gi_f, w_f, b_f), (gi_r, w_r, b_r))
-        (out_f, saved_f), (out_r, saved_r) = _both(
+        (out_f, saved_f), (out_r, saved_r) = both(
             lambda d: forward(*inputs[d], steps[d], low), side_by_side
         )
         ctx.save_for_backward(*saved_f, *saved_r)
@@ -449,7 +288,7 @@ class _Bidirectional(torch.autograd.Function):
         saved = ctx.saved_tensors
         halves = (saved[: ctx.count], saved[ctx.count :])
         grads = (grad_f.contiguous(), grad_r.contiguous())
-        (d_f, d_r) = _both(
+        (d_f, d_r) = both(
             lambda d: backward(halves[d], grads[d], ctx.steps[d], ctx.low), ctx.side_by_side
         )
         return None, None, None, None, None, *d_f, *d_r

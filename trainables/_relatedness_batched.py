@@ -11,19 +11,34 @@ import logging
 import math
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
 
-if TYPE_CHECKING:
-    from trainables.relatedness import RelatednessProtocol
-
-__all__ = ["N_CLASSES", "Task", "expected_score", "fit_batched"]
+__all__ = ["N_CLASSES", "Settings", "Task", "expected_score", "fit_batched"]
 
 _log = logging.getLogger("trainables.relatedness")  # the protocol's logger
 
 N_CLASSES = 5  # SentEval's relatedness classes, for scores 1, 2, 3, 4, 5
+
+
+class Settings(Protocol):
+    """What the engine reads of a protocol's settings (``trainables.relatedness``'s
+    ``RelatednessProtocol`` is one, and says what each means)."""
+
+    @property
+    def lr(self) -> float: ...
+    @property
+    def batch_size(self) -> int: ...
+    @property
+    def epochs_per_round(self) -> int: ...
+    @property
+    def patience(self) -> int: ...
+    @property
+    def max_epoch(self) -> int: ...
+    @property
+    def cuda_graph(self) -> bool: ...
 
 
 def expected_score(weights: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -64,10 +79,10 @@ class _Rounds:
         self.best: torch.Tensor | None = None
         self.best_r, self.misses, self.epochs, self.rounds, self.nan_rounds = -1.0, 0, 0, 0, 0
 
-    def going(self, protocol: RelatednessProtocol) -> bool:
+    def going(self, protocol: Settings) -> bool:
         return self.misses < protocol.patience and self.epochs <= protocol.max_epoch
 
-    def judge(self, r: float, weights: torch.Tensor, protocol: RelatednessProtocol) -> None:
+    def judge(self, r: float, weights: torch.Tensor, protocol: Settings) -> None:
         """After a round: its dev Pearson ``r`` and the weights it ended with."""
         self.epochs, self.rounds = self.epochs + protocol.epochs_per_round, self.rounds + 1
         if math.isnan(r):
@@ -119,7 +134,7 @@ class _Batched:
     summed squared error's gradient is exactly twice what ``_half_step`` computes), with
     Adam's update written for them, so no step spends an operation on the factor 2."""
 
-    def __init__(self, tasks: list[Task], protocol: RelatednessProtocol) -> None:
+    def __init__(self, tasks: list[Task], protocol: Settings) -> None:
         self.protocol = protocol
         first = tasks[0].x
         self.device, self.dtype, self.dim = first.device, first.dtype, first.shape[1]
@@ -320,7 +335,7 @@ class _Graph:
         self.graph.replay()
 
 
-def fit_batched(tasks: list[Task], protocol: RelatednessProtocol) -> list[torch.Tensor]:
+def fit_batched(tasks: list[Task], protocol: Settings) -> list[torch.Tensor]:
     """The best round's weights of every task, trained together (see the module
     docstring); each the same, up to rounding, as training it alone."""
     dims = {task.x.shape[1] for task in tasks}

@@ -21,18 +21,23 @@ rejects unknown keys and invalid values, naming the key, the value and what is a
 the caption encoder family; a field that only some families have (``APPLIES_TO``) must
 keep its default for the others, and is refused naming both ("pooling: does not apply to
 encoder word_bow").
+
+This module is longer than the others (about 500 lines) because its concern is one: every
+field a run has, declared once with its default, help and bounds, the choices the fields
+take and which family has which, as nanoGPT keeps all its defaults in one place. How a
+field's declaration is checked and converted is ``trainables._config_fields``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
-import numbers
 import re
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
+
+from trainables._config_fields import INT_LIMIT, ConfigError, ConfigPart
 
 __all__ = [
     "APPLIES_TO",
@@ -163,26 +168,12 @@ APPLIES_TO: dict[str, tuple[Encoder, ...]] = {
 # lr_max, or the paper's (``inherited``, ``pinned``).
 SIZE_FIELDS = ("hidden_size",)
 DEVICE_FORMS = "auto, cpu, cuda or cuda:N (N from 0 to 127)"
-# every integer field is below 2**63, what a 64-bit signed integer holds: torch keeps
-# sizes, steps and seeds in 64-bit integers (torch.manual_seed fails from 2**64 on)
-INT_LIMIT = 2**63
 # torch starts this many OpenMP threads at its next parallel operation: 1000000 crashed
 # the process (a segmentation fault); the limit is far above any machine's cores
 MAX_THREADS = 1024
 # torch keeps a device index in 8 signed bits: cuda:128 would silently become cuda:-128
 _DEVICE = re.compile(r"auto|cpu|cuda(?::(0|[1-9][0-9]{0,2}))?")
 _MAX_DEVICE_INDEX = 127
-
-
-class ConfigError(ValueError):
-    """An invalid config value; ``field`` names the key (None for an unknown key)."""
-
-    def __init__(self, field: str | None, message: str, *, whole: bool = False) -> None:
-        """``message`` says what is wrong; it follows "``field``: " unless ``whole``
-        (it names the field itself)."""
-        super().__init__(f"{field}: {message}" if field and not whole else message)
-        self.field = field
-        self.detail = message
 
 
 def setting(
@@ -205,71 +196,8 @@ def setting(
     return dataclasses.field(default=default, metadata=metadata)
 
 
-_C = TypeVar("_C", bound="_Config")
-
-
-class _Config:
-    """What every config has: its field names, the flat-dict boundary, ``replace``, and
-    the checks each field declares (``setting``)."""
-
-    @classmethod
-    def field_names(cls) -> tuple[str, ...]:
-        return tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[arg-type]
-
-    @classmethod
-    def from_dict(cls: type[_C], values: Mapping[str, Any]) -> _C:
-        """Build a config from a flat dict, converting numbers given as strings or as the
-        other numeric type; unknown keys and invalid values raise ``ConfigError``."""
-        names = cls.field_names()
-        unknown = sorted(set(values) - set(names))
-        if unknown:
-            raise ConfigError(
-                None,
-                f"unknown config key(s) {', '.join(map(repr, unknown))}; allowed: "
-                f"{', '.join(names)}",
-            )
-        return cls(**{name: _coerce(name, value, _KINDS[name]) for name, value in values.items()})
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
-
-    def replace(self: _C, **changes: Any) -> _C:
-        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
-
-    def __post_init__(self) -> None:
-        """Every field's declared checks, then the rules of each part this config is made
-        of (its ``_rules``, in the order of the parts: a ``TrainConfig`` runs all five
-        parts' and its own, with no list to keep by hand)."""
-        self._check_fields()
-        for part in reversed(type(self).__mro__):
-            rules = part.__dict__.get("_rules")
-            if rules is not None:
-                rules(self)
-
-    def _check_fields(self) -> None:
-        """Each field of its kind and choices, within the bounds it declares."""
-        for field in dataclasses.fields(self):  # type: ignore[arg-type]
-            name, value = field.name, getattr(self, field.name)
-            _check_type(name, value, _KINDS[name])
-            if name in CHOICES:
-                _check_choice(name, value, CHOICES[name])
-            low, high = field.metadata.get("low"), field.metadata.get("high")
-            if low is None:
-                continue
-            if field.metadata["why"] and isinstance(value, int) and value < low:
-                raise ConfigError(
-                    name, f"got {value!r}, expected at least {low} ({field.metadata['why']})"
-                )
-            if _KINDS[name] is int:
-                _check_int(
-                    name, value, low=int(low), high=INT_LIMIT - 1 if high is None else int(high)
-                )
-            else:
-                _check_float(name, value, low=low, high=high, open_low=field.metadata["open_low"])
-
-
 @dataclass(frozen=True)
-class ModelConfig(_Config):
+class ModelConfig(ConfigPart):
     """The caption and image encoders (docs/protocols.md section 1; the other families:
     README "Encoder families")."""
 
@@ -348,7 +276,7 @@ class ModelConfig(_Config):
 
 
 @dataclass(frozen=True)
-class LossConfig(_Config):
+class LossConfig(ConfigPart):
     """The objective (docs/protocols.md section 2): what a caption is matched with, and
     how a batch's similarities become a loss."""
 
@@ -377,7 +305,7 @@ class LossConfig(_Config):
 
 
 @dataclass(frozen=True)
-class OptimConfig(_Config):
+class OptimConfig(ConfigPart):
     """The optimisation (docs/protocols.md section 3): the cyclic learning rate, gradient
     clipping, batches and epochs, and the snapshots the ensemble is made of."""
 
@@ -423,7 +351,7 @@ class OptimConfig(_Config):
 
 
 @dataclass(frozen=True)
-class EvalConfig(_Config):
+class EvalConfig(ConfigPart):
     """What is evaluated when, and how (docs/protocols.md sections 4-5)."""
 
     semantic_every: int = setting(
@@ -441,7 +369,7 @@ class EvalConfig(_Config):
 
 
 @dataclass(frozen=True)
-class RunConfig(_Config):
+class RunConfig(ConfigPart):
     """Where and how a run computes: its seed, device, precision, CPU threads, and how a
     trial's models train together."""
 
@@ -474,7 +402,7 @@ class RunConfig(_Config):
         check_device(self.device)
 
 
-_P = TypeVar("_P", bound=_Config)
+_P = TypeVar("_P", bound=ConfigPart)
 
 
 @dataclass(frozen=True)
@@ -509,15 +437,7 @@ class TrainConfig(RunConfig, EvalConfig, OptimConfig, LossConfig, ModelConfig):
         return self._part(RunConfig)
 
 
-def _kind(hint: Any) -> type:
-    """The plain type of a field's annotation (a ``Literal``'s: its values')."""
-    if typing.get_origin(hint) is Literal:
-        return type(typing.get_args(hint)[0])
-    return typing.cast(type, hint)
-
-
 _HINTS: dict[str, Any] = typing.get_type_hints(TrainConfig)
-_KINDS: dict[str, type] = {name: _kind(hint) for name, hint in _HINTS.items()}
 # what each field of fixed choices takes (the help of a CLI lists them)
 CHOICES: dict[str, tuple[str, ...]] = {
     name: typing.get_args(hint)
@@ -527,7 +447,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
 _DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
 
 
-def _check_applies(config: _Config) -> None:
+def _check_applies(config: ConfigPart) -> None:
     """A field that the config's encoder family does not have must keep its default: a
     search that sets it would otherwise seem to compare values that change nothing."""
     encoder = getattr(config, "encoder")  # noqa: B009 - only ModelConfig and its children
@@ -582,52 +502,3 @@ def check_device(name: object) -> str:
     if match is None or int(match.group(1) or 0) > _MAX_DEVICE_INDEX:
         raise ConfigError("device", f"got {name!r}, expected {DEVICE_FORMS}")
     return str(name)
-
-
-def _coerce(name: str, value: Any, kind: type) -> Any:
-    """``value`` as ``kind`` (int, float or str), accepting numbers written as strings
-    (an integer string exactly, however long; "1e3" as 1000)."""
-    try:
-        if kind is int and not isinstance(value, bool):
-            if isinstance(value, numbers.Integral):  # int, numpy's: exactly, however large
-                return int(value)
-            if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9_]+\s*", value):
-                return int(value)
-            if float(value).is_integer():
-                return int(float(value))
-        if kind is float and not isinstance(value, bool):
-            return float(value)
-        if kind is str and isinstance(value, str):
-            return value
-    except (TypeError, ValueError, OverflowError):
-        pass
-    raise ConfigError(name, f"got {value!r} ({type(value).__name__}), expected {kind.__name__}")
-
-
-def _check_type(name: str, value: Any, kind: type) -> None:
-    """Fields set directly (not through ``from_dict``) must already be of their kind;
-    an int is a float too, a bool is neither."""
-    accepted = (int, float) if kind is float else (kind,)
-    if isinstance(value, bool) or not isinstance(value, accepted):
-        raise ConfigError(name, f"got {value!r} ({type(value).__name__}), expected {kind.__name__}")
-
-
-def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(name, f"got {value!r}, expected one of {', '.join(allowed)}")
-
-
-def _check_int(name: str, value: int, *, low: int, high: int = INT_LIMIT - 1) -> None:
-    if not low <= value <= high:
-        shown = "2**63 - 1" if high == INT_LIMIT - 1 else str(high)
-        raise ConfigError(name, f"got {value!r}, expected an integer from {low} to {shown}")
-
-
-def _check_float(
-    name: str, value: float, *, low: float, high: float | None = None, open_low: bool = False
-) -> None:
-    bad = (value <= low) if open_low else (value < low)
-    if bad or not math.isfinite(value) or (high is not None and value > high):
-        relation = ">" if open_low else ">="
-        upper = f" and <= {high}" if high is not None else ""
-        raise ConfigError(name, f"got {value!r}, expected a finite number {relation} {low}{upper}")

@@ -107,7 +107,7 @@ def combine(reports: Sequence[dict[str, float]]) -> dict[str, float]:
         if not all(key in r for r in reports):
             continue
         values = [float(r[key]) for r in reports]
-        # an earlier epoch's metrics carried late (trainables.loop) combine as their own
+        # an earlier epoch's metrics carried late (trainables._battery) combine as their own
         own = key.removeprefix(f"{names.LATE}/")
         if key in ("epoch", names.LATE_EPOCH) or _first_seeds(own):
             out[key] = reports[0][key]

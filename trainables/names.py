@@ -14,7 +14,7 @@ A reported metric is ``"<split>/<name>"``, and the split says what may be done w
   numbers the paper's tables report (plus ``ensemble/size`` and ``ensemble/epoch_<k>``).
 
 The test battery may be computed in the background while training goes on
-(``trainables.loop``): its metrics of epoch e then travel with the report of epoch e + 1,
+(``trainables._battery``): its metrics of epoch e then travel with the report of epoch e + 1,
 as ``late/<key>`` beside ``late/epoch`` = e (``late``, ``late_metrics``), and whoever records
 them (the tracking callback, ``Trainer.history``) files them under epoch e, so they end
 up at the same epoch (MLflow step) as when computed in place. ``late/...`` is a carrier,

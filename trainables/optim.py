@@ -1,4 +1,4 @@
-"""The optimiser step of every trial, lone or fused (``trainables.loop``,
+"""The optimiser step of every trial, lone or fused (``trainables._training``,
 ``trainables.fused``): Adam with each member's own learning rate, and, for fused
 members, gradient-norm clipping by each member's own norm.
 

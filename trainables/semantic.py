@@ -279,7 +279,7 @@ class SemanticEvaluation:
     """What the ``Trainer`` evaluates: ``dev`` after every epoch (selection), ``test``
     every ``semantic_every`` epochs and for the final ensemble (reporting). The Trainer
     computes the epochs' test battery in a background worker while training goes on, its
-    metrics filed under their own epoch (``trainables.loop``)."""
+    metrics filed under their own epoch (``trainables._battery``)."""
 
     dev: DevSemanticEvaluator
     test: SemanticEvaluator

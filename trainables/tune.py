@@ -139,7 +139,7 @@ def trial(
     into); every other key must be a TrainConfig field. ``seeds_per_config``: each member
     at that many seeds (``seed``, ``seed + 1``, ...), reported as their mean.
     ``complete_at``: the epochs where a scheduler may stop a member (ASHA's rungs), whose
-    reports must hold their own test battery (``trainables.loop``). ``signals``: the
+    reports must hold their own test battery (``trainables._battery``). ``signals``: the
     driver's ``TrialSignals`` (None: no member is stopped early, no progress told).
     ``metric``, ``mode``: which member's metrics the result holds un-prefixed."""
     members = [

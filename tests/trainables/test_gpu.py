@@ -436,8 +436,8 @@ def test_evaluation_snapshots_and_the_ensemble_on_the_device(
     final = reports[-1]
     assert names.is_finished(final) and final[names.ENSEMBLE_SIZE] == 2.0
     assert names.key(names.ENSEMBLE, "semantic") in final
-    assert [s.epoch for s in sorted(trainer.snapshots, key=lambda s: s.epoch)] == [1, 2]
-    for snapshot in trainer.snapshots:  # kept on the CPU, whatever the training device
+    assert [s.epoch for s in sorted(trainer.ensemble.snapshots, key=lambda s: s.epoch)] == [1, 2]
+    for snapshot in trainer.ensemble.snapshots:  # kept on the CPU, whatever the training device
         assert_on(torch.device("cpu"), list(snapshot.state.values()), "a snapshot")
 
     # the ensemble from its file, rebuilt on the device: the trainer's own test numbers
@@ -446,7 +446,7 @@ def test_evaluation_snapshots_and_the_ensemble_on_the_device(
     models = loaded.models(device)
     assert len(models) == 2
     assert_on(device, [p for m in models for p in m.parameters()], "the ensemble")
-    images, captions = trainer.embed_split(trainer.test_split, models)
+    images, captions = trainer.evaluation.embed_split(trainer.test_split, models)
     assert images.device.type == captions.device.type == device.type
     found = retrieval_metrics(images, captions)  # the same kernels on the same inputs
     assert found == {k: final[names.key(names.ENSEMBLE, k)] for k in found}
@@ -494,7 +494,7 @@ def test_a_checkpoint_written_on_the_gpu_loads_on_the_cpu_and_goes_on(
     trainer = Trainer(gpu_run.config.replace(device="cpu"), data)
     trainer.load_checkpoint(gpu_run.written_on_gpu)
     assert_on(cpu, model_tensors(trainer), "resumed on the CPU")
-    assert trainer.epoch == 1 and len(trainer.snapshots) == 1
+    assert trainer.epoch == 1 and len(trainer.ensemble.snapshots) == 1
     report = next(trainer.run())
     assert report["epoch"] == 2.0
     expected = gpu_run.epoch_2[names.LOSS]
@@ -531,7 +531,7 @@ def test_a_checkpoint_written_on_the_cpu_resumes_on_the_gpu(
     back = Trainer(gpu_run.config, data)
     back.load_checkpoint(written_on_cpu)
     assert_on(device, model_tensors(back), "back on the device")
-    assert back.epoch == 2 and len(back.snapshots) == 2
+    assert back.epoch == 2 and len(back.ensemble.snapshots) == 2
     last_on_gpu, last_on_cpu = next(back.run()), next(cpu_run)
     assert last_on_gpu["epoch"] == last_on_cpu["epoch"] == 3.0
     assert names.is_finished(last_on_gpu) and last_on_gpu[names.ENSEMBLE_SIZE] == 2.0

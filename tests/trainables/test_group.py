@@ -242,7 +242,8 @@ def test_fused_seeds_report_what_seeds_one_after_the_other_report(
     assert final[names.spread(names.BEST_RETRIEVAL)] > 0  # two seeds, two models
     for mine, theirs in zip(fused.trainers, alone.trainers, strict=True):
         assert_same_reports(mine.history, theirs.history)  # each seed's own, battery filed
-        assert [s.epoch for s in mine.snapshots] == [s.epoch for s in theirs.snapshots]
+        mine_kept, theirs_kept = mine.ensemble.snapshots, theirs.ensemble.snapshots
+        assert [s.epoch for s in mine_kept] == [s.epoch for s in theirs_kept]
         for key, value in theirs.model.state_dict().items():
             torch.testing.assert_close(
                 mine.model.state_dict()[key], value, rtol=FUSED_TRAINING.rtol,

@@ -173,7 +173,7 @@ def test_the_test_battery_runs_every_semantic_every_epochs(
     assert set(names.key(names.DEV, k) for k in names.DEV_SEMANTIC) <= set(reports[1])
 
 
-# -- the test battery in the background (trainables.loop's module docstring) -----------
+# -- the test battery in the background (trainables._battery's module docstring) -------
 
 
 def _semantic(tiny_world: Path, config: TrainConfig):
@@ -271,7 +271,7 @@ def _stop_in_epoch(trainer: Trainer, epoch: int, wait_for_battery: bool) -> None
     def train_batches(plan):
         if trainer.epoch == epoch - 1:
             if wait_for_battery:
-                while not trainer._battery.finished:
+                while not trainer.battery.worker.finished:
                     time.sleep(0.01)
             raise KeyboardInterrupt
         return train(plan)
@@ -378,7 +378,8 @@ def test_a_run_resumed_to_end_at_its_stopped_epoch_computes_its_lost_battery_the
 def _counted(trainer: Trainer) -> dict[str, int]:
     """Count ``trainer``'s embedding calls: test-split and sentence embeddings."""
     counts = {"splits": 0, "sentences": 0}
-    embed_split, embed_fn = trainer.embed_split, trainer.embed_fn
+    evaluation = trainer.evaluation
+    embed_split, embed_fn = evaluation.embed_split, evaluation.embed_fn
 
     def split(*args, **kwargs):
         counts["splits"] += 1
@@ -388,7 +389,7 @@ def _counted(trainer: Trainer) -> dict[str, int]:
         counts["sentences"] += 1
         return embed_fn(*args, **kwargs)
 
-    trainer.embed_split, trainer.embed_fn = split, sentences
+    evaluation.embed_split, evaluation.embed_fn = split, sentences
     return counts
 
 

@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch.nn.utils.rnn import pack_padded_sequence
 
-from trainables import _packed_rnn
-from trainables._packed_rnn import LOOPS, _loop, onednn, packed_bidirectional
+from trainables import _packed_rnn, _rnn_products
+from trainables._packed_rnn import LOOPS, _loop, packed_bidirectional
+from trainables._rnn_products import onednn
 from trainables.config import TrainConfig
 from trainables.model import CharEncoding, GroundedEncoder
 
@@ -151,7 +152,7 @@ def test_onednn_products_give_the_layer_s_outputs_and_gradients(
     x = torch.randn(6, 99, 20, requires_grad=True)
     results = {}
     for onednn_from in (1, None):
-        monkeypatch.setattr(_packed_rnn, "ONEDNN_FROM", onednn_from)
+        monkeypatch.setattr(_rnn_products, "ONEDNN_FROM", onednn_from)
         packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
         out = packed_bidirectional(packed.data, packed.batch_sizes, rnn, True, loop=loop)
         grads = torch.autograd.grad(out.square().sum(), [x, *rnn.parameters()])
@@ -170,17 +171,17 @@ def test_onednn_products_give_the_layer_s_outputs_and_gradients(
 def test_onednn_runs_the_float32_cpu_products_from_its_size(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_packed_rnn, "ONEDNN_FROM", 64)
+    monkeypatch.setattr(_rnn_products, "ONEDNN_FROM", 64)
     small, large = torch.randn(96, 32), torch.randn(192, 64)
-    available = torch.backends.mkldnn.is_available() and _packed_rnn._X86
+    available = torch.backends.mkldnn.is_available() and _rnn_products._X86
     assert not onednn(small, None) and onednn(large, None) == available
     assert not onednn(large.double(), None)  # float64: the equivalence tests' mm
     assert not onednn(large, torch.bfloat16)  # bf16 products: ATen's
-    monkeypatch.setattr(_packed_rnn, "ONEDNN_FROM", None)
+    monkeypatch.setattr(_rnn_products, "ONEDNN_FROM", None)
     assert not onednn(large, None)
     if available:
-        monkeypatch.setattr(_packed_rnn, "ONEDNN_FROM", 64)
-        products = _packed_rnn._Products(large, None)
+        monkeypatch.setattr(_rnn_products, "ONEDNN_FROM", 64)
+        products = _rnn_products.Products(large, None)
         assert products.step_weight.is_mkldnn and products.back_weight.is_mkldnn
         h, d = torch.randn(5, 64), torch.randn(5, 192)
         out, back = torch.empty(5, 192), torch.empty(5, 64)
@@ -193,9 +194,9 @@ def test_onednn_runs_the_float32_cpu_products_from_its_size(
 def test_the_public_variant_switch_sets_and_restores_each_knob() -> None:
     from trainables import packed_rnn_variant
 
-    before = _packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP, _packed_rnn.ONEDNN_FROM
+    before = _packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP, _rnn_products.ONEDNN_FROM
     with packed_rnn_variant(side_by_side=False, loop="python", onednn_from=None):
-        assert (_packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP, _packed_rnn.ONEDNN_FROM) == (
+        assert (_packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP, _rnn_products.ONEDNN_FROM) == (
             False,
             "python",
             None,
@@ -203,7 +204,7 @@ def test_the_public_variant_switch_sets_and_restores_each_knob() -> None:
         with packed_rnn_variant(loop="cpp"):  # a knob not given stays as it is
             assert (_packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP) == (False, "cpp")
         assert _packed_rnn.LOOP == "python"
-    assert before == (_packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP, _packed_rnn.ONEDNN_FROM)
+    assert before == (_packed_rnn.SIDE_BY_SIDE, _packed_rnn.LOOP, _rnn_products.ONEDNN_FROM)
     with pytest.raises(ValueError, match="loop: got 'fortran'"), packed_rnn_variant(loop="fortran"):
         pass
     assert before[1] == _packed_rnn.LOOP
