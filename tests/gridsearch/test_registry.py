@@ -497,7 +497,7 @@ def test_a_smoke_test_after_a_search_in_its_runs_directory_leaves_the_aliases(
     assert dict(client.get_registered_model(NAME).aliases) == before
     new = max(client.search_model_versions(f"name = '{NAME}'"), key=lambda v: int(v.version))
     assert new.tags["experiment"] == "smoke" and new.tags["smoke_test"] == "true"
-    said = [line for line in out.splitlines() if line.startswith("registered version(s) ")]
+    said = [line for line in out.splitlines() if "] registered version(s) " in line]  # stamped
     assert said and all(f"{new.version} of models:/{NAME}" in line for line in said), out
     for alias, version in before.items():  # every alias said, where it stays
         assert any(f"@{alias} at version {version}" in line for line in said), said
