@@ -24,6 +24,8 @@ import itertools
 import json
 import logging
 import os
+import pickletools
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +38,7 @@ from ray.tune.search import ConcurrencyLimiter, Searcher, SearchGenerator
 from gridsearch._groups import GroupSearcher, configurations_of
 from gridsearch._inputs import tracking_client
 from gridsearch._layout import local_path
+from gridsearch._relocate import rebase_pickle
 from gridsearch.settings import NothingToRun, SearchError, SearchSettings
 from gridsearch.summary import report_command
 from gridsearch.tracking import OUTCOME_TAG, ROLE_SEARCH, ROLE_TAG
@@ -333,11 +336,41 @@ def settle_finished(settings: SearchSettings) -> dict[str, dict[str, Any]]:
             _append_result(results, last)  # its results end as it did (their last row)
         trial["status"] = Trial.TERMINATED
         metadata["last_result"] = last
+        _point_at_newest(metadata, trial_folder)  # its results' checkpoint: the one it ended at
         entry[0], entry[1] = json.dumps(trial), json.dumps(metadata)
         settled[str(trial["trial_id"])] = last
     if settled:
         write_text_atomic(states[-1], json.dumps(state))
     return settled
+
+
+def _point_at_newest(metadata: dict[str, Any], trial_folder: Path) -> None:
+    """Make the trial's checkpoint manager (Tune's pickle, hex in the state's JSON) name
+    the trial's newest checkpoint wherever it names another (older ones, some gone since:
+    Tune's last save missed the newer; rewritten string by string, never unpickled). The
+    trial has ended: none is restored, its results read the one it ended at."""
+    manager = metadata.get("checkpoint_manager")
+    if not (isinstance(manager, dict) and isinstance(manager.get("value"), str)):
+        return
+    found = sorted(trial_folder.glob("checkpoint_*"), key=lambda p: p.name)
+    if not found:
+        return
+    try:
+        data = bytes.fromhex(manager["value"])
+        # the trial's folder wherever the state names it (a copied runs directory's state
+        # names the original's: Tune points it at the copy when it restores the trial)
+        pattern = re.compile(r".+/" + re.escape(trial_folder.name) + r"/checkpoint_\d+")
+        named = sorted(
+            arg
+            for opcode, arg, _ in pickletools.genops(data)
+            if isinstance(arg, str) and pattern.fullmatch(arg)
+        )
+    except (ValueError, TypeError):
+        return  # not Tune's pickle as it writes it: left as it is
+    for older in (Path(name) for name in set(named)):
+        if older.name != found[-1].name:
+            data = rebase_pickle(data, older, older.with_name(found[-1].name))
+    manager["value"] = data.hex()
 
 
 def _final_reports(trial_folder: Path) -> dict[int, dict[str, Any]] | None:

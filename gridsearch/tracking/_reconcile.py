@@ -1,7 +1,8 @@
 """Make MLflow agree with Tune's experiment, the record of truth, at the end of every
 search and every ``--resume``: log every reported epoch MLflow lacks (the first report of
 an epoch wins, as during the search), close the runs of trials that ended while nobody
-could record it (a killed driver, a tracking server that was away), and mark runs whose
+could record it (a killed driver, a tracking server that was away; a run closed as cut
+short by a stop whose trial had ended is closed again as it ended), and mark runs whose
 trial Tune no longer knows as abandoned."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from gridsearch._outcome import classify
+from gridsearch._outcome import Outcome, classify
 from gridsearch.tracking._runs import TrialRuns
 from trainables import names
 
@@ -54,10 +55,15 @@ def reconcile(runs: TrialRuns, results: Iterable[Any], *, complete: bool) -> Rec
         known.add(trial_id)
         config = dict(result.config or {})
         report.epochs += _missing_epochs(runs, trial_id, config, result.metrics_dataframe)
-        if runs.is_closed(runs.run_of(trial_id, config)):
-            continue
         error = result.error is not None
         outcome = classify(result.metrics or {}, error=error, search_complete=complete)
+        run_id = runs.run_of(trial_id, config)
+        if runs.is_closed(run_id):
+            if outcome is Outcome.SEARCH_ENDED or runs.ended_as(run_id) != Outcome.SEARCH_ENDED:
+                continue
+            # closed as cut short by a stop, though it had ended (a hard stop's trial
+            # kept finished by the resume, _extend.settle_finished): closed as it ended
+            runs.reopen(trial_id, config)
         runs.close(
             trial_id, config, outcome, result.checkpoint, str(result.error) if error else None
         )

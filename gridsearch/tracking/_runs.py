@@ -75,6 +75,7 @@ class TrialRuns:
         # with a later report, trainables.loop) are logged: found from MLflow once a run
         self._late: dict[str, set[int]] = {}
         self._closed: set[str] = set()  # run ids
+        self._ended_as: dict[str, str] = {}  # run id -> the outcome it was closed with
         # (run id, key, step) of writes that failed: MLflow may have applied one before
         # the failure (a server gone before it answered), so its retry looks first
         self._failed: set[tuple[str, str, int]] = set()
@@ -102,6 +103,7 @@ class TrialRuns:
             run_id = found[0].info.run_id
             if found[0].info.status != "RUNNING":
                 self._closed.add(run_id)
+                self._ended_as[run_id] = found[0].data.tags.get(OUTCOME_TAG, "")
             history = self.client.get_metric_history(run_id, "epoch")
             self._logged[run_id] = {int(m.step) for m in history}
         else:
@@ -112,6 +114,10 @@ class TrialRuns:
 
     def is_closed(self, run_id: str) -> bool:
         return run_id in self._closed
+
+    def ended_as(self, run_id: str) -> str:
+        """The outcome a closed run was closed with ("" while it runs or is unknown)."""
+        return self._ended_as.get(run_id, "") if run_id in self._closed else ""
 
     def _next_colour(self) -> str:
         """The colour of the search's next trial run: the next of ``TRIAL_COLOURS``, after
@@ -244,6 +250,7 @@ class TrialRuns:
         self.client.set_tag(run_id, OUTCOME_TAG, outcome.value)
         self.client.set_terminated(run_id, outcome.status)
         self._closed.add(run_id)
+        self._ended_as[run_id] = outcome.value
 
     def _log_artifacts(
         self,

@@ -32,6 +32,7 @@ from mlflow.tracking import MlflowClient
 from packaging.requirements import Requirement
 
 from analysis._tracking import find_run
+from gridsearch._relocate import rebase_pickle
 from gridsearch.registry import (
     choose,
     model_name,
@@ -39,11 +40,11 @@ from gridsearch.registry import (
 )
 from gridsearch.run import main
 from gridsearch.summary import TrialOutcome, best_trial, pareto_front
-from gridsearch.tracking import using_tracking_uri
+from gridsearch.tracking import forget_database, using_tracking_uri
 from gridsearch.tracking._lineage import DIGEST_LENGTH
 from storage import FeatureStore
 from trainables import names
-from trainables.checkpoint import ENSEMBLE_FILE
+from trainables.checkpoint import ENSEMBLE_FILE, load_ensemble
 from trainables.encode import main as encode_main
 from trainables.encoder import SentenceEncoder
 
@@ -577,9 +578,16 @@ def test_a_resume_after_a_hard_stop_keeps_finished_trials_finished(
     first = (folder / "result.json").read_text().splitlines()[0]
     (folder / "result.json").write_text(first + "\n")  # as Tune last copied it
     trial["status"], metadata["last_result"] = "RUNNING", json.loads(first)
+    # its checkpoints then: the first (gone since, as Tune keeps the last two), not the last
+    # (the state names the original's folder: the copy is moved in when resumed)
+    named = search.runs_dir / "tune" / EXPERIMENT / trial["relative_logdir"]
+    last, gone = sorted(named.glob("checkpoint_*"))[-1], named / "checkpoint_000000"
+    manager = metadata["checkpoint_manager"]
+    data = bytes.fromhex(manager["value"])
+    assert str(last).encode() in data and not gone.exists()
+    manager["value"] = rebase_pickle(data, last, gone).hex()
     saved["trial_data"][0] = [json.dumps(trial), json.dumps(metadata)]
     state.write_text(json.dumps(saved))
-    shutil.rmtree(sorted(folder.glob("checkpoint_*"))[0])  # the one Tune's state last named
     (generator,) = experiment.glob("search_gen_state-*.json")  # a pickle (Tune's own file)
     limiter_state = pickle.loads(generator.read_bytes())
     limiter = limiter_state["name:ConcurrencyLimiter"]
@@ -592,6 +600,16 @@ def test_a_resume_after_a_hard_stop_keeps_finished_trials_finished(
     (parent,) = client.search_runs([found.experiment_id], "tags.`search.role` = 'search'")
     client.set_tag(parent.info.run_id, "outcome", "interrupted")  # as the stop closed it
     client.set_terminated(parent.info.run_id, "KILLED")
+    (cut,) = client.search_runs(
+        [found.experiment_id], f"tags.`tune.trial_id` = '{trial['trial_id']}'"
+    )
+    client.set_tag(cut.info.run_id, "outcome", "search_ended")  # the stop closed it cut short
+    client.set_terminated(cut.info.run_id, "KILLED")
+    artifacts = Path(cut.info.artifact_uri.removeprefix("file://")).parts
+    at = artifacts.index("mlartifacts")
+    ensemble = runs.joinpath(*artifacts[at:]) / ENSEMBLE_FILE
+    original = load_ensemble(ensemble)
+    ensemble.unlink()  # written anew, from the checkpoint it ended at
     argv = ["--experiment", EXPERIMENT, "--resume", "--runs-dir", str(runs), "--num-samples"]
     started = time.monotonic()
     # a process of its own, with a time limit: a searcher left waiting hangs Tune for good
@@ -607,4 +625,10 @@ def test_a_resume_after_a_hard_stop_keeps_finished_trials_finished(
     assert len(starts) == 1 and trial["trial_id"] not in starts[0], out  # the new one only
     assert "Traceback" not in out, out
     assert "4 trials: 4 finished" in out and f"registered models:/{NAME}@" in out, out
+    forget_database(runs / "mlflow.db")  # the resume (moving it in) replaced the file
+    closed = client.get_run(cut.info.run_id)  # closed again as it ended, with its ensemble
+    assert closed.info.status == "FINISHED" and closed.data.tags["outcome"] == "finished"
+    local = client.download_artifacts(cut.info.run_id, ENSEMBLE_FILE, str(tmp_path))
+    again = load_ensemble(local)
+    assert again.complete and again.epochs == original.epochs  # its end's, not an earlier
     print(f"the resume after a hard stop, extended by a trial: {seconds:.1f} s")  # -s shows it
