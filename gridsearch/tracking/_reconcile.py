@@ -55,6 +55,7 @@ def reconcile(runs: TrialRuns, results: Iterable[Any], *, complete: bool) -> Rec
         known.add(trial_id)
         config = dict(result.config or {})
         report.epochs += _missing_epochs(runs, trial_id, config, result.metrics_dataframe)
+        report.epochs += _missing_last(runs, trial_id, config, result.metrics)
         error = result.error is not None
         outcome = classify(result.metrics or {}, error=error, search_complete=complete)
         run_id = runs.run_of(trial_id, config)
@@ -70,6 +71,20 @@ def reconcile(runs: TrialRuns, results: Iterable[Any], *, complete: bool) -> Rec
         report.closed += 1
     report.abandoned = runs.abandon_unknown(known)
     return report
+
+
+def _missing_last(
+    runs: TrialRuns, trial_id: str, config: dict[str, Any], last: Mapping[str, Any] | None
+) -> int:
+    """The trial's last result where its table ends before it (a stop that came as the
+    trial ended: Tune kept the result in its state, not in the trial's ``result.json``)."""
+    epoch = (last or {}).get("epoch")
+    if not isinstance(epoch, (int, float)) or isinstance(epoch, bool) or epoch != epoch:
+        return 0
+    assert last is not None
+    logged = int(runs.log_epoch(trial_id, config, int(epoch), epoch_metrics(last)))
+    late = names.late_metrics(last)  # an earlier epoch's test battery, come with it
+    return logged + int(late is not None and runs.log_late(trial_id, config, *late))
 
 
 def _missing_epochs(runs: TrialRuns, trial_id: str, config: dict[str, Any], frame: Any) -> int:

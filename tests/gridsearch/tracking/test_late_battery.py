@@ -100,6 +100,15 @@ def test_a_late_battery_is_logged_at_its_own_epoch_by_the_tracker_and_by_reconci
     assert _recorded(client, run_id) == logged["in_place"]
     assert rebuilt.reconcile(results, complete=True).epochs == 0  # nothing twice
 
+    # A table that ends before the trial did (a stop that came as it ended: Tune's state
+    # kept its last result, its result.json not): the last result is logged all the same.
+    cut = ensure_experiment(client, "late-cut", tmp_path / "artifacts")
+    parent = start_parent_run(client, cut, "late-cut", {}, {}, {})
+    results[0].metrics_dataframe = pd.DataFrame(background[:-1])
+    rebuilt = TrialTracker(uri, cut, parent, {})
+    assert rebuilt.reconcile(results, complete=True).epochs == 3 + 2
+    assert _recorded(client, rebuilt.runs.run_of("background", CONFIG)) == logged["in_place"]
+
 
 def test_trials_report_their_own_battery_where_the_scheduler_may_stop_them() -> None:
     """The driver tells the trainable ASHA's rungs (``complete_at``): a trial stopped
