@@ -81,9 +81,10 @@ def test_the_replay_gives_live_training_s_metrics_and_a_live_search_s_decisions(
 
     monkeypatch.setattr(spaces, "SPACES", dict(spaces.SPACES))  # the bench's spaces stay here
     every = scaled_variants(64)
-    # two configurations, the stronger first: the live search's two space-filling starts
-    # (seed 0) take the variants in this order, so ASHA stops the second at its first rung
-    variants = {v: every[v] for v in ("lstm-16-max", "gru-8-attention")}
+    # two configurations, the stronger at the first rung first (on this world at seed 0,
+    # dev R@10 best 75.8 against 54.2 after epoch 1): the live search's two space-filling
+    # starts (seed 0) take the variants in this order, so ASHA stops the second there
+    variants = {v: every[v] for v in ("gru-8-attention", "lstm-16-max")}
     margins = (0.3,)
     # recorded one trial at a time: its two trials share one trial process
     curves = tabular.record_problem(

@@ -192,7 +192,8 @@ def test_worker_node_killed_mid_trial_while_the_tracking_server_is_away(
             assert built == built_before and "building the C++" not in driver.text
         else:  # this driver built it, before any trial, and said so
             assert len(built) == 1 and f"pid {driver.process.pid} " in built[0], built
-            assert driver.text.count("building the C++ recurrence") == 1, driver.text
+            # the line that starts the build, once (not the phase's "still building" lines)
+            assert driver.text.count("] building the C++ recurrence") == 1, driver.text
             assert driver.text.index("built in") < driver.text.index(" start ")
 
         client = MlflowClient(server.uri)
@@ -402,30 +403,35 @@ def test_load_16_trials_8_at_a_time(
 def test_a_fused_trial_on_a_worker_node_stops_its_members_and_resumes_them_as_they_ended(
     cluster: Cluster, world: str, tmp_path: Path, mlflow_runs, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """Four configurations in one fused trial under ASHA, on a worker node (the head has
-    no CPUs): the members below the median at the rung (epoch 1) are stopped there, told
+    """Two configurations in one fused trial under ASHA, on a worker node (the head has
+    no CPUs): the member below the median at the rung (epoch 1) is stopped there, told
     through the search's signals actor, never through the driver's folder; Ctrl+C after
     epoch 1, then --resume finishes it with a new actor: the restored searcher tells the
-    stops again, so the stopped members stay stopped at their rung, as Optuna was told,
+    stop again, so the stopped member stays stopped at its rung, as Optuna was told,
     though the trial resumes from an earlier checkpoint. The interrupted driver is a
-    process of its own; the resume, which nothing signals, runs in this one."""
+    process of its own; the resume, which nothing signals, runs in this one. Two
+    (the fewest: each one more is one more model trained), at seed 2: on this world the
+    second is below the first at the rung (dev R@10 best 80.0 against 85.8), so ASHA
+    stops it. (At seed 0, of two to five configurations, all members but a fifth end
+    epoch 1 tied at the untrained model's 75.8, and ASHA stops none.)"""
     runs = tmp_path / "runs"
     on_cluster = ["--address", cluster.address, "--data", world]
-    first = LineDriver(*SEARCH, "--scheduler", "asha", "--num-samples", "4", "--fuse", "4",
-                       "--runs-dir", str(runs), "--experiment", "x", *on_cluster)  # fmt: skip
+    first = LineDriver(*SEARCH, "--scheduler", "asha", "--num-samples", "2", "--fuse", "2",
+                       "--seed", "2", "--runs-dir", str(runs), "--experiment", "x",
+                       *on_cluster)  # fmt: skip
     first.wait_for("epoch 1/2")
     first.process.send_signal(signal.SIGINT)
     code, out = first.finish()
     assert code == 130 and "at epoch 1," in out, out  # ASHA's one rung
     _, interrupted = _trial_runs(mlflow_runs, runs, "x")
     assert _summary_counts(out) == Counter(r.data.tags["outcome"] for r in interrupted.values())
-    assert "the search stopped (SIGINT) with 4 trial(s) not finished" in out, out
+    assert "the search stopped (SIGINT) with 2 trial(s) not finished" in out, out
     code, out = _driver(capfd, "--experiment", "x", "--resume", "--runs-dir", str(runs),
                         *on_cluster)  # fmt: skip
-    assert code == 0 and "start 1-4/4" in out, out
+    assert code == 0 and "start 1-2/2" in out, out
     assert len(list((runs / "tune" / "x").glob("*/result.json"))) == 1  # the one trial, resumed
     client, members = _trial_runs(mlflow_runs, runs, "x")
-    outcomes = _check_members(client, members, _study(runs, "x"), 4)
+    outcomes = _check_members(client, members, _study(runs, "x"), 2)
     assert _summary_counts(out) == Counter(outcomes.values())  # members, as MLflow holds them
     asha = make_scheduler("asha", EPOCHS, 1, RETRIEVAL, "max")
     stopped = _replayed_stops(asha, client, members, [RETRIEVAL])
@@ -433,7 +439,7 @@ def test_a_fused_trial_on_a_worker_node_stops_its_members_and_resumes_them_as_th
     assert {m for m, o in outcomes.items() if o == "stopped_early"} == stopped
     for member in stopped:  # it trained no further than its rung, before or after
         assert _steps(client, members[member]) == [0, 1]
-    assert _last_status(out).startswith("4 of 4 trials done, 0 running, 0 left")
+    assert _last_status(out).startswith("2 of 2 trials done, 0 running, 0 left")
     assert f"{len(stopped)} stopped early" in out  # the fused trial's end line
 
 

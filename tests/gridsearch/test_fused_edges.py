@@ -322,20 +322,23 @@ def test_fused_members_at_two_seeds_record_what_lone_seeded_trials_record(
 def test_fused_members_on_two_objectives_are_each_their_own_pareto_trial(
     runs: Path, mlflow_runs, on_cluster: list[str], capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """``--fuse 5 --objective both`` under ASHA's Pareto form: five configurations in one
+    """``--fuse 2 --objective both`` under ASHA's Pareto form: two configurations in one
     trial, each its own trial of the two-objective study with its own two values (no
     intermediate values: Optuna keeps none for two objectives), stopped at the rung when
     enough members before it dominate it; the summary's Pareto front is Optuna's, by
-    member; the progress names the best member on each objective. Five: the fewest
-    configurations of this seeded search of which the rule stops any (of three or four, it
-    stops none); each one more is one more model trained in the fused trial."""
+    member; the progress names the best member on each objective. Two configurations
+    (the fewest: each one more is one more model trained in the fused trial) at seed 8:
+    on the embedded world the first dominates the second at the rung (the same dev R@10
+    best, 69.2; dev semantic best 0.261 against 0.257), so the rule stops it. (At seed 0,
+    of two to five configurations, all members but a fifth end epoch 1 tied on both
+    objectives at the untrained model's values, and the rule stops none.)"""
     out = _search(capfd, runs, "both", "--scheduler", "asha", "--objective", "both",
-                  "--num-samples", "5", "--fuse", "5", *on_cluster)  # fmt: skip
+                  "--num-samples", "2", "--fuse", "2", "--seed", "8", *on_cluster)  # fmt: skip
     assert "at epoch 1," in out and "Pareto rank" in out
     study = _study(runs, "both")
     assert len(study.directions) == 2
     client, members = _trial_runs(mlflow_runs, runs, "both")
-    outcomes = _check_members(client, members, study, 5)
+    outcomes = _check_members(client, members, study, 2)
     assert all(not t.intermediate_values for t in study.trials)
     assert len({tuple(t.values) for t in study.trials}) > 1  # each member its own
     assert _summary_counts(out) == Counter(outcomes.values())
