@@ -33,9 +33,10 @@ from ray import tune
 from ray.tune.experiment import Trial
 from ray.tune.search import ConcurrencyLimiter, Searcher, SearchGenerator
 
-from gridsearch._groups import GroupSearcher, configurations_of
+from gridsearch._groups import GroupSearcher
 from gridsearch._inputs import tracking_client
 from gridsearch._layout import local_path
+from gridsearch._members import configurations_of
 from gridsearch.settings import NothingToRun, SearchError, SearchSettings
 from gridsearch.summary import report_command
 from gridsearch.tracking import OUTCOME_TAG, ROLE_SEARCH, ROLE_TAG
