@@ -11,17 +11,18 @@ with ``pickletools``, which runs nothing):
 - ``check_tune_state``: the Tune experiment: its newest ``experiment_state-*.json``
   parses, its ``tuner.pkl``, newest ``searcher-state-*.pkl`` and newest
   ``search_gen_state-*.json`` (a pickle, despite its name) are whole pickles; and each
-  is of the shape Tune writes (``_check_shape``, ``_check_trials``): a dictionary with
-  the keys Tune reads back, nested no deeper than ``MAX_PICKLE_DEPTH``, every trial of
-  the experiment state with an id, a status Tune knows, a count of failures and a last
-  result of their types;
+  is of the shape Tune writes (``_state_files.shape_problem``, ``_check_trials``): a
+  dictionary with the keys Tune reads back, nested no deeper than ``MAX_PICKLE_DEPTH``,
+  every trial of the experiment state with an id, a status Tune knows, a count of
+  failures and a last result of their types;
 - ``restore_whole_copies``: a Tune state file that is damaged is replaced by its last
   whole copy, which the search keeps in the experiment's ``.whole/`` folder while Tune
   runs (``gridsearch._whole``): the damaged one moved aside (``NAME.damaged``);
 - ``repair_error_files``: a trial's ``error.pkl`` cut short (Tune writes it in place, and
   reads it back with the results) is removed; its ``error.txt`` keeps the error.
 
-The search record is checked where it is read (``settings``). ``check_resume_state``
+What is wrong with each file is said by ``gridsearch._state_files``. The search record is
+checked where it is read (``settings``). ``check_resume_state``
 runs them all, once, where a ``--resume`` begins.
 """
 
@@ -30,14 +31,20 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pickletools
-import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gridsearch._layout import sqlite_file
-from gridsearch._pickles import pickle_shape
+from gridsearch._state_files import (
+    STATE_KEYS,
+    has_mlflow_tables,
+    has_study,
+    json_file_problem,
+    pickle_file_problem,
+    shape_problem,
+    sqlite_problem,
+    trials_problem,
+)
 from storage import write_bytes_atomic
 
 if TYPE_CHECKING:
@@ -54,21 +61,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-SQLITE_MAGIC = b"SQLite format 3\x00"
-_MAX_STATE_BYTES = 1 << 30  # Tune's state files are KB to MB; larger is not read
-_MLFLOW_TABLES = ("experiments", "runs", "metrics", "params", "tags")
-# How deeply a state pickle may nest: Tune's own are 12 to 30 deep; deeper structures
-# (Python's recursion limit is 1,000 frames) fail in the code that walks them later
-MAX_PICKLE_DEPTH = 200
-# The keys Tune reads back from each of its state files (Ray 2.60's tuner_internal,
-# search_generator, tune_controller): one without them is not Tune's
-_STATE_KEYS = {
-    "tuner.pkl": ("_tune_config", "_run_config"),
-    "searcher-state-*.pkl": (),
-    "search_gen_state-*.json": ("counter", "total_samples", "finished"),
-}
-_TRIAL_STATUSES = ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR")
 
 
 class DamagedState(ValueError):
@@ -112,7 +104,7 @@ def check_study(path: Path, study: str, experiment: str) -> None:
         f"{path}.recovered` and move {path.name}.recovered in its place; every finished "
         f"trial's parameters and results are also in MLflow (experiment {experiment!r})"
     )
-    problem = _sqlite_problem(path, lambda db: _has_study(db, study))
+    problem = sqlite_problem(path, lambda db: has_study(db, study))
     if problem is not None:
         raise DamagedState(f"the Optuna study {path} is damaged ({problem}): {how}")
 
@@ -128,7 +120,7 @@ def check_tracking(path: Path, experiment: str) -> None:
         f"records every epoch Tune holds of {experiment!r} into a new one (other "
         "experiments' runs stay in the old file)"
     )
-    problem = _sqlite_problem(path, _has_mlflow_tables)
+    problem = sqlite_problem(path, has_mlflow_tables)
     if problem is not None:
         raise DamagedState(f"the MLflow tracking store {path} is damaged ({problem}): {how}")
 
@@ -145,9 +137,9 @@ def check_tune_state(folder: Path, experiment: str) -> None:
         return
     newest = _read_back(folder, _STATE)
     assert newest is not None
-    problem = _json_problem(newest)
+    problem = json_file_problem(newest)
     if problem is not None:
-        older = next((s for s in reversed(states[:-1]) if _json_problem(s) is None), None)
+        older = next((s for s in reversed(states[:-1]) if json_file_problem(s) is None), None)
         how = (
             f"move it aside (e.g. `mv {newest} {newest}.damaged`) and `--resume` continues "
             f"from the previous state, {older.name} (the trials of the run after it start "
@@ -177,11 +169,11 @@ def state_problem(path: Path, pattern: str) -> str | None:
     """What is wrong with the Tune state file at ``path`` (of ``pattern``): not whole,
     or not of the shape Tune writes; None when it is whole and Tune's."""
     if pattern == _STATE:
-        problem = _json_problem(path)
+        problem = json_file_problem(path)
         if problem is None:
-            problem = _trials_problem(json.loads(path.read_bytes()))
+            problem = trials_problem(json.loads(path.read_bytes()))
         return problem
-    return _pickle_problem(path) or _shape_problem(path, _STATE_KEYS[pattern])
+    return pickle_file_problem(path) or shape_problem(path, STATE_KEYS[pattern])
 
 
 def whole_copy(folder: Path, pattern: str) -> Path | None:
@@ -239,7 +231,7 @@ def repair_error_files(folder: Path) -> list[Path]:
 def drop_cut_short_pickle(path: Path) -> bool:
     """Remove the pickle at ``path`` when it is not whole (empty, cut short, not a
     pickle); True when removed."""
-    if not path.is_file() or _pickle_problem(path) is None:
+    if not path.is_file() or pickle_file_problem(path) is None:
         return False
     try:
         path.unlink()
@@ -252,7 +244,7 @@ def _check_newest(folder: Path, pattern: str, experiment: str) -> None:
     path = _read_back(folder, pattern)
     if path is None:
         return
-    problem = _pickle_problem(path) or _shape_problem(path, _STATE_KEYS[pattern])
+    problem = pickle_file_problem(path) or shape_problem(path, STATE_KEYS[pattern])
     if problem is not None:
         raise DamagedState(
             f"the Tune experiment file {path} is damaged ({problem}): restore it from a "
@@ -261,163 +253,14 @@ def _check_newest(folder: Path, pattern: str, experiment: str) -> None:
         )
 
 
-def _shape_problem(path: Path, keys: tuple[str, ...]) -> str | None:
-    """What in the whole pickle at ``path`` is not of the shape Tune writes (a dictionary
-    holding ``keys``, nested at most ``MAX_PICKLE_DEPTH`` deep), or None."""
-    data = _read_state(path)
-    shape = pickle_shape(data) if isinstance(data, bytes) else None
-    if shape is None:
-        return None  # not whole: said by _pickle_problem
-    if shape.kind != "dict":
-        return f"it holds a {shape.kind}, not Tune's dictionary"
-    missing = [key for key in keys if key not in shape.keys]
-    if missing:
-        return f"no key {missing[0]!r}, which Tune reads back"
-    if shape.depth > MAX_PICKLE_DEPTH:
-        return f"nested {shape.depth:,} deep; Tune's are at most {MAX_PICKLE_DEPTH}"
-    return None
-
-
 def _check_trials(path: Path, experiment: str) -> None:
     """The experiment state at ``path`` (whole JSON) is of the shape Tune writes: its
     trials each an id, a status Tune knows, failures counted, a last result. Else
     ``DamagedState`` naming the field."""
-    problem = _trials_problem(json.loads(path.read_bytes()))
+    problem = trials_problem(json.loads(path.read_bytes()))
     if problem is not None:
         raise DamagedState(
             f"the Tune experiment state {path} is not what Tune writes ({problem}): restore "
             f"it from a backup, or start a new search with `--warm-start {experiment}`, "
             "which begins from its finished trials"
         )
-
-
-def _trials_problem(state: object) -> str | None:
-    if not isinstance(state, dict):
-        return f"a JSON {type(state).__name__}, expected an object"
-    for key, kind in (("trial_data", list), ("runner_data", dict), ("stats", dict)):
-        if not isinstance(state.get(key), kind):
-            return f"field {key!r}: expected a JSON {kind.__name__}"
-    for number, entry in enumerate(state["trial_data"]):
-        where = f"trial_data[{number}]"
-        if not (
-            isinstance(entry, list) and len(entry) == 2 and all(isinstance(e, str) for e in entry)
-        ):
-            return f"{where}: expected the trial's state and its metadata, two JSON texts"
-        try:
-            trial, metadata = json.loads(entry[0]), json.loads(entry[1])
-        except (ValueError, RecursionError):
-            return f"{where}: not JSON"
-        problem = _trial_problem(trial, metadata)
-        if problem is not None:
-            return f"{where}: {problem}"
-    return None
-
-
-def _trial_problem(trial: object, metadata: object) -> str | None:
-    if not isinstance(trial, dict) or not isinstance(metadata, dict):
-        return "expected JSON objects"
-    trial_id = trial.get("trial_id")
-    if not (isinstance(trial_id, str) and trial_id.replace("_", "").isalnum()):
-        return f"field 'trial_id': {_shown(trial_id)}, expected letters, digits and '_'"
-    if trial.get("status") not in _TRIAL_STATUSES:
-        known = ", ".join(_TRIAL_STATUSES)
-        return f"field 'status': {_shown(trial.get('status'))}, expected one of {known}"
-    for key in ("num_failures", "num_failures_after_restore"):
-        value = metadata.get(key, 0)
-        if not (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
-            return f"field {key!r}: {_shown(value)}, expected a count"
-    last = metadata.get("last_result", {})
-    if not isinstance(last, dict):
-        return f"field 'last_result': {_shown(last)}, expected an object"
-    for key in ("error_filename", "pickled_error_filename"):
-        if not isinstance(metadata.get(key), str | None):
-            return f"field {key!r}: {_shown(metadata.get(key))}, expected a file name"
-    return None
-
-
-def _shown(value: object) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 40 else f"{text[:30]}... ({type(value).__name__})"
-
-
-def _sqlite_problem(
-    path: Path, content_problem: Callable[[sqlite3.Connection], str | None]
-) -> str | None:
-    """What is wrong with the sqlite file ``path`` (opened read-only), or None."""
-    try:
-        with path.open("rb") as handle:
-            head = handle.read(len(SQLITE_MAGIC))
-    except FileNotFoundError:
-        return "missing"
-    except OSError as err:
-        return f"cannot be read: {err.strerror or err}"
-    if not head:
-        return "empty: 0 bytes"
-    if head != SQLITE_MAGIC:
-        return "not an sqlite database"
-    try:
-        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error as err:
-        return f"sqlite: {err}"
-    try:
-        row = db.execute("PRAGMA quick_check").fetchone()
-        if row is None or row[0] != "ok":
-            return f"sqlite's integrity check: {str(row[0] if row else 'no answer')[:120]}"
-        return content_problem(db)
-    except sqlite3.Error as err:
-        return f"sqlite: {err}"
-    finally:
-        db.close()
-
-
-def _has_study(db: sqlite3.Connection, study: str) -> str | None:
-    try:
-        row = db.execute("SELECT 1 FROM studies WHERE study_name = ?", (study,)).fetchone()
-    except sqlite3.OperationalError:
-        return "no Optuna tables"
-    return None if row is not None else f"no study named {study!r}"
-
-
-def _has_mlflow_tables(db: sqlite3.Connection) -> str | None:
-    names = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    missing = [t for t in _MLFLOW_TABLES if t not in names]
-    return f"no MLflow table {missing[0]!r}" if missing else None
-
-
-def _read_state(path: Path) -> bytes | str:
-    """The bytes of a state file, or what is wrong with reading it."""
-    try:
-        size = path.stat().st_size
-        if size == 0:
-            return "empty: 0 bytes"
-        if size > _MAX_STATE_BYTES:
-            return f"{size:,} bytes, larger than a state file can be"
-        return path.read_bytes()
-    except OSError as err:
-        return f"cannot be read: {err.strerror or err}"
-
-
-def _json_problem(path: Path) -> str | None:
-    data = _read_state(path)
-    if isinstance(data, str):
-        return data
-    try:
-        json.loads(data)
-    except (ValueError, RecursionError) as err:
-        if not data.rstrip().endswith((b"}", b"]")):
-            return f"cut short at {len(data):,} bytes"
-        return f"not valid JSON: {str(err)[:120]}"
-    return None
-
-
-def _pickle_problem(path: Path) -> str | None:
-    """What is wrong with the pickle at ``path`` (its opcodes walked, nothing run)."""
-    data = _read_state(path)
-    if isinstance(data, str):
-        return data
-    try:
-        for _ in pickletools.genops(data):
-            pass
-    except Exception as err:  # genops raises ValueError and others on a broken stream
-        return f"not a whole pickle: {str(err)[:120] or type(err).__name__}"
-    return None

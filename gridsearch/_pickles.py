@@ -25,6 +25,9 @@ Why not a library: picklescan flags a list of known-dangerous globals (a denylis
 anything it does not list passes), and fickling's safety check flags every import
 outside the standard library, which Tune's, Optuna's and our own state are made of.
 What is needed is this allowlist, checked by a walk of 200 lines.
+
+The policies of a search's state and of torch's files are ``gridsearch._pickle_policies``;
+the shape of what a pickle builds, seen the same way, ``gridsearch._pickle_shape``.
 """
 
 from __future__ import annotations
@@ -39,22 +42,23 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 __all__ = [
-    "STATE",
-    "TORCH",
+    "STRINGS",
+    "TUPLES",
     "Policy",
-    "Shape",
+    "Text",
     "embedded_pickles",
+    "generic_op",
     "json_problem",
     "pickle_problem",
-    "pickle_shape",
+    "pop_mark",
 ]
 
 _MAX_DEPTH = 4  # pickles inside pickles, followed this deep
 _PICKLE_START = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
-_STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"}
+STRINGS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE"}
 _OLD_STRINGS = {"STRING", "BINSTRING", "SHORT_BINSTRING"}
 _BYTES = {"SHORT_BINBYTES", "BINBYTES", "BINBYTES8", "BYTEARRAY8"}
-_TUPLES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
+TUPLES = {"TUPLE1": 1, "TUPLE2": 2, "TUPLE3": 3}
 _CLOUDPICKLE = ("ray.cloudpickle.cloudpickle.", "cloudpickle.cloudpickle.")
 _PYTHON2_MODULES = {"__builtin__": "builtins", "copy_reg": "copyreg"}  # protocol 2's names
 _HINTS = {  # what cloudpickle's helpers would do, said with their names
@@ -92,7 +96,7 @@ class Policy:
 
 
 @dataclass(frozen=True)
-class _Text:
+class Text:
     value: str
 
 
@@ -179,9 +183,9 @@ def _walk(data: bytes, policy: Policy) -> Iterator[bytes]:
     memo: dict[int, Any] = {}
     for opcode, raw, _ in pickletools.genops(data):
         name, arg = opcode.name, cast(Any, raw)
-        if name in _STRINGS or name in _OLD_STRINGS:
+        if name in STRINGS or name in _OLD_STRINGS:
             text = arg if isinstance(arg, str) else arg.decode("latin-1")
-            stack.append(_Text(text))
+            stack.append(Text(text))
             if text.startswith("80") and len(text) % 2 == 0:
                 yield from _hex_pickle(text)
             continue
@@ -204,24 +208,24 @@ def _walk(data: bytes, policy: Policy) -> Iterator[bytes]:
             module = _PYTHON2_MODULES.get(module, module)  # as pickle's fix_imports reads it
             named = _imported(f"{module}.{attr}", policy)
             if name == "INST":
-                stack.append(_call(named, _Tuple(tuple(_pop_mark(stack, marks))), policy))
+                stack.append(_call(named, _Tuple(tuple(pop_mark(stack, marks))), policy))
             else:
                 stack.append(named)
             continue
         if name == "STACK_GLOBAL":
             attr, module = stack.pop(), stack.pop()
-            if not (isinstance(module, _Text) and isinstance(attr, _Text)):
+            if not (isinstance(module, Text) and isinstance(attr, Text)):
                 raise _Refused("import a global whose name it computes")
             stack.append(_imported(f"{module.value}.{attr.value}", policy))
             continue
-        if name in _TUPLES:
-            count = _TUPLES[name]
+        if name in TUPLES:
+            count = TUPLES[name]
             items = tuple(stack[-count:])
             del stack[-count:]
             stack.append(_Tuple(items))
             continue
         if name == "TUPLE":
-            stack.append(_Tuple(tuple(_pop_mark(stack, marks))))
+            stack.append(_Tuple(tuple(pop_mark(stack, marks))))
             continue
         if name == "EMPTY_TUPLE":
             stack.append(_Tuple(()))
@@ -237,7 +241,7 @@ def _walk(data: bytes, policy: Policy) -> Iterator[bytes]:
             stack.append(_rebuilt(stack.pop(), policy))
             continue
         if name == "OBJ":
-            called = _pop_mark(stack, marks)
+            called = pop_mark(stack, marks)
             if not called:
                 raise _Refused("call nothing (OBJ without a class)")
             stack.append(_call(called[0], _Tuple(tuple(called[1:])), policy))
@@ -257,7 +261,7 @@ def _walk(data: bytes, policy: Policy) -> Iterator[bytes]:
                 stack.pop()
             stack.append(None)
             continue
-        _generic(opcode, stack, marks)
+        generic_op(opcode, stack, marks)
 
 
 def _hex_pickle(text: str) -> Iterator[bytes]:
@@ -269,19 +273,19 @@ def _hex_pickle(text: str) -> Iterator[bytes]:
         yield data
 
 
-def _generic(opcode: Any, stack: list[Any], marks: list[int]) -> None:
+def generic_op(opcode: Any, stack: list[Any], marks: list[int]) -> None:
     """Any other opcode: what it takes off the stack and what it leaves (its own
     description in ``pickletools``)."""
     before = [entry.name for entry in opcode.stack_before]
     if "mark" in before:
-        _pop_mark(stack, marks)
+        pop_mark(stack, marks)
         before = before[: before.index("mark")]
     if before:
         del stack[-len(before) :]
     stack.extend(None for _ in opcode.stack_after)
 
 
-def _pop_mark(stack: list[Any], marks: list[int]) -> list[Any]:
+def pop_mark(stack: list[Any], marks: list[int]) -> list[Any]:
     start = marks.pop()
     items = stack[start:]
     del stack[start:]
@@ -314,7 +318,7 @@ def _builtin_type(args: Any, policy: Policy) -> _BuiltinType:
     """``cloudpickle._builtin_type(name)``: a type of the ``types`` module by its name; a
     code or function type would build code from the pickle."""
     items = args.items if isinstance(args, _Tuple) else ()
-    if len(items) == 1 and isinstance(items[0], _Text):
+    if len(items) == 1 and isinstance(items[0], Text):
         if items[0].value in policy.builtin_types:
             return _BuiltinType(items[0].value)
         raise _Refused(f"build types.{items[0].value} (code from the pickle)")
@@ -346,212 +350,3 @@ def _describe(value: Any) -> str:
     if isinstance(value, _Made):
         return f"what a call of {value.by} returned"
     return "a value it computes"
-
-
-# -- the shape of what a pickle builds --------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What a pickle builds, seen without building it: the kind of its object (``dict``,
-    ``list``, ``tuple``, ``set``, ``object``: what a call or a class rebuilt, ``value``:
-    a number, a string, ...), the text keys of a dictionary, and how deeply its
-    containers and objects nest (a value alone: 0)."""
-
-    kind: str
-    keys: frozenset[str]
-    depth: int
-
-
-class _Node:
-    __slots__ = ("depth", "keys", "kind")
-
-    def __init__(self, kind: str, depth: int = 0) -> None:
-        self.kind, self.depth, self.keys = kind, depth, set[str]()
-
-    def holds(self, *items: Any) -> None:
-        for item in items:
-            if isinstance(item, _Node):
-                self.depth = max(self.depth, item.depth + 1)
-            else:
-                self.depth = max(self.depth, 1)
-
-
-_EMPTY = {"EMPTY_DICT": "dict", "EMPTY_LIST": "list", "EMPTY_SET": "set", "EMPTY_TUPLE": "tuple"}
-_MARKED = {"DICT": "dict", "LIST": "list", "TUPLE": "tuple", "FROZENSET": "set"}
-_CALLS = {"REDUCE", "NEWOBJ", "NEWOBJ_EX", "OBJ", "INST"}
-
-
-def pickle_shape(data: bytes) -> Shape | None:
-    """The ``Shape`` of what the pickle ``data`` builds, from its opcodes (nothing is
-    built, imported or called); None for a stream that is not a whole pickle."""
-    stack: list[Any] = []
-    marks: list[int] = []
-    memo: dict[int, Any] = {}
-    try:
-        for opcode, arg, _ in pickletools.genops(data):
-            name = opcode.name
-            if name == "STOP":
-                top = stack[-1] if stack else None
-                if not isinstance(top, _Node):
-                    return Shape("value", frozenset(), 0)
-                return Shape(top.kind, frozenset(top.keys), top.depth)
-            if name == "MARK":
-                marks.append(len(stack))
-            elif name in _EMPTY:
-                stack.append(_Node(_EMPTY[name], 1))
-            elif name in _MARKED:
-                node = _Node(_MARKED[name], 1)
-                items = _pop_mark(stack, marks)
-                node.holds(*items)
-                if name == "DICT":
-                    node.keys.update(k.value for k in items[::2] if isinstance(k, _Text))
-                stack.append(node)
-            elif name in _TUPLES:
-                count = _TUPLES[name]
-                node = _Node("tuple", 1)
-                node.holds(*stack[-count:])
-                del stack[-count:]
-                stack.append(node)
-            elif name == "APPEND":
-                item = stack.pop()
-                _holding(stack).holds(item)
-            elif name in ("APPENDS", "ADDITEMS"):
-                _holding(stack, marks[-1] - 1).holds(*_pop_mark(stack, marks))
-            elif name == "SETITEM":
-                value, key = stack.pop(), stack.pop()
-                _set_items(_holding(stack), [key, value])
-            elif name == "SETITEMS":
-                items = _pop_mark(stack, marks)
-                _set_items(_holding(stack), items)
-            elif name == "BUILD":
-                _holding(stack, len(stack) - 2).holds(stack.pop())
-            elif name in _CALLS:
-                node = _Node("object", 1)
-                if name == "OBJ" or name == "INST":
-                    node.holds(*_pop_mark(stack, marks))
-                else:
-                    node.holds(*(stack.pop() for _ in range(3 if name == "NEWOBJ_EX" else 2)))
-                stack.append(node)
-            elif name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
-                memo[len(memo) if name == "MEMOIZE" else cast(int, arg)] = stack[-1]
-            elif name in ("GET", "BINGET", "LONG_BINGET"):
-                stack.append(memo.get(cast(int, arg)))
-            elif name in _STRINGS:
-                stack.append(_Text(str(arg)))
-            else:
-                _generic(opcode, stack, marks)
-    except Exception:  # genops and an odd stream raise many kinds: not a whole pickle
-        return None
-    return None
-
-
-def _holding(stack: list[Any], index: int = -1) -> _Node:
-    """The container an item goes into (a node for anything that is not one)."""
-    found = stack[index] if stack else None
-    if isinstance(found, _Node):
-        return found
-    node = _Node("value")
-    if stack:
-        stack[index] = node
-    return node
-
-
-def _set_items(target: _Node, items: list[Any]) -> None:
-    target.holds(*items)
-    if target.kind == "dict":
-        target.keys.update(k.value for k in items[::2] if isinstance(k, _Text))
-
-
-# -- the policies -------------------------------------------------------------------------
-
-_NUMPY = frozenset(
-    f"{prefix}.{name}"
-    for prefix in ("numpy._core", "numpy.core")
-    for name in ("multiarray._reconstruct", "multiarray.scalar", "numeric._frombuffer")
-) | frozenset(
-    {
-        "numpy.dtype",
-        "numpy.random._pickle.__bit_generator_ctor",
-        "numpy.random._pickle.__randomstate_ctor",
-        "numpy.random._pickle.__generator_ctor",
-    }
-)
-_CONTAINERS = frozenset(
-    {
-        "builtins.set",
-        "builtins.frozenset",
-        "builtins.bytearray",
-        "builtins.complex",
-        "collections.OrderedDict",
-        "collections.deque",
-        "collections.defaultdict",
-        "datetime.datetime",
-        "datetime.date",
-        "datetime.timedelta",
-        "datetime.timezone",
-        "pathlib.Path",
-        "pathlib.PosixPath",
-        "pathlib.PurePosixPath",
-        "uuid.UUID",
-    }
-)
-
-# Tune's, Optuna's, MLflow's and this package's state (tuner.pkl, the searcher's state,
-# the search generator's, the trials' fields in the experiment state, params.pkl):
-# what searches of every kind (grid, TPE, GP, both objectives, ASHA, --fuse, seeds,
-# space files) were found to hold.
-STATE = Policy(
-    calls=_CONTAINERS
-    | _NUMPY
-    | frozenset({"pyarrow._fs.FileSystem._from_uri"}),  # Tune's storage filesystem, by URI
-    references=frozenset(
-        {
-            "numpy.ndarray",
-            "numpy.random._mt19937.MT19937",
-            "numpy.random._pcg64.PCG64",
-            "numpy.random.bit_generator.SeedSequence",
-            "time.monotonic",
-            "time.time",
-            "ray.train._internal.storage._upload_to_fs_path",
-            "gridsearch.tracking._callback.TrialTracker._reachable",
-        }
-    ),
-    classes_under=(
-        "optuna.",
-        "ray.tune.",
-        "ray.train.",
-        "ray.air.",
-        "mlflow.",
-        "gridsearch.",
-        "trainables.",
-        "storage.",
-    ),
-    # a space's define-by-run function, Optuna's TPE weights and gamma functions
-    references_under=("gridsearch.spaces.", "gridsearch._space_file.", "optuna.samplers."),
-    builtin_types=frozenset({"MethodType"}),
-)
-
-_TORCH_STORAGES = (
-    "Float", "Double", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool",
-    "ComplexFloat", "ComplexDouble", "Untyped",
-)  # fmt: skip
-
-# torch.save's data.pkl inside a checkpoint or ensemble: tensors and their storages, in
-# dictionaries and lists (what torch.load(weights_only=True) reads).
-TORCH = Policy(
-    calls=frozenset(
-        {
-            "collections.OrderedDict",
-            "builtins.set",
-            "_codecs.encode",  # bytes, in protocol 2 (torch.save's): a text and its codec
-            "torch._utils._rebuild_tensor_v2",
-            "torch._utils._rebuild_parameter",
-            "torch.Size",
-            "torch.device",
-        }
-    ),
-    references=frozenset(f"torch.{kind}Storage" for kind in _TORCH_STORAGES)
-    | frozenset({"torch.float32", "torch.float16", "torch.bfloat16", "torch.int64"}),
-    persistent_ids=True,
-)

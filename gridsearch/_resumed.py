@@ -13,7 +13,7 @@ import os
 import types
 import typing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from gridsearch._arguments import build_parser
 from gridsearch._flags import (
@@ -27,10 +27,11 @@ from gridsearch._flags import (
 )
 from gridsearch._layout import RunsLayout, local_path, rebase
 from gridsearch._record import STARTED
+from gridsearch._settings import RecordedSettings
 from storage.cli import error_line
 
-if TYPE_CHECKING:  # the class is handed in: settings.py builds on this module
-    from gridsearch.settings import SearchSettings
+# the class is handed in (``SearchSettings``: gridsearch.settings builds on this module)
+Settings = TypeVar("Settings", bound=RecordedSettings)
 
 __all__ = ["RESUME_KEEPS", "BadRecord", "check_record", "resumed"]
 
@@ -52,7 +53,7 @@ class BadRecord(ValueError):
     """A search record that is not what a search writes (the message names the field)."""
 
 
-def _from_saved(record: Any, settings_class: type[SearchSettings]) -> SearchSettings:
+def _from_saved(record: Any, settings_class: type[Settings]) -> Settings:
     """Settings from a record: ``asdict(SearchSettings)``, or the parsed command line that
     searches started before the settings were typed wrote (``{"args": ...}``); each field
     checked first (``check_record``)."""
@@ -65,10 +66,10 @@ def _from_saved(record: Any, settings_class: type[SearchSettings]) -> SearchSett
     saved.update(resume=False, runs_dir=Path(saved["runs_dir"]))
     if saved.get("space_file"):
         saved["space_file"] = Path(saved["space_file"])
-    return settings_class.from_args(argparse.Namespace(**saved))
+    return settings_class.started(argparse.Namespace(**saved))
 
 
-def resumed(args: argparse.Namespace, settings_class: type[SearchSettings]) -> SearchSettings:
+def resumed(args: argparse.Namespace, settings_class: type[Settings]) -> Settings:
     """The settings a search started with (its record), with what a ``--resume`` may
     change taken from this command line (``settings_class``: ``SearchSettings``)."""
     if not args.experiment:
@@ -153,7 +154,7 @@ _RESUME_READS = {"experiment", "runs_dir", "quiet", "list_spaces", "no_dashboard
 _SETTING_OF = {"time_budget": "time_budget_s", "no_verify": "verify"}
 
 
-def _check_said(args: argparse.Namespace, settings: SearchSettings, record: Path) -> None:
+def _check_said(args: argparse.Namespace, settings: Settings, record: Path) -> None:
     """Refuse a flag given with ``--resume`` that the resumed search would not follow:
     one that sets what the search recorded (``--objective``, ``--fuse``, ...) to another
     value than the record's. A flag given with the recorded value is what the resume
@@ -187,7 +188,7 @@ def _as_setting(dest: str, value: Any) -> Any:
     return str(value) if isinstance(value, Path) else value
 
 
-def _recorded(settings: SearchSettings, dest: str) -> Any:
+def _recorded(settings: Settings, dest: str) -> Any:
     value = getattr(settings, _SETTING_OF.get(dest, dest))
     return str(value) if isinstance(value, Path) else value
 
@@ -210,7 +211,7 @@ def _flag(dest: str, value: Any) -> str:
 _PATHS = ("storage_path", "tracking_uri", "optuna_storage", "data", "senteval", "space_file")
 
 
-def _moved(settings: SearchSettings, layout: RunsLayout) -> SearchSettings:
+def _moved(settings: Settings, layout: RunsLayout) -> Settings:
     """The settings of a search whose runs directory was at ``settings.layout.root``
     when it started and is at ``layout.root`` now (a copy, or moved): every path under
     the old place names the same file under the new one; paths given outside it (a
@@ -236,7 +237,7 @@ def _moved(settings: SearchSettings, layout: RunsLayout) -> SearchSettings:
     return moved_settings
 
 
-def _resumed_trials(args: argparse.Namespace, settings: SearchSettings) -> int | None:
+def _resumed_trials(args: argparse.Namespace, settings: Settings) -> int | None:
     """The number of trials a ``--resume`` runs up to: the record's, or a larger
     ``--num-samples``, which extends the search (more trials of the same Optuna study)."""
     wanted, recorded = args.num_samples, settings.num_samples
@@ -270,7 +271,7 @@ _AMOUNTS = (
 )
 
 
-def check_record(record: dict[str, Any], settings_class: type[SearchSettings]) -> None:
+def check_record(record: dict[str, Any], settings_class: type[RecordedSettings]) -> None:
     """Every field of a search record is what a search writes: no field unknown or
     missing, each of its setting's type, a choice among its flag's choices, a count or
     amount in its flag's range, a name where it names files. ``BadRecord`` naming the

@@ -29,7 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gridsearch._layout import local_path, sqlite_file
-from gridsearch._pickles import STATE, TORCH, json_problem, pickle_problem
+from gridsearch._pickle_policies import STATE, TORCH
+from gridsearch._pickles import json_problem, pickle_problem
 from gridsearch.settings import SearchError, SearchSettings
 
 __all__ = ["SQLITE_MAX_PATH", "TRIAL_PATH_ROOM", "check_folders", "check_state_files"]

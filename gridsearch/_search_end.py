@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gridsearch import _extend, _optuna
-from gridsearch._groups import MemberResults, tune_trial_of
 from gridsearch._interrupt import Interruption
+from gridsearch._members import MemberResults, tune_trial_of
 from gridsearch._outcome import Failures, Outcome, classify, failures_of
 from gridsearch._voice import voice_of
 from gridsearch.registry import register_best

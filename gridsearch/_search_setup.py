@@ -46,7 +46,7 @@ class SearchInputs:
     benchmark: SemanticBenchmark | None
     baselines: dict[str, dict[str, float]] | None  # trainables.baselines, by baseline
     # a --resume's trials that finished though Tune's last save said running, with their
-    # last results (_extend.settle_finished)
+    # last results (_settle.settle_finished)
     settled: Mapping[str, dict[str, Any]] = field(default_factory=dict)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import ray
 from ray import tune
 
-from gridsearch import _damage, _extend, _optuna, _relocate
+from gridsearch import _damage, _extend, _optuna, _relocate, _settle
 from gridsearch._inputs import (
     check_experiment_path,
     load_baselines,
@@ -97,7 +97,7 @@ def _run_search(settings: SearchSettings, write: Voice, space: SearchSpace | Non
             if settings.moved_from is not None:  # a copied or moved runs directory
                 write(_relocate.relocate(settings))
             # a hard stop's finished trials, saved as running: kept finished
-            settled = _extend.settle_finished(settings) if settings.resume else {}
+            settled = _settle.settle_finished(settings) if settings.resume else {}
             if settled:
                 write(
                     f"{len(settled)} trial(s) finished before the search stopped, though "

@@ -1,6 +1,8 @@
 """The search's live progress, as lines handed to a ``write`` function (``gridsearch.run``
 passes ``print``, or nothing with ``--quiet``; a library caller passes its own, or
-nothing). A Tune callback:
+nothing). One concern over 400 lines: ``ProgressPrinter``, a Tune callback, and the state
+it keeps to number trials, follow their members and estimate the time left (how its
+lines say things is ``gridsearch._progress_lines``). Its lines:
 
     [   0:14] start 1/4  2c67bc1a  margin=0.3875
     [   0:19]       1/4  2c67bc1a  epoch 1/4  dev R@10 mean 60.0  dev semantic 0.167
@@ -36,14 +38,13 @@ they print a table of Tune trials and their last results, so a fused trial is on
 however many configurations it trains, and they know neither the selection's best over a
 trial's epochs, nor how far into an epoch a trial is, nor the time left.
 
-``quiet_libraries`` keeps the libraries' own noise out of the same terminal.
+``quiet_libraries`` (``gridsearch._quiet``) keeps the libraries' own noise out of the same
+terminal.
 """
 
 from __future__ import annotations
 
-import logging
 import math
-import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -53,13 +54,21 @@ from ray.tune import Callback
 from ray.tune.experiment import Trial
 from ray.tune.result import SHOULD_CHECKPOINT
 
-from gridsearch._groups import Member, members_of
+from gridsearch._members import Member, members_of
 from gridsearch._outcome import failures_of, is_disk_full
+from gridsearch._progress_lines import (
+    EPOCH_METRICS,
+    ends_text,
+    label_text,
+    number,
+    running_text,
+    shown_keys,
+    value_text,
+)
+from gridsearch._quiet import quiet_libraries
 from gridsearch._space import SearchSpace
 from gridsearch._voice import QUIET_S, Voice, clock_text, voice_of
-from gridsearch.summary import key_value
 from trainables import names
-from trainables.config import TrainConfig
 from trainables.tune import member_metrics
 
 __all__ = ["STATUS_EVERY_S", "ProgressPrinter", "quiet_libraries", "shown_keys"]
@@ -71,15 +80,6 @@ STARTING = (
 
 STATUS_EVERY_S = 30.0  # a status line at least this often while trials run
 ASK_WAIT_S = 0.05  # the longest a line waits for the trials' within-epoch progress
-# how the selection metrics are named on screen
-LABELS = {
-    names.selectable(names.BEST_RETRIEVAL): ("dev R@10 mean", ".1f"),
-    names.selectable(names.BEST_SEMANTIC): ("dev semantic", ".3f"),
-}
-EPOCH_METRICS = (
-    ("dev R@10 mean", names.PRIMARY_RETRIEVAL, ".1f"),
-    ("dev semantic", names.PRIMARY_SEMANTIC, ".3f"),
-)
 ENDED = (Trial.TERMINATED, Trial.ERROR)
 
 
@@ -211,7 +211,7 @@ class ProgressPrinter(Callback):
         self.ended.add(trial.trial_id)
         members = self._members(trial)
         if len(members) > 1:
-            ends = self._ends([self._report(trial, m) for m in members])
+            ends = ends_text([self._report(trial, m) for m in members], self.metrics)
         else:
             result = self._report(trial, members[0])
             if names.is_finished(result):
@@ -219,7 +219,7 @@ class ProgressPrinter(Callback):
             else:
                 ends = f"stopped early after epoch {int(result.get('epoch', 0))}"
             best = [
-                self._value(m, result) for m in self.metrics if _number(result.get(m)) is not None
+                value_text(m, result) for m in self.metrics if number(result.get(m)) is not None
             ]
             ends += f"; best {', '.join(best)}" if best else ""
         self._print(f"done  {self._number(trial)}  {trial.trial_id}  {ends}")
@@ -269,7 +269,7 @@ class ProgressPrinter(Callback):
         return "; ".join(f"m{m.position} {self._label(m.config)}".rstrip() for m in members)
 
     def _label(self, config: Mapping[str, Any]) -> str:
-        return " ".join(key_value(k, config[k]) for k in self.shown if k in config)
+        return label_text(config, self.shown)
 
     def status_line(self, trials: Sequence[Trial], detail: bool = False) -> str:
         """k of N trials done / running / left (configurations: a fused trial's members
@@ -282,7 +282,9 @@ class ProgressPrinter(Callback):
         counts = f"{done} of {self.total} trials done, {training} running, {left} left"
         in_epoch = self._in_epoch()
         if detail and running:
-            counts += " (" + ", ".join(self._running(t, in_epoch) for t in running) + ")"
+            counts += (
+                " (" + ", ".join(running_text(t, in_epoch, self.epochs) for t in running) + ")"
+            )
         parts = [counts, *self._best(trials)]
         elapsed = self.clock() - self.started  # the estimate's: since the trials began
         estimate = self._estimate(trials, in_epoch, elapsed) if done < self.total else "done"
@@ -341,30 +343,10 @@ class ProgressPrinter(Callback):
         un-prefixed result chooses it: the first of equals)."""
 
         def score(position: int) -> float:
-            value = _number(reports[position].get(self.metrics[0]))
+            value = number(reports[position].get(self.metrics[0]))
             return -math.inf if value is None else value
 
         return max(sorted(reports), key=score)
-
-    def _ends(self, last: Sequence[Mapping[str, Any]]) -> str:
-        """How a fused trial's members ended (their last reports, by position), and the
-        best of them."""
-        finished = sum(names.is_finished(report) for report in last)
-        ends = [f"{finished} finished"] if finished else []
-        if finished < len(last):
-            ends.append(f"{len(last) - finished} stopped early")
-        best = []
-        for metric in self.metrics:
-            values = [_number(report.get(metric)) for report in last]
-            scored = [(v, p) for p, v in enumerate(values) if v is not None]
-            if scored:
-                value, position = max(scored, key=lambda pair: pair[0])
-                best.append(f"{self._value(metric, {metric: value})} (m{position})")
-        return ", ".join(ends) + (f"; best {', '.join(best)}" if best else "")
-
-    def _value(self, metric: str, result: Mapping[str, Any]) -> str:
-        label, spec = LABELS.get(metric, (metric, ".4g"))
-        return f"{label} {float(result[metric]):{spec}}"
 
     def _best(self, trials: Sequence[Trial]) -> list[str]:
         """The best trial so far per selection metric (dev only), with what it tried."""
@@ -374,12 +356,12 @@ class ProgressPrinter(Callback):
             for trial in trials:  # each member by its own id, last report and config
                 for member in self._members(trial):
                     report = self._report(trial, member)
-                    if (value := _number(report.get(metric))) is not None:
+                    if (value := number(report.get(metric))) is not None:
                         scored.append((value, member.trial_id, member.config))
             if scored:
                 value, name, config = max(scored, key=lambda found: found[0])
                 label = " ".join(filter(None, (name, self._label(config))))
-                found.append(f"best {self._value(metric, {metric: value})}: {label}")
+                found.append(f"best {value_text(metric, {metric: value})}: {label}")
         return found
 
     def _report(self, trial: Trial, member: Member) -> Mapping[str, Any]:
@@ -388,15 +370,6 @@ class ProgressPrinter(Callback):
         if member.trial_id in self.member_last:
             return self.member_last[member.trial_id]
         return member_metrics(dict(trial.last_result or {})).get(member.position, {})
-
-    def _running(self, trial: Trial, in_epoch: Mapping[str, Mapping[str, float]]) -> str:
-        now = in_epoch.get(trial.trial_id)
-        reported = int((trial.last_result or {}).get("epoch", -1))
-        if now is not None and int(now["epoch"]) == reported + 1 and reported < self.epochs:
-            return f"{trial.trial_id} epoch {int(now['epoch'])}/{self.epochs} {now['done']:.0%}"
-        if reported < 0:
-            return f"{trial.trial_id} starting"
-        return f"{trial.trial_id} epoch {min(reported + 1, self.epochs)}/{self.epochs}"
 
     # -- the estimate -----------------------------------------------------------
 
@@ -452,85 +425,3 @@ class ProgressPrinter(Callback):
         except Exception:  # the actor is gone: the last answer stands
             self._asked = None
         return self._told
-
-
-def shown_keys(space: SearchSpace) -> list[str]:
-    """The keys of a trial's config that say what it tried: the space's own parameters
-    (``family``, ``system``, ``variant``, ``margin``...), not every key a preset or a
-    variant sets. A numeric helper parameter (``lr_min_position``, ``lr_max_sum``) is
-    shown through the TrainConfig keys the space decodes it into (``lr_min``,
-    ``lr_max``)."""
-    params = space.to_dict()["params"]
-    fields = set(TrainConfig.field_names())
-    numeric_helpers = {
-        p
-        for p, described in params.items()
-        if p not in fields and described["type"] != "categorical"
-    }
-    keys = [p for p in params if p not in numeric_helpers]
-    if numeric_helpers:
-        keys += [k for k in space.searched_keys() if k not in params]
-    return keys
-
-
-class _GridSamplerStop(logging.Filter):
-    """Optuna's grid sampler calls ``Study.stop`` once the grid is done, which raises
-    outside ``Study.optimize`` (Tune tells the study its results from outside); Ray's
-    OptunaSearch logs that error as a warning after the trial's result was stored. This
-    filter drops that one record, and only it."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.msg
-        return not (
-            isinstance(message, RuntimeError)
-            and str(message).startswith("`Study.stop` is supposed to be invoked")
-        )
-
-
-_OPTUNA_SEARCH_LOGGER = "ray.tune.search.optuna.optuna_search"
-
-
-class _TuneRestoreAdvice(logging.Filter):
-    """Tune's ``tune.run`` ends an interrupted experiment with a warning that tells how
-    to restore it through its Python API (``Resume experiment with: Tuner.restore(...)``,
-    or ``tune.run(..., resume=True)``, per entry point): not the command that continues
-    this search, which the driver prints (``continue it:``, also under ``--quiet``). This
-    filter drops those records, and only them."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return not (
-            "has been interrupted, but the most recent state was" in message
-            and ("Resume experiment with:" in message or "Resume training with:" in message)
-        )
-
-
-_TUNE_RUN_LOGGER = "ray.tune.tune"
-
-
-def quiet_libraries() -> None:
-    """Keep the libraries' noise out of the terminal through their own settings: Tune's
-    warnings that a loop step was slow (``TUNE_WARN_THRESHOLD_S``, which ``gridsearch.run``
-    sets before Tune is imported, and this applies where Tune was imported earlier), and
-    the grid sampler's ``Study.stop`` error (``_GridSamplerStop``), Tune's advice on restoring an
-    interrupted experiment (``_TuneRestoreAdvice``). Ray's token-authentication notice
-    is answered where Ray starts (``cluster.start_ray``). Idempotent."""
-    # Tune reads its threshold once, when first imported: where that came before
-    # gridsearch.run (a notebook, a test process), its 0.5 s default stands; raise it here
-    from ray.tune.utils.util import warn_if_slow
-
-    threshold = float(os.environ.get("TUNE_WARN_THRESHOLD_S", "0.5"))
-    warn_if_slow.DEFAULT_THRESHOLD = max(warn_if_slow.DEFAULT_THRESHOLD, threshold)
-    for name, kind in ((_OPTUNA_SEARCH_LOGGER, _GridSamplerStop),
-                       (_TUNE_RUN_LOGGER, _TuneRestoreAdvice)):  # fmt: skip
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, kind) for f in logger.filters):
-            logger.addFilter(kind())
-
-
-def _number(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(number) else number

@@ -11,11 +11,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from optuna.trial import BaseTrial, FixedTrial
 
 from gridsearch._flags import SearchError
+from gridsearch._settings import RecordedSettings
 from gridsearch._space import SearchSpace, Suggest, sample_config
 from gridsearch._space_file import load_space_file
 from trainables.config import (
@@ -27,9 +28,6 @@ from trainables.config import (
     SMOKE,
     pinned,
 )
-
-if TYPE_CHECKING:  # the settings' --help lists the spaces: they import this module
-    from gridsearch.settings import SearchSettings
 from trainables.presets import PRESETS, SEED_SYSTEMS
 
 __all__ = [
@@ -226,7 +224,7 @@ def list_spaces() -> str:
     return "\n".join(f"{name:<{width}}   {space.description}" for name, space in SPACES.items())
 
 
-def load_space(settings: SearchSettings) -> SearchSpace:
+def load_space(settings: RecordedSettings) -> SearchSpace:
     """The space a search's settings name (``--space`` or ``--space-file``), cut for a
     ``--smoke-test`` (``smoke_space``); a bad one is a ``SearchError`` naming it."""
     try:

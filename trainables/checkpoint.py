@@ -1,4 +1,5 @@
-"""The two files a run leaves, and the only code that reads or writes them.
+"""The two files a run leaves, and the only code that reads or writes them: one concern
+over 400 lines (the files' format, written, read and checked in one place).
 
 **Training state** (``TRAINER_FILE``: Tune's checkpoints, ``trainables.train --checkpoint``):
 everything to continue a run exactly. **Ensemble** (``ENSEMBLE_FILE``: the MLflow artifact

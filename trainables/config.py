@@ -1,4 +1,5 @@
 """The typed configuration of a training run: one frozen config per concern, composed.
+One concern over 400 lines: every field a run has, declared once (see the end).
 
 ``ModelConfig`` (the caption and image encoders), ``LossConfig`` (the objective),
 ``OptimConfig`` (the schedule, clipping, batches, snapshots), ``EvalConfig`` (what is

@@ -29,8 +29,8 @@ from mlflow.tracking import MlflowClient
 from ray.tune import Callback
 from ray.tune.experiment import Trial
 
-from gridsearch._groups import Member, MemberResults, member_checkpoint, members_of
 from gridsearch._interrupt import Interruption
+from gridsearch._members import Member, MemberResults, member_checkpoint, members_of
 from gridsearch._optuna import StudyLinks
 from gridsearch._outcome import Failures, Outcome, classify, failures_of, trial_error
 from gridsearch.tracking._artifacts import CURVE_KEYS
@@ -279,7 +279,7 @@ class TrialTracker(Callback):
     def reconcile(self, results: Iterable[Any], *, complete: bool) -> ReconcileReport:
         """See ``_reconcile.reconcile``; and the links of runs that have none yet (the
         store was away while their trial ran). A trial's results are its members'
-        (``_groups.MemberResults``)."""
+        (``_members.MemberResults``)."""
         results = list(MemberResults(results))
         report = reconcile(self.runs, results, complete=complete)
         for result in results:

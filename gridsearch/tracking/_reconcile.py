@@ -63,7 +63,7 @@ def reconcile(runs: TrialRuns, results: Iterable[Any], *, complete: bool) -> Rec
             if outcome is Outcome.SEARCH_ENDED or runs.ended_as(run_id) != Outcome.SEARCH_ENDED:
                 continue
             # closed as cut short by a stop, though it had ended (a hard stop's trial
-            # kept finished by the resume, _extend.settle_finished): closed as it ended
+            # kept finished by the resume, _settle.settle_finished): closed as it ended
             runs.reopen(trial_id, config)
         runs.close(
             trial_id, config, outcome, result.checkpoint, str(result.error) if error else None

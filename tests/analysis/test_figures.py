@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from analysis import _compute, _families, _figures
+from analysis import _compute, _drawing, _families, _figures, _figures_sensitivity
 from analysis._data import CATEGORICAL, CONTINUOUS
 from tests.analysis.helpers import make_record
 from trainables import names
@@ -53,21 +53,21 @@ def test_every_figure_draws_on_a_small_record(tmp_path: Path) -> None:
 
 
 def test_categories_in_numeric_order_when_numbers() -> None:
-    assert _figures._categories(pd.Series(["1024", "512", "2048", "512"])) == [
+    assert _figures_sensitivity._categories(pd.Series(["1024", "512", "2048", "512"])) == [
         "512",
         "1024",
         "2048",
     ]
-    assert _figures._categories(pd.Series(["lstm", "gru"])) == ["gru", "lstm"]
+    assert _figures_sensitivity._categories(pd.Series(["lstm", "gru"])) == ["gru", "lstm"]
 
 
 def test_no_legend_covers_the_plotting_area(tmp_path: Path, monkeypatch) -> None:
     """Every legend of every figure sits outside its axes, so it hides no point: checked
     on points in every corner (a legend inside the axes once hid a Pareto point)."""
     figures = []
-    save = _figures._save
+    save = _drawing.save
     monkeypatch.setattr(
-        _figures, "_save", lambda fig, path, **kw: figures.append(fig) or save(fig, path, **kw)
+        _drawing, "save", lambda fig, path, **kw: figures.append(fig) or save(fig, path, **kw)
     )
     corners = [(0.0, 0.0), (100.0, 0.0), (0.0, 1.0), (100.0, 1.0), (50.0, 0.5)]
     history = [
@@ -126,9 +126,9 @@ def test_coinciding_curves_are_drawn_with_different_markers_and_dashes(
     ]
     record = make_record([{"trial_id": t} for t in "abc"], same)
     figures = []
-    save = _figures._save
+    save = _drawing.save
     monkeypatch.setattr(
-        _figures, "_save", lambda fig, path, **kw: figures.append(fig) or save(fig, path, **kw)
+        _drawing, "save", lambda fig, path, **kw: figures.append(fig) or save(fig, path, **kw)
     )
     _figures.draw_tradeoff_overlay(_compute.tradeoff_curves(record), tmp_path / "o.png")
     lines = [line for line in figures[0].axes[0].get_lines() if line.get_label() in "abc"]
@@ -159,9 +159,9 @@ def test_the_trade_off_views_show_the_trained_epochs_and_name_each_trial(
     ]
     record = make_record(trials, history, param_kinds={"margin": CONTINUOUS})
     figures = []
-    save = _figures._save
+    save = _drawing.save
     monkeypatch.setattr(
-        _figures, "_save", lambda fig, path, **kw: figures.append(fig) or save(fig, path, **kw)
+        _drawing, "save", lambda fig, path, **kw: figures.append(fig) or save(fig, path, **kw)
     )
     curves = _compute.tradeoff_curves(record)
     labels = {t: f"{t}: margin={m}" for t, (_, _, m) in sweep.items()}

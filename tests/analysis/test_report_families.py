@@ -14,7 +14,7 @@ import pytest
 from matplotlib.figure import Figure
 from mlflow.tracking import MlflowClient
 
-from analysis import _figures
+from analysis import _drawing
 from analysis._data import CATEGORICAL, CONTINUOUS, load_search, searched_parameters
 from analysis.report import main, searched_text
 from gridsearch.tracking import TITLE_WIDTH
@@ -97,9 +97,9 @@ def _report(
 ) -> tuple[str, list[Figure]]:
     """The page of ``experiment``'s report and every figure drawn for it."""
     figures: list[Figure] = []
-    save = _figures._save
+    save = _drawing.save
     monkeypatch.setattr(
-        _figures, "_save", lambda fig, path, **kw: figures.append(fig) or save(fig, path, **kw)
+        _drawing, "save", lambda fig, path, **kw: figures.append(fig) or save(fig, path, **kw)
     )
     argv = ["--runs-dir", str(runs), "--experiment", experiment, "--out", str(out)]
     assert main([*argv, "--no-log", "--no-family-test"]) == 0

@@ -18,7 +18,8 @@ from ray.tune.schedulers import FIFOScheduler
 from ray.tune.search import Searcher
 
 from gridsearch import _optuna
-from gridsearch._groups import GroupSearcher, group_search, member_id, shape_of
+from gridsearch._groups import GroupSearcher, group_search, shape_of
+from gridsearch._members import member_id
 from gridsearch._scheduler import make_scheduler
 from gridsearch.spaces import SearchSpace, get_space
 from trainables import names
@@ -223,7 +224,7 @@ def test_a_trials_last_result_wins_over_a_table_that_ends_before_it() -> None:
     import pandas as pd
     from ray.tune import Result
 
-    from gridsearch._groups import MemberResults
+    from gridsearch._members import MemberResults
 
     early = {member_key(0, "epoch"): 1.0, member_key(0, names.BEST_RETRIEVAL): 40.0}
     last = {**early, member_key(0, "epoch"): 2.0, member_key(0, names.FINISHED): 80.0}

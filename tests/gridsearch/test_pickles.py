@@ -28,7 +28,8 @@ import optuna
 import pytest
 import torch
 
-from gridsearch._pickles import STATE, TORCH, json_problem, pickle_problem
+from gridsearch._pickle_policies import STATE, TORCH
+from gridsearch._pickles import json_problem, pickle_problem
 
 
 class _Payload:
