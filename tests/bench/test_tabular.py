@@ -163,6 +163,7 @@ def test_seed_agreement_reads_the_ranking_across_seeds() -> None:
     ("problem", "variants", "margins", "seeds"),
     [
         ("paper_margin", 8, 10, (0, 1)),
+        ("paper_margin_world2", 8, 5, (0, 1)),  # the same models on the redesigned world
         ("lr_batch", 2 * 4 * 2 * 3, 1, (0, 1, 2)),  # 2 models x lr_max x lr_min x batch
         ("lr_batch_500", 2 * 4 * 2 * 3, 1, (0, 1)),  # the same on a 500-image world
     ],
