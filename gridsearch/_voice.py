@@ -244,9 +244,13 @@ class Voice:
     def progress(self, phase: Phase) -> str:
         """``still WHAT: N s so far, ...`` of the running ``phase``."""
         ran = self.clock() - phase.began
+        if ran < min(1.0, phase.quiet_s):  # the silence was the phase before it
+            return f"  now {phase.what}"
         line = f"  still {phase.what}: {_seconds(ran)} so far"
         if phase.estimate_s is None:
             return line
+        if phase.estimate_s < 1:
+            return f"{line} (under a second last time)"
         if ran < phase.estimate_s:
             left = phase.estimate_s - ran
             return f"{line}, about {_seconds(left)} left ({_seconds(phase.estimate_s)} last time)"

@@ -66,6 +66,27 @@ def test_a_phase_says_how_long_it_took_last_time_and_how_far_it_is(tmp_path: Pat
         assert lines[-1].endswith(f"(longer than the {14 + QUIET_S:.0f} s it took last time)")
 
 
+def test_a_phase_just_begun_is_said_as_begun_and_a_short_one_without_its_zero(
+    tmp_path: Path,
+) -> None:
+    """The silence before a phase that has just begun was the phase before it: "now ...",
+    not "still ...: 0 s so far (longer than the 0 s it took last time)"."""
+    clock = Clock()
+    voice, lines = _voice(tmp_path, clock)
+    voice("the world is built")
+    clock.now += QUIET_S - 0.2
+    with voice.phase("opening the MLflow tracking store", "tracking", estimate_s=0.1):
+        clock.now += 0.2
+        assert voice.heartbeat()
+        assert lines[-1].endswith("]   now opening the MLflow tracking store")
+        clock.now += QUIET_S
+        assert voice.heartbeat()
+        assert lines[-1].endswith(
+            f"still opening the MLflow tracking store: {QUIET_S:.0f} s so far"
+            " (under a second last time)"
+        )
+
+
 def test_a_phase_that_fails_or_is_interrupted_is_not_measured(tmp_path: Path) -> None:
     clock = Clock()
     voice, _ = _voice(tmp_path, clock)
