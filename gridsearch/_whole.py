@@ -66,7 +66,8 @@ class WholeCopies(Callback):
                 copies = self.folder / WHOLE_COPIES
                 copies.mkdir(exist_ok=True)
                 write_bytes_atomic(copies / newest.name, newest.read_bytes())
-            except OSError as err:  # a full disk: the last copy stays the last whole one
+            except (OSError, ValueError) as err:  # a full disk, or a file Tune is writing
+                # (not yet JSON): the last copy stays the last whole one
                 logger.debug("no copy of %s: %s", newest, err)
                 continue
             self._copied[pattern] = seen
