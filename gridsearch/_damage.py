@@ -40,8 +40,12 @@ from gridsearch._state_files import (
     has_mlflow_tables,
     has_study,
     json_file_problem,
+    json_problem,
     pickle_file_problem,
+    pickle_problem,
+    read_state,
     shape_problem,
+    shape_problem_of,
     sqlite_problem,
     trials_problem,
 )
@@ -168,12 +172,17 @@ TUNE_STATE_FILES = (_STATE, "search_gen_state-*.json", "searcher-state-*.pkl", "
 def state_problem(path: Path, pattern: str) -> str | None:
     """What is wrong with the Tune state file at ``path`` (of ``pattern``): not whole,
     or not of the shape Tune writes; None when it is whole and Tune's."""
+    data = read_state(path)
+    return data if isinstance(data, str) else state_bytes_problem(data, pattern)
+
+
+def state_bytes_problem(data: bytes, pattern: str) -> str | None:
+    """``state_problem`` of a state file's bytes, read once: what a caller checks this
+    way is what it then copies, even while Tune rewrites the file."""
     if pattern == _STATE:
-        problem = json_file_problem(path)
-        if problem is None:
-            problem = trials_problem(json.loads(path.read_bytes()))
-        return problem
-    return pickle_file_problem(path) or shape_problem(path, STATE_KEYS[pattern])
+        problem = json_problem(data)
+        return problem if problem is not None else trials_problem(json.loads(data))
+    return pickle_problem(data) or shape_problem_of(data, STATE_KEYS[pattern])
 
 
 def whole_copy(folder: Path, pattern: str) -> Path | None:

@@ -21,8 +21,12 @@ __all__ = [
     "has_mlflow_tables",
     "has_study",
     "json_file_problem",
+    "json_problem",
     "pickle_file_problem",
+    "pickle_problem",
+    "read_state",
     "shape_problem",
+    "shape_problem_of",
     "sqlite_problem",
     "trials_problem",
 ]
@@ -46,10 +50,15 @@ _TRIAL_STATUSES = ("PENDING", "RUNNING", "PAUSED", "TERMINATED", "ERROR")
 def shape_problem(path: Path, keys: tuple[str, ...]) -> str | None:
     """What in the whole pickle at ``path`` is not of the shape Tune writes (a dictionary
     holding ``keys``, nested at most ``MAX_PICKLE_DEPTH`` deep), or None."""
-    data = _read_state(path)
-    shape = pickle_shape(data) if isinstance(data, bytes) else None
+    data = read_state(path)
+    return shape_problem_of(data, keys) if isinstance(data, bytes) else None
+
+
+def shape_problem_of(data: bytes, keys: tuple[str, ...]) -> str | None:
+    """``shape_problem`` of a pickle's bytes, read once by the caller."""
+    shape = pickle_shape(data)
     if shape is None:
-        return None  # not whole: said by pickle_file_problem
+        return None  # not whole: said by pickle_problem
     if shape.kind != "dict":
         return f"it holds a {shape.kind}, not Tune's dictionary"
     missing = [key for key in keys if key not in shape.keys]
@@ -153,23 +162,29 @@ def has_mlflow_tables(db: sqlite3.Connection) -> str | None:
     return f"no MLflow table {missing[0]!r}" if missing else None
 
 
-def _read_state(path: Path) -> bytes | str:
-    """The bytes of a state file, or what is wrong with reading it."""
+def read_state(path: Path) -> bytes | str:
+    """The bytes of a state file, or what is wrong with reading it. A caller that checks
+    a file another process may be rewriting checks (and copies) these bytes, read once,
+    not the file again."""
     try:
         size = path.stat().st_size
         if size == 0:
             return "empty: 0 bytes"
         if size > _MAX_STATE_BYTES:
             return f"{size:,} bytes, larger than a state file can be"
-        return path.read_bytes()
+        data = path.read_bytes()
     except OSError as err:
         return f"cannot be read: {err.strerror or err}"
+    return data if data else "empty: 0 bytes"  # emptied since its size was read
 
 
 def json_file_problem(path: Path) -> str | None:
-    data = _read_state(path)
-    if isinstance(data, str):
-        return data
+    data = read_state(path)
+    return data if isinstance(data, str) else json_problem(data)
+
+
+def json_problem(data: bytes) -> str | None:
+    """What is wrong with a JSON state file's bytes: cut short or not JSON; None if whole."""
     try:
         json.loads(data)
     except (ValueError, RecursionError) as err:
@@ -181,9 +196,12 @@ def json_file_problem(path: Path) -> str | None:
 
 def pickle_file_problem(path: Path) -> str | None:
     """What is wrong with the pickle at ``path`` (its opcodes walked, nothing run)."""
-    data = _read_state(path)
-    if isinstance(data, str):
-        return data
+    data = read_state(path)
+    return data if isinstance(data, str) else pickle_problem(data)
+
+
+def pickle_problem(data: bytes) -> str | None:
+    """What is wrong with a pickle's bytes (its opcodes walked, nothing run), or None."""
     try:
         for _ in pickletools.genops(data):
             pass

@@ -21,7 +21,8 @@ from typing import Any
 
 from ray.tune import Callback
 
-from gridsearch._damage import TUNE_STATE_FILES, WHOLE_COPIES, state_problem
+from gridsearch._damage import TUNE_STATE_FILES, WHOLE_COPIES, state_bytes_problem
+from gridsearch._state_files import read_state
 from storage import write_bytes_atomic
 
 __all__ = ["WholeCopies"]
@@ -61,13 +62,17 @@ class WholeCopies(Callback):
             try:
                 info = newest.stat()
                 seen = (newest.name, info.st_mtime_ns, info.st_size)
-                if self._copied.get(pattern) == seen or state_problem(newest, pattern):
+                if self._copied.get(pattern) == seen:
                     continue
+                # read once: the bytes checked are the bytes copied (Tune rewrites the
+                # file in place; a second read could meet a write half done)
+                data = read_state(newest)
+                if isinstance(data, str) or state_bytes_problem(data, pattern):
+                    continue  # not whole (Tune is writing it, or a full disk cut it short)
                 copies = self.folder / WHOLE_COPIES
                 copies.mkdir(exist_ok=True)
-                write_bytes_atomic(copies / newest.name, newest.read_bytes())
-            except (OSError, ValueError) as err:  # a full disk, or a file Tune is writing
-                # (not yet JSON): the last copy stays the last whole one
+                write_bytes_atomic(copies / newest.name, data)
+            except OSError as err:  # a full disk: the last copy stays the last whole one
                 logger.debug("no copy of %s: %s", newest, err)
                 continue
             self._copied[pattern] = seen
