@@ -472,6 +472,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     a = sub.add_parser("seeds", help="how much of the ranking survives a change of seed",
                        formatter_class=shown)  # fmt: skip
     a.add_argument("--table", type=Path, required=True, help="a folder `record` wrote")
+    a.add_argument("--metric", action="append", default=None,
+                   help="a metric the trials recorded at their last epoch, e.g. "
+                   "test/semantic or dev/sickr_cosine_pearson; repeatable (default: "
+                   f"{names.BEST_RETRIEVAL} and {names.BEST_SEMANTIC}, what a search "
+                   "selects on)")  # fmt: skip
     m = sub.add_parser(
         "mean", help="the problem at the mean of its training seeds", formatter_class=shown
     )
@@ -489,7 +494,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{len(table.curves)} curves, {table.manifest['rows']} rows -> {args.out}")
     elif args.command == "seeds":
         table = RecordedTable.read(args.table)
-        for metric in (names.BEST_RETRIEVAL, names.BEST_SEMANTIC):
+        metrics = args.metric or [names.BEST_RETRIEVAL, names.BEST_SEMANTIC]
+        last = [c.epochs[-1] for c in table.curves.values()]
+        for metric in metrics:
+            if not all(type(epoch.get(metric)) in (int, float) for epoch in last):
+                known = sorted(set.intersection(*(set(epoch) for epoch in last)))
+                raise BadInput(
+                    f"error: --metric: {metric!r} is not recorded at every trial's last "
+                    f"epoch in {args.table}; these are: {', '.join(known)}"
+                )
+        for metric in metrics:
             print(f"{metric} at the last epoch:")
             print("\n".join(seed_agreement(table, metric)))
     elif args.command == "mean":
