@@ -149,13 +149,13 @@ def _comparison(p: argparse.ArgumentParser, args: argparse.Namespace) -> Compari
         p.error(f"--startup: got {args.startup}, expected at least 1")
     if args.max_concurrent < 1:
         p.error(f"--max-concurrent: got {args.max_concurrent}, expected at least 1")
-    table = tabular.RecordedTable.read(args.table)
+    table = tabular.read_table(args.table)
     if args.form == "parts":
         try:
             s.Parts(table)
         except ValueError as e:
             p.error(f"--form parts: {e}")
-    warm_table = tabular.RecordedTable.read(args.warm_table) if args.warm_table else None
+    warm_table = tabular.read_table(args.warm_table, "--warm-table") if args.warm_table else None
     strategies = (
         args.strategies.split(",")
         if args.strategies

@@ -217,6 +217,18 @@ def replay_trainable(
             tune.report(dict(metrics), checkpoint=tune.Checkpoint.from_directory(folder))
 
 
+def read_table(folder: Path, flag: str = "--table") -> RecordedTable:
+    """``RecordedTable.read`` for a command's ``flag``: a folder that holds no whole
+    recording is one ``error:`` line naming the flag and the folder, not a traceback."""
+    try:
+        return RecordedTable.read(folder)
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as err:
+        raise BadInput(
+            f"error: {flag}: {folder} holds no whole recording (`tabular.py record` writes "
+            f"{TABLE_FILE} and {MANIFEST_FILE} there): {str(err).splitlines()[0][:200]}"
+        ) from None
+
+
 def read_trials(
     experiment_path: str | os.PathLike[str], seed: int, variants: Mapping[str, Mapping[str, Any]]
 ) -> list[Curve]:
@@ -493,7 +505,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         table = record(args)
         print(f"{len(table.curves)} curves, {table.manifest['rows']} rows -> {args.out}")
     elif args.command == "seeds":
-        table = RecordedTable.read(args.table)
+        table = read_table(args.table)
         metrics = args.metric or [names.BEST_RETRIEVAL, names.BEST_SEMANTIC]
         last = [c.epochs[-1] for c in table.curves.values()]
         for metric in metrics:
@@ -507,7 +519,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{metric} at the last epoch:")
             print("\n".join(seed_agreement(table, metric)))
     elif args.command == "mean":
-        table = RecordedTable.read(args.table)
+        table = read_table(args.table)
         try:
             seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
         except ValueError:

@@ -159,6 +159,38 @@ def test_seed_agreement_reads_the_ranking_across_seeds() -> None:
     assert lines[3] == "  top-4 overlap: 4 of 4"
 
 
+@pytest.mark.parametrize("kind", ["missing", "empty", "not parquet", "no manifest"])
+def test_a_table_flag_without_a_whole_recording_is_one_error_line(
+    kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--table`` (and ``--warm-table``) naming a folder that holds no whole recording:
+    one error line naming the flag and the folder, exit 2, for every command reading one."""
+    from bench import bench_strategies
+
+    folder = tmp_path / "table"
+    recorded = Path(__file__).resolve().parents[2] / "bench" / "recorded" / "lr_batch"
+    if kind != "missing":
+        folder.mkdir()
+    if kind == "not parquet":
+        (folder / tabular.TABLE_FILE).write_text("variant,margin\n")
+        (folder / tabular.MANIFEST_FILE).write_text("{}")
+    if kind == "no manifest":
+        (folder / tabular.TABLE_FILE).write_bytes((recorded / tabular.TABLE_FILE).read_bytes())
+    runs = [
+        (tabular.main, ["seeds", "--table", str(folder)], "--table"),
+        (tabular.main, ["mean", "--table", str(folder), "--out", str(tmp_path / "o")], "--table"),
+        (bench_strategies.main, ["--table", str(folder)], "--table"),
+        (bench_strategies.main, ["--table", str(recorded), "--warm-table", str(folder)],
+         "--warm-table"),
+    ]  # fmt: skip
+    for command, argv, flag in runs:
+        assert command(argv) == 2, argv
+        captured = capsys.readouterr()
+        (line,) = captured.err.strip().splitlines()
+        assert line.startswith(f"error: {flag}: {folder} holds no whole recording"), line
+        assert "Traceback" not in captured.err and not captured.out
+
+
 def test_seeds_reads_any_recorded_metric_and_names_one_it_lacks(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
