@@ -158,7 +158,7 @@ def _senteval(scene: Scene, rng: random.Random) -> str:
 
 
 def _mixed(scene: Scene, rng: random.Random) -> str:
-    return _STYLES[rng.choice(_MIXABLE)](scene, rng)
+    return _STYLES[rng.choice(MIXABLE)](scene, rng)
 
 
 _STYLES: dict[str, Callable[[Scene, random.Random], str]] = {
@@ -174,7 +174,7 @@ _STYLES: dict[str, Callable[[Scene, random.Random], str]] = {
     "other-words": _templated(_CAPTIONS, _OTHER_WORDS),  # type: ignore[arg-type]
     "long": _templated(_LONG),
 }
-_MIXABLE = tuple(_STYLES)
+MIXABLE = tuple(_STYLES)  # the registers a "mixed" set draws from
 _STYLES["word-order"] = _STYLES["captions"]  # its pairs are built apart (_semantic)
 _STYLES["mixed"] = _mixed
 STYLES: tuple[str, ...] = tuple(_STYLES)

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from storage._atomic import write_json_atomic, write_text_atomic
-from storage.synthetic._phrasing import describe_scene
+from storage.synthetic._phrasing import MIXABLE, describe_scene
 from storage.synthetic._scenes import Scene, generate_scene_arrays
 from storage.synthetic._similarity import content_overlap, edited, entailment_label, swapped
 
@@ -107,7 +107,11 @@ def make_pairs(seed: int, name: str, count: int, style: str) -> list[ScenePair]:
     its objects' colours, sizes or places swapped (the same words, bound otherwise);
     ``synonyms`` describes both scenes with the training captions' words, the first
     sentence with each thing's commonest word and the second with another one where
-    there is one ("circle" / "disc", "large" / "big")."""
+    there is one ("circle" / "disc", "large" / "big"). A ``mixed`` set (SICK-R, STS-B,
+    STS16's mix) draws each pair's register (captions, a question, a passive, typos, ...)
+    on its own and phrases both sentences in it: a real pair comes from one source (an
+    STS-B pair from one genre's data set, a SICK pair from one caption and its
+    transformation), so what its gold score grades is content, not a change of register."""
     key = _stream_key(seed, name)
     pool = generate_scene_arrays(3 * count, np.random.SeedSequence([seed, _SEMANTIC_STREAM, key]))
     scenes = pool.scenes()
@@ -122,7 +126,14 @@ def make_pairs(seed: int, name: str, count: int, style: str) -> list[ScenePair]:
             second = first if rng.random() < 0.4 else swapped(first, rng)
         else:
             second = _partner(first, scenes[2 * k + 1], rng)
-        sentences = [describe_scene(first, styles[0], rng), describe_scene(second, styles[1], rng)]
+        pair_styles = styles
+        if style == "mixed":  # one register per pair, as a real pair comes from one source
+            register = rng.choice(MIXABLE)
+            pair_styles = (register, register)
+        sentences = [
+            describe_scene(first, pair_styles[0], rng),
+            describe_scene(second, pair_styles[1], rng),
+        ]
         if style != "synonyms":
             rng.shuffle(sentences)  # the edited scene is not always second
         overlap = content_overlap(first, second)

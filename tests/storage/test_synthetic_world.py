@@ -366,6 +366,20 @@ def test_dev_sets_share_no_pair_with_any_test_set(tmp_path: Path, images: int, s
     assert len(dev) > 50 and not dev & test
 
 
+def test_the_two_sentences_of_a_mixed_pair_share_one_register() -> None:
+    """A pooled set (SICK-R, STS-B, STS16's mix) draws each pair's register on its own,
+    as a real pair comes from one source; its two sentences share it. A question is the
+    register a sentence shows for certain: a pair holds two or none."""
+    from storage.synthetic._semantic import make_pairs
+
+    pairs = make_pairs(0, "STS-B/dev", 400, "mixed")
+    asks = [(p.sentence1.endswith("?"), p.sentence2.endswith("?")) for p in pairs]
+    both = sum(a and b for a, b in asks)
+    assert all(a == b for a, b in asks)
+    # about one pair in as many as there are registers (11); 400 pairs: 36 expected
+    assert 15 <= both <= 60, both
+
+
 def test_a_dev_pair_that_is_also_reported_is_left_out() -> None:
     from storage.synthetic._semantic import _without, make_pairs
 
