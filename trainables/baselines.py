@@ -32,7 +32,7 @@ from storage.senteval import load_senteval
 from trainables import names
 from trainables.data import EncodedSplit, TrainingData, default_senteval
 from trainables.metrics import retrieval_metrics
-from trainables.semantic import DevSemanticEvaluator, SemanticEvaluator
+from trainables.semantic import DevSemanticEvaluator, EmbeddingTable, SemanticEvaluator
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +53,28 @@ RIDGE_MAX_CAPTIONS = 40_000  # the ridge is fitted on at most this many training
 
 
 def char_ngram_features(texts: Sequence[str], dim: int = NGRAM_DIM) -> np.ndarray:
-    """L2-normalised log counts of character 1-4-grams hashed into ``dim`` buckets."""
-    counts = np.zeros((len(texts), dim))
-    for row, text in enumerate(texts):
-        grams = [text[i : i + n] for n in range(1, 5) for i in range(len(text) - n + 1)]
-        np.add.at(counts[row], [zlib.crc32(g.encode()) % dim for g in grams], 1.0)
+    """L2-normalised log counts of character 1-4-grams hashed into ``dim`` buckets (the
+    CRC-32 of a gram's UTF-8 bytes, modulo ``dim``)."""
+    counts = np.empty((len(texts), dim))
+    bucket_of: dict[str, int] = {}  # captions share most of their grams: hash each once
+    for start in range(0, len(texts), _COUNT_BLOCK):
+        block = texts[start : start + _COUNT_BLOCK]
+        cells: list[int] = []  # row * dim + bucket, one per gram occurrence
+        for row, text in enumerate(block):
+            offset = row * dim
+            for n in range(1, 5):
+                for i in range(len(text) - n + 1):
+                    gram = text[i : i + n]
+                    bucket = bucket_of.get(gram)
+                    if bucket is None:
+                        bucket = bucket_of[gram] = zlib.crc32(gram.encode()) % dim
+                    cells.append(offset + bucket)
+        cell_counts = np.bincount(np.asarray(cells, dtype=np.int64), minlength=len(block) * dim)
+        counts[start : start + len(block)] = cell_counts.reshape(len(block), dim)
     return _normalise(np.log1p(counts))
+
+
+_COUNT_BLOCK = 2048  # rows counted at a time (bounds the list of gram cells)
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
@@ -78,8 +94,11 @@ class NgramRidge:
         self.weights = np.linalg.solve(x.T @ x + ridge * np.eye(x.shape[1]), x.T @ (y - self.mean))
 
     def embed(self, sentences: Sequence[str]) -> torch.Tensor:
-        mapped = char_ngram_features(sentences) @ self.weights + self.mean
-        return torch.from_numpy(_normalise(mapped)).float()
+        return self.map(char_ngram_features(sentences))
+
+    def map(self, features: np.ndarray) -> torch.Tensor:
+        """Sentences' embeddings from their ``char_ngram_features``."""
+        return torch.from_numpy(_normalise(features @ self.weights + self.mean)).float()
 
 
 def baselines(data: TrainingData, senteval: str | None) -> dict[str, dict[str, float]]:
@@ -102,13 +121,14 @@ def baselines(data: TrainingData, senteval: str | None) -> dict[str, dict[str, f
             (names.DEV, DevSemanticEvaluator(bench)),
             (names.TEST, SemanticEvaluator(bench)),
         ):
-            results["char_ngrams"].update(_under(split, evaluator(_ngram_embedding)))
-            results["ngram_ridge"].update(_under(split, evaluator(ridge.embed)))
+            # both baselines embed the same sentences from the same n-gram counts
+            sentences = evaluator.sentences
+            features = char_ngram_features(sentences)
+            ngrams = EmbeddingTable(sentences, torch.from_numpy(features).float())
+            results["char_ngrams"].update(_under(split, evaluator(ngrams)))
+            mapped = EmbeddingTable(sentences, ridge.map(features))
+            results["ngram_ridge"].update(_under(split, evaluator(mapped)))
     return {name: metrics for name, metrics in results.items() if metrics}
-
-
-def _ngram_embedding(sentences: Sequence[str]) -> torch.Tensor:
-    return torch.from_numpy(char_ngram_features(sentences)).float()
 
 
 def _under(split: str, metrics: dict[str, float]) -> dict[str, float]:

@@ -5,14 +5,27 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import zlib
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 import trainables.baselines
+from storage.senteval import load_senteval
 from trainables import names
-from trainables.baselines import BASELINES_FILE, baselines, main, store_baselines
+from trainables.baselines import (
+    BASELINES_FILE,
+    NgramRidge,
+    baselines,
+    char_ngram_features,
+    main,
+    store_baselines,
+)
 from trainables.data import TrainingData, default_senteval
+from trainables.semantic import DevSemanticEvaluator
 
 DEV_R10, TEST_R10 = names.key(names.DEV, "r10_mean"), names.key(names.TEST, "r10_mean")
 DEV_SEM, TEST_SEM = names.PRIMARY_SEMANTIC, names.key(names.TEST, "semantic")
@@ -137,3 +150,50 @@ def test_baselines_take_the_same_data_in_memory(store: Path) -> None:
     table = baselines(data, None)  # no semantic sets: retrieval only
     assert set(table) == {"chance", "ngram_ridge"}
     assert DEV_SEM not in table["ngram_ridge"]
+
+
+def _counted_one_by_one(texts: list[str], dim: int) -> np.ndarray:
+    """The n-gram features as their definition reads: each gram's CRC-32 bucket added
+    to its sentence's row, one at a time."""
+    counts = np.zeros((len(texts), dim))
+    for row, text in enumerate(texts):
+        for n in range(1, 5):
+            for i in range(len(text) - n + 1):
+                counts[row, zlib.crc32(text[i : i + n].encode()) % dim] += 1.0
+    x = np.log1p(counts)
+    return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), 1e-12)
+
+
+def test_ngram_features_are_their_definition_across_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Counted in blocks of rows, each distinct gram hashed once: the same matrix, bit
+    for bit, as counting each gram of each sentence on its own (repeated grams, a
+    sentence shorter than a gram, an empty one, non-ASCII text, a block boundary)."""
+    monkeypatch.setattr(trainables.baselines, "_COUNT_BLOCK", 3)
+    texts = ["a red circle", "", "ab", "aaaa aaaa", "Über café – naïve", "a red circle", "x"]
+    for dim in (4096, 7):
+        ours = trainables.baselines.char_ngram_features(texts, dim)
+        assert np.array_equal(ours, _counted_one_by_one(texts, dim))
+    assert not ours[1].any() and ours.shape == (7, 7)
+
+
+@pytest.mark.slow
+def test_both_semantic_baselines_score_as_their_embeddings_alone(
+    store: Path, computed: dict[str, dict[str, float]]
+) -> None:
+    """One n-gram matrix feeds both baselines' semantic scores: each equals its own
+    embedding function evaluated on its own."""
+    data = TrainingData.from_store(str(store))
+    bench = load_senteval(default_senteval(str(store)))
+    ridge = NgramRidge(data.train)
+
+    def ngrams(sentences: Sequence[str]) -> torch.Tensor:
+        return torch.from_numpy(char_ngram_features(sentences)).float()
+
+    alone = {
+        "char_ngrams": DevSemanticEvaluator(bench)(ngrams),
+        "ngram_ridge": DevSemanticEvaluator(bench)(ridge.embed),
+    }
+    for name, metrics in alone.items():
+        assert metrics["semantic"] == computed[name][DEV_SEM]
