@@ -72,8 +72,22 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 
 
 def best_trial(outcomes: Sequence[TrialOutcome], metric: str) -> TrialOutcome | None:
+    """The outcome with the highest ``metric`` (one without it never wins). A tie goes to
+    the better other objective (dev R@10 mean and dev semantic score break each other's
+    ties), then to the smaller trial id: the pick does not depend on the order the
+    outcomes come in (the search's end and MLflow list them differently)."""
     scored = [o for o in outcomes if not math.isnan(float(o.metrics.get(metric, math.nan)))]
-    return max(scored, key=lambda o: float(o.metrics[metric]), default=None)
+
+    def rank(o: TrialOutcome) -> tuple[float, float, float, str]:
+        others = (
+            (o.semantic, o.retrieval)
+            if metric == names.BEST_RETRIEVAL
+            else (o.retrieval, o.semantic)
+        )
+        lowest = [-math.inf if math.isnan(v) else v for v in others]
+        return (-float(o.metrics[metric]), -lowest[0], -lowest[1], o.trial_id)
+
+    return min(scored, key=rank, default=None)
 
 
 # how the summary says each outcome (gridsearch._outcome: the tags' values)

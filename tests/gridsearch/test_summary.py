@@ -29,6 +29,24 @@ def _outcome(
     return TrialOutcome(tid, {"margin": 0.2}, metrics, status)
 
 
+def test_a_tie_goes_to_the_other_objective_then_the_trial_id_in_any_order() -> None:
+    """The best trial does not depend on the order the outcomes come in: a search's end
+    and MLflow list them differently, and small dev splits tie often."""
+    import itertools
+
+    outcomes = [
+        _outcome("d", 60, 0.40),
+        _outcome("b", 60, 0.45),  # ties d on retrieval, better semantic
+        _outcome("a", 55, 0.45),  # ties b on semantic, worse retrieval
+        _outcome("c", 60, 0.45),  # ties b on both: the smaller id wins
+        _outcome("e", 60, math.nan),  # no semantic score: loses every tie
+    ]
+    for order in itertools.permutations(outcomes):
+        assert best_trial(order, names.BEST_RETRIEVAL).trial_id == "b"
+        assert best_trial(order, names.BEST_SEMANTIC).trial_id == "b"
+    assert best_trial(outcomes[::4], names.BEST_RETRIEVAL).trial_id == "d"
+
+
 def test_best_trials_and_summary() -> None:
     outcomes = [_outcome("a", 50, 0.5), _outcome("b", 60, 0.4), _outcome("c", 40, 0.7, "failed")]
     assert best_trial(outcomes, names.BEST_RETRIEVAL).trial_id == "b"
