@@ -176,8 +176,25 @@ _STYLES: dict[str, Callable[[Scene, random.Random], str]] = {
 }
 MIXABLE = tuple(_STYLES)  # the registers a "mixed" set draws from
 _STYLES["word-order"] = _STYLES["captions"]  # its pairs are built apart (_semantic)
+_STYLES["negation"] = _STYLES["captions"]  # ... and these, with denying() below
 _STYLES["mixed"] = _mixed
 STYLES: tuple[str, ...] = tuple(_STYLES)
+
+
+# SICK's negation transformation ("there is no biker jumping in the air"), as a clause
+# after a caption of what the picture does show
+_DENIALS = (
+    "{text}. There is no {x}.",
+    "{text}, but there is no {x}.",
+    "{text}, and no {x}.",
+    "{text}; there is no {x} anywhere.",
+)
+
+
+def denying(text: str, phrase: str, rng: random.Random) -> str:
+    """``text`` (a description) followed by a clause that denies ``phrase`` ("small red
+    circle"): "A blue square on the left, but there is no small red circle." """
+    return rng.choice(_DENIALS).format(text=text.rstrip(".!?; "), x=phrase)
 
 
 def describe_scene(scene: Scene, style: str, rng: random.Random) -> str:

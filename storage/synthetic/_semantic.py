@@ -2,7 +2,7 @@
 
 ``STS/STS1{2..6}-en-test/`` hold graded-similarity pairs whose subtask names say what
 they test (training-like captions, typos, SentEval-style tokenisation, questions,
-passives, unseen templates and synonyms, long descriptions, a mix); ``SICK/`` and
+passives, negation, unseen templates and synonyms, long descriptions, a mix); ``SICK/`` and
 ``STS/STSBenchmark/`` hold the supervised relatedness tasks; ``suite.json`` lists them
 for :func:`storage.senteval.load_suite`. Every sentence describes its whole scene, and
 the gold score is the content overlap of the two scenes (0-5 for STS, 1-5 for SICK).
@@ -23,8 +23,16 @@ from pathlib import Path
 import numpy as np
 
 from storage._atomic import write_json_atomic, write_text_atomic
-from storage.synthetic._phrasing import MIXABLE, describe_scene
-from storage.synthetic._scenes import Scene, generate_scene_arrays
+from storage.synthetic._captions import object_phrase
+from storage.synthetic._phrasing import MIXABLE, denying, describe_scene
+from storage.synthetic._scenes import (
+    COLOUR_NAMES,
+    SHAPES,
+    SIZES,
+    Scene,
+    SceneObject,
+    generate_scene_arrays,
+)
 from storage.synthetic._similarity import content_overlap, edited, entailment_label, swapped
 
 logger = logging.getLogger(__name__)
@@ -33,7 +41,7 @@ SUITE_NAME = "grounded-world"
 STS_SUBTASKS: dict[str, tuple[str, ...]] = {
     "STS12": ("captions", "typos", "synonyms"),
     "STS13": ("senteval-style", "relative-clauses", "word-order"),
-    "STS14": ("questions", "passive"),
+    "STS14": ("questions", "passive", "negation"),
     "STS15": ("unseen-templates", "unseen-synonyms"),
     "STS16": ("long", "mixed"),
 }
@@ -107,7 +115,9 @@ def make_pairs(seed: int, name: str, count: int, style: str) -> list[ScenePair]:
     its objects' colours, sizes or places swapped (the same words, bound otherwise);
     ``synonyms`` describes both scenes with the training captions' words, the first
     sentence with each thing's commonest word and the second with another one where
-    there is one ("circle" / "disc", "large" / "big"). A ``mixed`` set (SICK-R, STS-B,
+    there is one ("circle" / "disc", "large" / "big"); ``negation`` pairs a caption of a
+    scene with a caption that ends by denying something, as SICK's "there is no ..."
+    (:func:`_negated`). A ``mixed`` set (SICK-R, STS-B,
     STS16's mix) draws each pair's register (captions, a question, a passive, typos, ...)
     on its own and phrases both sentences in it: a real pair comes from one source (an
     STS-B pair from one genre's data set, a SICK pair from one caption and its
@@ -116,14 +126,17 @@ def make_pairs(seed: int, name: str, count: int, style: str) -> list[ScenePair]:
     pool = generate_scene_arrays(3 * count, np.random.SeedSequence([seed, _SEMANTIC_STREAM, key]))
     scenes = pool.scenes()
     rng = random.Random(key)
-    if style == "word-order":
+    if style in ("word-order", "negation"):
         scenes = [scene for scene in scenes if len(scene.objects) >= 2]
     styles = ("commonest-words", "other-words") if style == "synonyms" else (style, style)
     pairs = []
     for k in range(count):
         first = scenes[2 * k]
+        denied = None
         if style == "word-order":
             second = first if rng.random() < 0.4 else swapped(first, rng)
+        elif style == "negation":
+            second, denied = _negated(first, scenes[2 * k + 1], rng)
         else:
             second = _partner(first, scenes[2 * k + 1], rng)
         pair_styles = styles
@@ -134,6 +147,8 @@ def make_pairs(seed: int, name: str, count: int, style: str) -> list[ScenePair]:
             describe_scene(first, pair_styles[0], rng),
             describe_scene(second, pair_styles[1], rng),
         ]
+        if denied is not None:
+            sentences[1] = denying(sentences[1], object_phrase(denied, rng)[0], rng)
         if style != "synonyms":
             rng.shuffle(sentences)  # the edited scene is not always second
         overlap = content_overlap(first, second)
@@ -150,6 +165,26 @@ def _partner(first: Scene, unrelated: Scene, rng: random.Random) -> Scene:
     if kind == 0:
         return first
     return replace(edited(first, kind, rng), background=unrelated.background)
+
+
+def _negated(first: Scene, other: Scene, rng: random.Random) -> tuple[Scene, SceneObject]:
+    """The second scene of a negation pair and the thing its sentence denies. Half the
+    time one of ``first``'s objects is taken out of the picture and denied ("a red circle
+    left of a blue square" / "a blue square, but there is no red circle": nearly the same
+    words, less of the content); otherwise the scene stays (or is edited once or twice)
+    and the sentence denies a shape neither scene holds (more words, the same content).
+    A scene's shapes are distinct, so the denial is true of the second scene."""
+    if rng.random() < 0.5:
+        objects = list(first.objects)
+        denied = objects.pop(rng.randrange(len(objects)))
+        return replace(first, objects=tuple(objects)), denied
+    second = first if rng.random() < 0.5 else edited(first, rng.choice((1, 2)), rng)
+    present = {o.shape for o in (*first.objects, *second.objects)}
+    strangers = [o for o in other.objects if o.shape not in present]
+    if strangers:
+        return second, rng.choice(strangers)
+    shape = rng.choice([s for s in SHAPES if s not in present])
+    return second, SceneObject(shape, rng.choice(COLOUR_NAMES), rng.choice(SIZES), 0.5, 0.5)
 
 
 def _sts_files(pairs: list[ScenePair]) -> tuple[str, str]:

@@ -38,7 +38,7 @@ from storage.synthetic._semantic import semantic_sizes, write_semantic_sets
 
 logger = logging.getLogger(__name__)
 
-GENERATOR_VERSION = "3"  # bump when the same seed would give a different world
+GENERATOR_VERSION = "4"  # bump when the same seed would give a different world
 DATASET_NAME = "synthetic"
 DEFAULT_IMAGES = 2000
 SPLIT_FRACTIONS = {"train": 0.8, "val": 0.1, "test": 0.1}

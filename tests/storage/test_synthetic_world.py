@@ -50,7 +50,7 @@ from storage.synthetic._scenes import (
     relation_code,
     relation_codes,
 )
-from storage.synthetic._semantic import make_pairs
+from storage.synthetic._semantic import _negated, make_pairs
 from tests.tolerances import REORDERED
 from trainables.baselines import char_ngram_features
 
@@ -318,6 +318,8 @@ def test_sts_files(world: WorldFiles) -> None:
             assert gold.min() >= 0 and gold.max() <= 5
             if subtask == "word-order":  # a scene against itself, rearranged or reworded
                 assert (gold == 5).any() and (gold < 4.5).any()
+            elif subtask == "negation":  # a scene against itself, less a thing, or edited
+                assert (gold == 5).any() and ((gold > 1.5) & (gold < 3.5)).any()
             else:
                 assert (gold < 1).any() and (gold > 4).any()
                 assert ((gold > 1.5) & (gold < 3.5)).any()
@@ -370,7 +372,7 @@ def test_the_two_sentences_of_a_mixed_pair_share_one_register() -> None:
     """A pooled set (SICK-R, STS-B, STS16's mix) draws each pair's register on its own,
     as a real pair comes from one source; its two sentences share it. A question is the
     register a sentence shows for certain: a pair holds two or none."""
-    from storage.synthetic._semantic import make_pairs
+    from storage.synthetic._semantic import _negated, make_pairs
 
     pairs = make_pairs(0, "STS-B/dev", 400, "mixed")
     asks = [(p.sentence1.endswith("?"), p.sentence2.endswith("?")) for p in pairs]
@@ -516,6 +518,29 @@ def test_word_order_pairs_defeat_a_bag_of_ngrams() -> None:
     )
     assert abs(np.corrcoef(cosine, gold)[0, 1]) < 0.2
     assert 0.4 < np.mean(gold == 5) < 0.65 and gold.min() < 4  # 40% paraphrases; no-op swaps
+
+
+def test_negation_pairs_deny_what_the_picture_lacks() -> None:
+    """SICK's "there is no ..." pairs: one sentence of each pair ends by denying a thing
+    its scene does not hold. Half deny one of the other scene's objects (nearly the same
+    words, less of the content: gold below 4); the rest deny a shape neither scene holds
+    (more words, the same content where the scene is kept)."""
+    rng = random.Random(0)
+    scenes = [s for s in generate_scene_arrays(1200, 0).scenes() if len(s.objects) >= 2]
+    members = kept = 0
+    for first, other in zip(scenes[::2], scenes[1::2], strict=False):
+        second, denied = _negated(first, other, rng)
+        assert denied.shape not in {o.shape for o in second.objects}
+        if denied in first.objects:
+            members += 1
+            assert content_overlap(first, second) < 0.8
+        else:
+            assert denied.shape not in {o.shape for o in first.objects}
+            kept += second == first
+    assert 0.4 < members / (len(scenes) // 2) < 0.6 and kept > 0
+    pairs = make_pairs(0, "STS14/negation", 200, "negation")
+    denials = [(" no " in p.sentence1) + (" no " in p.sentence2) for p in pairs]
+    assert denials == [1] * len(pairs)
 
 
 def test_sts_gold_correlates_with_ngram_cosine_but_not_perfectly(world: WorldFiles) -> None:
