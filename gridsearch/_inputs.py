@@ -17,6 +17,7 @@ from gridsearch.settings import SMOKE_WORLD_IMAGES, SearchError, SearchSettings
 from gridsearch.tracking import TrackingError, check_reachable
 from storage import FeatureStore, StoreError, build_synthetic
 from storage.senteval import SemanticBenchmark, load_senteval
+from storage.synthetic import GENERATOR_VERSION
 from trainables.baselines import BASELINES_FILE, store_baselines
 from trainables.data import TrainingData, default_senteval
 from trainables.semantic import DevSemanticEvaluator
@@ -132,14 +133,22 @@ def _world(settings: SearchSettings, voice: Voice) -> str:
     # would each clear the other's temporary files
     with setup_lock(settings.layout.root / "locks" / f"{world.name}.flock"):
         try:
-            FeatureStore.open(world)
+            built = FeatureStore.open(world).manifest.build.get("generator")
         except StoreError:  # not built yet (or a build was cut short: it goes on)
             building = f"building the embedded world ({images:,} images) in {world}"
             once, key = "once: later searches reuse it", f"world {images} images"
             with voice.phase(building, key, say=f"data: {building}", note=once):
                 build_synthetic(world, images=images)
         else:
-            voice(f"data: the embedded world in {world} (built earlier, reused)")
+            # kept, so that the searches of one runs directory stay comparable; said, so
+            # that a world from an older version of the generator is not taken for today's
+            older = (
+                ""
+                if built == GENERATOR_VERSION
+                else f"; its generator is version {built}, this code's {GENERATOR_VERSION}, "
+                "whose world a new --runs-dir builds"
+            )
+            voice(f"data: the embedded world in {world} (built earlier, reused{older})")
     return str(world)
 
 

@@ -372,7 +372,7 @@ def test_the_two_sentences_of_a_mixed_pair_share_one_register() -> None:
     """A pooled set (SICK-R, STS-B, STS16's mix) draws each pair's register on its own,
     as a real pair comes from one source; its two sentences share it. A question is the
     register a sentence shows for certain: a pair holds two or none."""
-    from storage.synthetic._semantic import _negated, make_pairs
+    from storage.synthetic._semantic import make_pairs
 
     pairs = make_pairs(0, "STS-B/dev", 400, "mixed")
     asks = [(p.sentence1.endswith("?"), p.sentence2.endswith("?")) for p in pairs]
