@@ -78,14 +78,13 @@ def best_trial(outcomes: Sequence[TrialOutcome], metric: str) -> TrialOutcome | 
     outcomes come in (the search's end and MLflow list them differently)."""
     scored = [o for o in outcomes if not math.isnan(float(o.metrics.get(metric, math.nan)))]
 
-    def rank(o: TrialOutcome) -> tuple[float, float, float, str]:
-        others = (
-            (o.semantic, o.retrieval)
-            if metric == names.BEST_RETRIEVAL
-            else (o.retrieval, o.semantic)
-        )
-        lowest = [-math.inf if math.isnan(v) else v for v in others]
-        return (-float(o.metrics[metric]), -lowest[0], -lowest[1], o.trial_id)
+    def rank(o: TrialOutcome) -> tuple[float | str, ...]:
+        others = {
+            names.BEST_RETRIEVAL: (o.semantic,),
+            names.BEST_SEMANTIC: (o.retrieval,),
+        }.get(metric, (o.retrieval, o.semantic))
+        lowest = (-math.inf if math.isnan(v) else v for v in others)
+        return (-float(o.metrics[metric]), *(-v for v in lowest), o.trial_id)
 
     return min(scored, key=rank, default=None)
 
