@@ -520,6 +520,14 @@ def test_word_order_pairs_defeat_a_bag_of_ngrams() -> None:
     assert 0.4 < np.mean(gold == 5) < 0.65 and gold.min() < 4  # 40% paraphrases; no-op swaps
 
 
+def test_no_training_caption_denies_anything(world: WorldFiles) -> None:
+    """Captions say what a picture shows, so "no" is met in the negation subtask alone."""
+    raws = [s["raw"] for entry in _dataset(world)["images"] for s in entry["sentences"]]
+    denial = re.compile(r"\bno\b|\bnot\b|without", re.IGNORECASE)
+    # a typo may swap the letters of "on the" into "no the": a slip, not a denial
+    assert not [raw for raw in raws if denial.search(raw.replace("no the", "on the"))]
+
+
 def test_negation_pairs_deny_what_the_picture_lacks() -> None:
     """SICK's "there is no ..." pairs: one sentence of each pair ends by denying a thing
     its scene does not hold. Half deny one of the other scene's objects (nearly the same
