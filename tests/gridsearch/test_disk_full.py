@@ -61,16 +61,21 @@ def disk8(tmp_path: Path) -> Iterator[Path]:
 
 
 def _fill(disk: Path) -> Path:
-    """Another process's file that takes every byte left on ``disk``."""
+    """Another process's file that takes every byte left on ``disk``. The search running
+    beside it may free a few blocks meanwhile (a temporary file replaced, an old
+    checkpoint removed), so it fills again until none is left."""
     ballast = disk / "ballast"
     fd = os.open(ballast, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
-        for chunk in (2**20, 4096, 1):
-            try:
-                while True:
-                    os.write(fd, bytes(chunk))
-            except OSError as err:
-                assert err.errno == errno.ENOSPC
+        for _ in range(20):
+            for chunk in (2**20, 4096, 1):
+                try:
+                    while True:
+                        os.write(fd, bytes(chunk))
+                except OSError as err:
+                    assert err.errno == errno.ENOSPC
+            if os.statvfs(disk).f_bavail == 0:
+                break
     finally:
         os.close(fd)
     assert os.statvfs(disk).f_bavail == 0
