@@ -429,8 +429,9 @@ def seed_mean(table: RecordedTable, seeds: Sequence[int] | None = None) -> Recor
 def seed_agreement(table: RecordedTable, metric: str = names.BEST_RETRIEVAL) -> list[str]:
     """How much of the ranking of configs survives a change of training seed: for every
     pair of seeds, the Spearman correlation of the configs' final ``metric``, whether
-    each seed's best config is within 1% of the other seed's best there, and the overlap
-    of the top 10."""
+    each seed's best config is within 1% of the other seed's best there, the overlap
+    of the top 10, and how close the top 10 lie (the tenth's share of the best, per seed:
+    where it is near 100%, which of them a seed puts first is the seed's draw)."""
     from scipy.stats import spearmanr
 
     lines = []
@@ -454,6 +455,14 @@ def seed_agreement(table: RecordedTable, metric: str = names.BEST_RETRIEVAL) -> 
             k = min(10, len(configs))
             top = [set(sorted(configs, key=final[s].__getitem__, reverse=True)[:k]) for s in (a, b)]
             lines.append(f"  top-{k} overlap: {len(top[0] & top[1])} of {k}")
+            spread = [
+                sorted(final[s].values(), reverse=True)[k - 1] / max(final[s].values())
+                for s in (a, b)
+            ]
+            lines.append(
+                f"  the top {k}'s lowest at {100 * spread[0]:.1f}% (seed {a}) and"
+                f" {100 * spread[1]:.1f}% (seed {b}) of the best"
+            )
     return lines
 
 

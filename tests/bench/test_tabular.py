@@ -157,6 +157,7 @@ def test_seed_agreement_reads_the_ranking_across_seeds() -> None:
     assert "seed 1's best (v2, margin 0.1: 40.00) at seed 0: 30.00 = 75.0%" in lines[2]
     assert lines[2].endswith("(NOT within 1%)")
     assert lines[3] == "  top-4 overlap: 4 of 4"
+    assert lines[4] == "  the top 4's lowest at 25.0% (seed 0) and 30.0% (seed 1) of the best"
 
 
 @pytest.mark.parametrize("kind", ["missing", "empty", "not parquet", "no manifest"])
