@@ -89,6 +89,8 @@ def build_synthetic(
     *,
     images: int = 2000,
     seed: int = 0,
+    val_images: int | None = None,
+    test_images: int | None = None,
     features: str = "scene",
     weights: str | None = None,
     device: str | None = None,
@@ -99,11 +101,13 @@ def build_synthetic(
     feature_compression: str = "none",
 ) -> Manifest:
     """Generate the embedded world inside ``out/world`` and ingest it through the same
-    Karpathy path as real data."""
-    from storage.synthetic import GENERATOR_VERSION, generate_world
+    Karpathy path as real data; ``val_images`` and ``test_images`` size those splits
+    (10% of ``images`` each by default)."""
+    from storage.synthetic import GENERATOR_VERSION, generate_world, split_sizes
 
     _check_sizes(shard_size=shard_size, batch_size=batch_size, workers=workers)
     _check_world(images, seed)
+    splits = _check_splits(images, val_images, test_images)
     location = Location.parse(out)
     if not location.is_local:
         raise StoreError(
@@ -118,12 +122,16 @@ def build_synthetic(
         "seed": seed,
         "shard_size": shard_size,
     }
+    if splits != split_sizes(images):  # the default's fingerprint is unchanged
+        fingerprint["splits"] = splits
     writer = _writer(location, fingerprint, extractor, dtype, feature_compression)
     if writer.manifest is not None:
         return writer.manifest
     world_dir = Path(location.root) / WORLD_DIR
     try:
-        world = generate_world(world_dir, n_images=images, seed=seed)
+        world = generate_world(
+            world_dir, n_images=images, seed=seed, val_images=val_images, test_images=test_images
+        )
     except OSError as err:
         where = err.filename or world_dir
         raise StoreError(f"{where}: cannot write the embedded world ({os_reason(err)})") from None
@@ -168,6 +176,28 @@ def _check_world(images: int, seed: int) -> None:
     ):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise StoreError(f"{flag}: expected an integer from {low} to {high}, got {value!r}")
+
+
+def _check_splits(images: int, val_images: int | None, test_images: int | None) -> dict[str, int]:
+    """The world's split sizes; a size that leaves a split empty is refused, naming the
+    option."""
+    from storage.synthetic import split_sizes
+
+    for flag, value in (("--val-images", val_images), ("--test-images", test_images)):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or not 1 <= value < images
+        ):
+            raise StoreError(f"{flag}: expected an integer from 1 to {images - 1}, got {value!r}")
+    try:
+        return split_sizes(images, val_images, test_images)
+    except ValueError:
+        sizes = split_sizes(images)
+        val = sizes["val"] if val_images is None else val_images
+        test = sizes["test"] if test_images is None else test_images
+        raise StoreError(
+            f"--val-images, --test-images: {val} val and {test} test images leave none of "
+            f"--images {images} for training; expected fewer than {images} together"
+        ) from None
 
 
 def _writer(

@@ -7,7 +7,8 @@ Real data (Karpathy's split files and the image directory; ResNet-152 ten-crop f
 
 The embedded grounded world (generated scenes, images, captions and semantic sets)::
 
-    python -m storage.build synthetic --out stores/world [--images 2000] [--seed 0]
+    python -m storage.build synthetic --out stores/world [--images 2000] [--seed 0] \\
+        [--val-images N] [--test-images N]
 
 A build writes shard by shard and the manifest last: run the same command again after
 an interruption and it resumes where it stopped (adding --skip-unreadable, as the error
@@ -143,6 +144,14 @@ def _synthetic_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--seed", type=int, default=0, help="world seed, 0 to 2**63-1 (default: %(default)s)"
     )
+    for split in ("val", "test"):
+        parser.add_argument(
+            f"--{split}-images",
+            type=int,
+            metavar="N",
+            help=f"images in the {split} split (default: 10%% of --images); Karpathy's "
+            "Flickr8k split holds 1,000, COCO's 5,000",
+        )
     parser.add_argument(
         "--features",
         choices=("scene", "resnet"),
@@ -209,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
                 args.out,
                 images=args.images,
                 seed=args.seed,
+                val_images=args.val_images,
+                test_images=args.test_images,
                 features=args.features,
                 **_common_settings(args),
             )

@@ -31,7 +31,7 @@ from storage.synthetic._render import IMAGE_SIZE, RenderJob
 from storage.synthetic._scenes import Scene, generate_scene_arrays
 from storage.synthetic._semantic import STS_SUBTASKS
 from storage.synthetic._similarity import content_overlap
-from storage.synthetic._world import GENERATOR_VERSION, WorldFiles, generate_world
+from storage.synthetic._world import GENERATOR_VERSION, WorldFiles, generate_world, split_sizes
 
 __all__ = [
     "CAPTIONS_PER_IMAGE",
@@ -50,6 +50,7 @@ __all__ = [
     "generate_scene_arrays",
     "generate_world",
     "held_out_phrases",
+    "split_sizes",
     "tokenize",
     "with_held_out_synonyms",
 ]

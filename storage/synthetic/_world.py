@@ -70,11 +70,29 @@ class WorldFiles:
         )
 
 
-def assign_splits(n_images: int, seed: int) -> list[str]:
-    """80/10/10 train/val/test, at random positions fixed by ``seed``."""
-    n_val = round(n_images * SPLIT_FRACTIONS["val"])
-    n_test = round(n_images * SPLIT_FRACTIONS["test"])
-    labels = np.array(["train"] * (n_images - n_val - n_test) + ["val"] * n_val + ["test"] * n_test)
+def split_sizes(
+    n_images: int, val_images: int | None = None, test_images: int | None = None
+) -> dict[str, int]:
+    """Images per split: ``val_images`` and ``test_images`` as given, 10% each by default,
+    the rest for training. Karpathy's splits hold val and test sets of a fixed size
+    whatever the training set's (Flickr8k's and Flickr30k's 1,000 images, COCO's 5,000),
+    so a world can have Flickr8k's dev set without Flickr8k's training set."""
+    val = round(n_images * SPLIT_FRACTIONS["val"]) if val_images is None else val_images
+    test = round(n_images * SPLIT_FRACTIONS["test"]) if test_images is None else test_images
+    if val < 1 or test < 1 or val + test >= n_images:
+        raise ValueError(
+            f"val_images, test_images: expected at least 1 each and fewer than {n_images} "
+            f"together, got {val} and {test}"
+        )
+    return {"train": n_images - val - test, "val": val, "test": test}
+
+
+def assign_splits(
+    n_images: int, seed: int, val_images: int | None = None, test_images: int | None = None
+) -> list[str]:
+    """The splits of :func:`split_sizes`, at random positions fixed by ``seed``."""
+    sizes = split_sizes(n_images, val_images, test_images)
+    labels = np.array([name for name, count in sizes.items() for _ in range(count)])
     rng = np.random.default_rng(np.random.SeedSequence([seed, _SPLIT_STREAM]))
     return [str(label) for label in labels[rng.permutation(n_images)]]
 
@@ -127,11 +145,14 @@ def generate_world(
     n_images: int = DEFAULT_IMAGES,
     seed: int = 0,
     *,
+    val_images: int | None = None,
+    test_images: int | None = None,
     render: bool = True,
     processes: int = 2,
 ) -> WorldFiles:
     """Write the embedded grounded world of ``n_images`` scenes under ``out_dir``.
 
+    ``val_images`` and ``test_images``: the sizes of those splits (:func:`split_sizes`);
     ``render=False`` skips the PNG files (the scene-projection features do not need
     them); ``processes`` draws the images in parallel.
     """
@@ -143,7 +164,7 @@ def generate_world(
     started = time.perf_counter()
     _remove_interrupted_writes(files)
     scenes = generate_scene_arrays(n_images, np.random.SeedSequence([seed, _SCENE_STREAM])).scenes()
-    splits = assign_splits(n_images, seed)
+    splits = assign_splits(n_images, seed, val_images, test_images)
     sizes = semantic_sizes(n_images)
     # The pool draws the images while this process writes the captions and sets.
     job = None

@@ -66,7 +66,28 @@ def test_a_scene_count_out_of_range_is_one_error_line(
     assert not out.exists()
 
 
-@pytest.mark.parametrize("flag", ["--images", "--seed", "--shard-size", "--batch-size"])
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--val-images", "0"], "--val-images: expected an integer from 1 to 9, got 0"),
+        (["--test-images", "-2"], "--test-images: expected an integer from 1 to 9, got -2"),
+        (["--val-images", "10"], "--val-images: expected an integer from 1 to 9, got 10"),
+        (["--test-images", str(2**64)], "--test-images: expected an integer from 1 to 9"),
+        (["--val-images", "5", "--test-images", "5"], "5 val and 5 test images leave none"),
+        (["--test-images", "9"], "1 val and 9 test images leave none of --images 10"),
+    ],
+)
+def test_split_sizes_that_leave_a_split_empty_are_refused(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], extra: list[str], says: str
+) -> None:
+    out = tmp_path / "store"
+    assert_refused(run_main(build.main, _synthetic(out, *extra), capfd), says)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "flag", ["--images", "--seed", "--shard-size", "--batch-size", "--val-images", "--test-images"]
+)
 @pytest.mark.parametrize("value", NOT_INTEGERS)
 def test_a_non_integer_is_one_error_line(
     tmp_path: Path, capfd: pytest.CaptureFixture[str], flag: str, value: str

@@ -3,6 +3,7 @@ including an interrupted build that resumes."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -34,6 +35,31 @@ def test_build_then_inspect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert (
         "already holds a different store (it differs in extractor, seed)" in capsys.readouterr().err
     )
+
+
+def test_splits_of_a_given_size(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Val and test sets of a fixed size, as Karpathy's splits hold (Flickr8k's 1,000
+    images each), the rest for training: the same scenes, only the split boundaries
+    move; a store built with other splits is another store."""
+    default, sized = tmp_path / "default", tmp_path / "sized"
+    argv = ["synthetic", "--images", "60", "--seed", "3"]
+    assert build.main([*argv, "--out", str(default)]) == 0
+    assert build.main([*argv, "--out", str(sized), "--val-images", "5", "--test-images", "13"]) == 0
+    counts = {s: c.images for s, c in open_store(sized).manifest.splits.items()}
+    assert counts == {"train": 42, "val": 5, "test": 13}
+    world = json.loads((sized / "world" / "world.json").read_text())
+    assert world["splits"] == {"train": 42, "val": 5, "test": 13}
+    a, b = (
+        json.loads((d / "world" / "dataset_synthetic.json").read_text()) for d in (default, sized)
+    )
+    assert [i["sentences"] for i in a["images"]] == [i["sentences"] for i in b["images"]]
+    assert [i["split"] for i in a["images"]] != [i["split"] for i in b["images"]]
+    # 10% each is the default: giving it is the same store, another size is not.
+    again = [*argv, "--out", str(default), "--val-images", "6", "--test-images", "6"]
+    assert build.main(again) == 0
+    capsys.readouterr()
+    assert build.main([*argv, "--out", str(default), "--val-images", "7"]) == 2
+    assert "already holds a different store (it differs in splits)" in capsys.readouterr().err
 
 
 class _Interrupted(Exception):
