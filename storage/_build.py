@@ -190,14 +190,8 @@ def _check_splits(images: int, val_images: int | None, test_images: int | None) 
             raise StoreError(f"{flag}: expected an integer from 1 to {images - 1}, got {value!r}")
     try:
         return split_sizes(images, val_images, test_images)
-    except ValueError:
-        sizes = split_sizes(images)
-        val = sizes["val"] if val_images is None else val_images
-        test = sizes["test"] if test_images is None else test_images
-        raise StoreError(
-            f"--val-images, --test-images: {val} val and {test} test images leave none of "
-            f"--images {images} for training; expected fewer than {images} together"
-        ) from None
+    except ValueError as err:
+        raise StoreError(f"--val-images, --test-images with --images {images}: {err}") from None
 
 
 def _writer(

@@ -81,8 +81,8 @@ def split_sizes(
     test = round(n_images * SPLIT_FRACTIONS["test"]) if test_images is None else test_images
     if val < 1 or test < 1 or val + test >= n_images:
         raise ValueError(
-            f"val_images, test_images: expected at least 1 each and fewer than {n_images} "
-            f"together, got {val} and {test}"
+            f"{val} val and {test} test images leave none of {n_images} for training; "
+            f"expected at least 1 each and fewer than {n_images} together"
         )
     return {"train": n_images - val - test, "val": val, "test": test}
 

@@ -74,7 +74,7 @@ def test_a_scene_count_out_of_range_is_one_error_line(
         (["--val-images", "10"], "--val-images: expected an integer from 1 to 9, got 10"),
         (["--test-images", str(2**64)], "--test-images: expected an integer from 1 to 9"),
         (["--val-images", "5", "--test-images", "5"], "5 val and 5 test images leave none"),
-        (["--test-images", "9"], "1 val and 9 test images leave none of --images 10"),
+        (["--test-images", "9"], "--images 10: 1 val and 9 test images leave none of 10"),
     ],
 )
 def test_split_sizes_that_leave_a_split_empty_are_refused(
