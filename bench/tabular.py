@@ -28,7 +28,9 @@ by side interleave as they did. :mod:`bench_strategies` runs whole searches on i
 
 ``python bench/tabular.py mean --table bench/recorded/lr_batch --out DIR`` derives the
 same problem at the mean of its training seeds (:func:`seed_mean`): a search of it finds
-the configs that are best on average, not one seed's luck.
+the configs that are best on average, not one seed's luck. ``python bench/tabular.py join
+--table A --table B --out DIR`` joins recordings of one problem at other seeds (recorded
+on other machines, or later) into one table (:func:`join`).
 """
 
 from __future__ import annotations
@@ -426,12 +428,55 @@ def seed_mean(table: RecordedTable, seeds: Sequence[int] | None = None) -> Recor
     return RecordedTable(curves, manifest)
 
 
+# What makes recordings one problem: their curves may be joined only where these agree.
+PROBLEM_KEYS = ("problem", "images", "scale", "epochs", "cycle_epochs", "variants", "margins")
+# What each part of a joined table keeps of its own manifest: how and where it was made.
+PART_KEYS = ("command", "created", "commit", "store_manifest_sha256", "seeds",
+             "load_average_at_end", "table_sha256")  # fmt: skip
+
+
+def join(tables: Mapping[str, RecordedTable]) -> RecordedTable:
+    """One problem recorded in parts, a part per seed or seeds (on other machines, or on
+    another day), as one table: every part must record the same problem
+    (:data:`PROBLEM_KEYS`) at seeds no other part has. Each part's provenance is kept
+    under ``parts``, its store's manifest hash included: parts recorded on stores with
+    different manifests are joined, and the hashes say so."""
+    named = list(tables.items())
+    if len(named) < 2:
+        raise ValueError(f"expected two or more recordings, got {len(named)}")
+    first_name, first = named[0]
+    seen: dict[int, str] = {}
+    for name, table in named:
+        for key in PROBLEM_KEYS:
+            if table.manifest.get(key) != first.manifest.get(key):
+                raise ValueError(
+                    f"{name} records another problem than {first_name}: its {key} is "
+                    f"{json.dumps(table.manifest.get(key))[:80]}, expected "
+                    f"{json.dumps(first.manifest.get(key))[:80]}"
+                )
+        for seed in table.seeds:
+            if seed in seen:
+                raise ValueError(f"{name} and {seen[seed]} both hold seed {seed}")
+            seen[seed] = name
+    manifest = {
+        **{k: first.manifest[k] for k in PROBLEM_KEYS if k in first.manifest},
+        "command": "python bench/tabular.py " + " ".join(sys.argv[1:]),
+        "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": _git_commit(),
+        "seeds": sorted(seen),
+        "parts": [{k: t.manifest[k] for k in PART_KEYS if k in t.manifest} for _, t in named],
+    }
+    return RecordedTable([c for _, t in named for c in t.curves.values()], manifest)
+
+
 def seed_agreement(table: RecordedTable, metric: str = names.BEST_RETRIEVAL) -> list[str]:
     """How much of the ranking of configs survives a change of training seed: for every
     pair of seeds, the Spearman correlation of the configs' final ``metric``, whether
     each seed's best config is within 1% of the other seed's best there, the overlap
     of the top 10, and how close the top 10 lie (the tenth's share of the best, per seed:
-    where it is near 100%, which of them a seed puts first is the seed's draw)."""
+    where it is near 100%, which of them a seed puts first is the seed's draw). With three
+    or more seeds, also what selecting on the mean of all seeds but one is worth at the
+    one left out."""
     from scipy.stats import spearmanr
 
     lines = []
@@ -462,6 +507,18 @@ def seed_agreement(table: RecordedTable, metric: str = names.BEST_RETRIEVAL) -> 
             lines.append(
                 f"  the top {k}'s lowest at {100 * spread[0]:.1f}% (seed {a}) and"
                 f" {100 * spread[1]:.1f}% (seed {b}) of the best"
+            )
+    if len(table.seeds) > 2:  # selecting on the others' mean, valued at the seed left out
+        for seed in table.seeds:
+            others = [s for s in table.seeds if s != seed]
+            mean = {c: sum(final[s][c] for s in others) / len(others) for c in table.configs()}
+            best = max(mean, key=mean.__getitem__)
+            there = final[seed][best] / max(final[seed].values())
+            lines.append(
+                f"the best on the mean of seeds {', '.join(map(str, others))} ({best[0]}, "
+                f"margin {best[1]:g}: {mean[best]:.2f}) at seed {seed}: "
+                f"{final[seed][best]:.2f} = {100 * there:.1f}% of seed {seed}'s best"
+                f" ({'within' if there >= 0.99 else 'NOT within'} 1%)"
             )
     return lines
 
@@ -504,6 +561,11 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     m.add_argument("--table", type=Path, required=True, help="a folder `record` wrote")
     m.add_argument("--out", type=Path, required=True, help="folder for the derived table")
     m.add_argument("--seeds", default="", help="comma-separated (default: all the table's)")
+    j = sub.add_parser("join", help="one problem recorded in parts (other seeds), as one table",
+                       formatter_class=shown)  # fmt: skip
+    j.add_argument("--table", type=Path, action="append", required=True,
+                   help="a folder `record` wrote; two or more")  # fmt: skip
+    j.add_argument("--out", type=Path, required=True, help="folder for the joined table")
     return p.parse_args(argv)
 
 
@@ -541,6 +603,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         derived.write(args.out)
         print(f"{len(derived.curves)} curves, the mean of seeds "
               f"{derived.manifest['seed_mean_of']} -> {args.out}")  # fmt: skip
+    elif args.command == "join":
+        if (args.out / TABLE_FILE).exists() or (args.out / MANIFEST_FILE).exists():
+            raise BadInput(f"error: --out: {args.out} already holds a recording; "
+                           "join writes a new folder")  # fmt: skip
+        try:
+            joined = join({str(folder): read_table(folder) for folder in args.table})
+        except ValueError as e:
+            raise BadInput(f"error: --table: {e}") from None
+        joined.write(args.out)
+        stores = {p.get("store_manifest_sha256") for p in joined.manifest["parts"]}
+        print(f"{len(joined.curves)} curves, seeds {joined.manifest['seeds']} -> {args.out}"
+              + (f" (recorded on {len(stores)} stores whose manifests differ: their hashes "
+                 "are under parts in the manifest)" if len(stores) > 1 else ""))  # fmt: skip
     return 0
 
 

@@ -160,6 +160,94 @@ def test_seed_agreement_reads_the_ranking_across_seeds() -> None:
     assert lines[4] == "  the top 4's lowest at 25.0% (seed 0) and 30.0% (seed 1) of the best"
 
 
+def test_with_three_seeds_the_others_mean_is_valued_at_the_seed_left_out() -> None:
+    finals = {0: [10.0, 40.0, 39.0], 1: [10.0, 30.0, 40.0], 2: [10.0, 38.0, 36.0]}
+    curves = [
+        _curve(f"v{k}", 0.1, seed, [0.0, value])
+        for seed, values in finals.items()
+        for k, value in enumerate(values)
+    ]
+    lines = tabular.seed_agreement(tabular.RecordedTable(curves))
+    assert sum(line.startswith("seeds ") for line in lines) == 3  # every pair
+    assert lines[-3:] == [
+        "the best on the mean of seeds 1, 2 (v2, margin 0.1: 38.00) at seed 0: 39.00 = 97.5% "
+        "of seed 0's best (NOT within 1%)",
+        "the best on the mean of seeds 0, 2 (v1, margin 0.1: 39.00) at seed 1: 30.00 = 75.0% "
+        "of seed 1's best (NOT within 1%)",
+        "the best on the mean of seeds 0, 1 (v2, margin 0.1: 39.50) at seed 2: 36.00 = 94.7% "
+        "of seed 2's best (NOT within 1%)",
+    ]
+    two = tabular.seed_agreement(tabular.RecordedTable([c for c in curves if c.seed < 2]))
+    assert not any("the mean" in line for line in two)
+
+
+_PROBLEM = {"problem": "paper_margin", "images": 10, "scale": 32, "epochs": 1,
+            "cycle_epochs": 1, "variants": {"v0": {}, "v1": {}}, "margins": [0.1]}  # fmt: skip
+
+
+def _part(folder: Path, seeds: list[int], store: str = "s", **problem: object) -> Path:
+    curves = [_curve(v, 0.1, seed, [0.0, 10.0 + seed]) for seed in seeds for v in ("v0", "v1")]
+    manifest = {**_PROBLEM, **problem, "seeds": seeds, "command": f"record --seeds {seeds}",
+                "created": "then", "commit": "c", "store_manifest_sha256": store}  # fmt: skip
+    tabular.RecordedTable(curves, manifest).write(folder)
+    return folder
+
+
+def test_join_makes_one_table_of_a_problem_recorded_in_parts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = _part(tmp_path / "a", [0, 1])
+    b = _part(tmp_path / "b", [2], store="other")
+    out = tmp_path / "joined"
+    assert tabular.main(["join", "--table", str(a), "--table", str(b), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith(f"6 curves, seeds [0, 1, 2] -> {out} (recorded on 2 stores")
+    joined = tabular.RecordedTable.read(out)
+    assert joined.seeds == (0, 1, 2) and joined.configs() == [("v0", 0.1), ("v1", 0.1)]
+    assert (
+        joined.curve("v1", 0.1, 2).epochs
+        == tabular.RecordedTable.read(b).curve("v1", 0.1, 2).epochs
+    )
+    parts = joined.manifest["parts"]
+    assert [p["seeds"] for p in parts] == [[0, 1], [2]]
+    assert [p["store_manifest_sha256"] for p in parts] == ["s", "other"]
+    assert all(joined.manifest[k] == v for k, v in _PROBLEM.items())
+    assert "store_manifest_sha256" not in joined.manifest  # only the parts name stores
+
+
+@pytest.mark.parametrize(
+    ("second", "expected"),
+    [
+        ({"seeds": [1]}, "both hold seed 1"),
+        ({"seeds": [2], "epochs": 2}, "records another problem than"),
+        ({"seeds": [2], "margins": [0.2]}, "its margins is [0.2], expected [0.1]"),
+        ({"seeds": [2], "variants": {"v0": {}, "v1": {"lr_max": 1}}}, "its variants is"),
+        ({"seeds": [2], "images": 20}, "its images is 20, expected 10"),
+        (None, "expected two or more recordings, got 1"),
+        ("out exists", "error: --out: "),
+    ],
+)
+def test_join_s_bad_parts_are_one_error_line(
+    second: object, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Parts that are not one problem at different seeds: one error line, nothing written."""
+    a = _part(tmp_path / "a", [0, 1])
+    out = tmp_path / "joined"
+    argv = ["join", "--table", str(a), "--out", str(out)]
+    if isinstance(second, dict):
+        seeds = second.pop("seeds")
+        argv += ["--table", str(_part(tmp_path / "b", seeds, **second))]
+    elif second == "out exists":
+        argv += ["--table", str(_part(tmp_path / "b", [2])), "--out", str(a)]
+    before = (a / tabular.TABLE_FILE).read_bytes()
+    assert tabular.main(argv) == 2
+    captured = capsys.readouterr()
+    (line,) = captured.err.strip().splitlines()
+    assert line.startswith("error: --") and expected in line, line
+    assert not captured.out and not out.exists()
+    assert (a / tabular.TABLE_FILE).read_bytes() == before
+
+
 @pytest.mark.parametrize("kind", ["missing", "empty", "not parquet", "no manifest"])
 def test_a_table_flag_without_a_whole_recording_is_one_error_line(
     kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
