@@ -469,6 +469,11 @@ def join(tables: Mapping[str, RecordedTable]) -> RecordedTable:
     return RecordedTable([c for _, t in named for c in t.curves.values()], manifest)
 
 
+def _shown(value: float) -> str:
+    """A metric's value in a line: a correlation (within 1) to three places, R@K to two."""
+    return f"{value:.3f}" if abs(value) < 1 else f"{value:.2f}"
+
+
 def seed_agreement(table: RecordedTable, metric: str = names.BEST_RETRIEVAL) -> list[str]:
     """How much of the ranking of configs survives a change of training seed: for every
     pair of seeds, the Spearman correlation of the configs' final ``metric``, whether
@@ -493,8 +498,8 @@ def seed_agreement(table: RecordedTable, metric: str = names.BEST_RETRIEVAL) -> 
                 best = max(configs, key=final[x].__getitem__)
                 there = final[y][best] / max(final[y].values())
                 lines.append(
-                    f"  seed {x}'s best ({best[0]}, margin {best[1]:g}: {final[x][best]:.2f}) "
-                    f"at seed {y}: {final[y][best]:.2f} = {100 * there:.1f}% of seed {y}'s best"
+                    f"  seed {x}'s best ({best[0]}, margin {best[1]:g}: {_shown(final[x][best])}) "
+                    f"at seed {y}: {_shown(final[y][best])} = {100 * there:.1f}% of seed {y}'s best"
                     f" ({'within' if there >= 0.99 else 'NOT within'} 1%)"
                 )
             k = min(10, len(configs))
@@ -516,8 +521,8 @@ def seed_agreement(table: RecordedTable, metric: str = names.BEST_RETRIEVAL) -> 
             there = final[seed][best] / max(final[seed].values())
             lines.append(
                 f"the best on the mean of seeds {', '.join(map(str, others))} ({best[0]}, "
-                f"margin {best[1]:g}: {mean[best]:.2f}) at seed {seed}: "
-                f"{final[seed][best]:.2f} = {100 * there:.1f}% of seed {seed}'s best"
+                f"margin {best[1]:g}: {_shown(mean[best])}) at seed {seed}: "
+                f"{_shown(final[seed][best])} = {100 * there:.1f}% of seed {seed}'s best"
                 f" ({'within' if there >= 0.99 else 'NOT within'} 1%)"
             )
     return lines
