@@ -464,7 +464,12 @@ def join(tables: Mapping[str, RecordedTable]) -> RecordedTable:
         "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "commit": _git_commit(),
         "seeds": sorted(seen),
-        "parts": [{k: t.manifest[k] for k in PART_KEYS if k in t.manifest} for _, t in named],
+        "parts": [  # a joined table's own parts, so that joins of joins keep every one
+            part
+            for _, t in named
+            for part in t.manifest.get("parts")
+            or [{k: t.manifest[k] for k in PART_KEYS if k in t.manifest}]
+        ],
     }
     return RecordedTable([c for _, t in named for c in t.curves.values()], manifest)
 

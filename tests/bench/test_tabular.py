@@ -213,6 +213,10 @@ def test_join_makes_one_table_of_a_problem_recorded_in_parts(
     assert [p["store_manifest_sha256"] for p in parts] == ["s", "other"]
     assert all(joined.manifest[k] == v for k, v in _PROBLEM.items())
     assert "store_manifest_sha256" not in joined.manifest  # only the parts name stores
+    again = tabular.join(
+        {"joined": joined, "c": tabular.RecordedTable.read(_part(tmp_path / "c", [3]))}
+    )
+    assert [p["seeds"] for p in again.manifest["parts"]] == [[0, 1], [2], [3]]
 
 
 @pytest.mark.parametrize(
