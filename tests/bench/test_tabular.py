@@ -272,6 +272,8 @@ def test_a_table_flag_without_a_whole_recording_is_one_error_line(
     runs = [
         (tabular.main, ["seeds", "--table", str(folder)], "--table"),
         (tabular.main, ["mean", "--table", str(folder), "--out", str(tmp_path / "o")], "--table"),
+        (tabular.main, ["join", "--table", str(recorded), "--table", str(folder), "--out",
+                        str(tmp_path / "j")], "--table"),
         (bench_strategies.main, ["--table", str(folder)], "--table"),
         (bench_strategies.main, ["--table", str(recorded), "--warm-table", str(folder)],
          "--warm-table"),
