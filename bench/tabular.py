@@ -486,7 +486,11 @@ def seed_agreement(table: RecordedTable, metric: str = names.BEST_RETRIEVAL) -> 
     of the top 10, and how close the top 10 lie (the tenth's share of the best, per seed:
     where it is near 100%, which of them a seed puts first is the seed's draw). With three
     or more seeds, also what selecting on the mean of all seeds but one is worth at the
-    one left out."""
+    one left out. Last, over all seeds, how far the seed moves a config's score against
+    how far the configs lie apart, and the correlation between two seeds that this lets
+    one expect: the one-way intraclass correlation ICC(1) (Shrout & Fleiss 1979), the
+    classical test-retest reliability, with the configs as subjects and the seeds as
+    repeated measurements (a few lines here: neither scipy nor torch has it)."""
     from scipy.stats import spearmanr
 
     lines = []
@@ -530,7 +534,28 @@ def seed_agreement(table: RecordedTable, metric: str = names.BEST_RETRIEVAL) -> 
                 f"{_shown(final[seed][best])} = {100 * there:.1f}% of seed {seed}'s best"
                 f" ({'within' if there >= 0.99 else 'NOT within'} 1%)"
             )
+    lines.append(reliability([[final[s][c] for s in table.seeds] for c in table.configs()]))
     return lines
+
+
+def reliability(scores: Sequence[Sequence[float]]) -> str:
+    """``scores[config][seed]``: the within-config (the seed's) and between-config standard
+    deviations of a one-way random-effects ANOVA, and ICC(1) = (MSB - MSW) / (MSB + (k - 1)
+    MSW), the correlation to expect between the scores of two seeds."""
+    import numpy as np
+
+    x = np.asarray(scores, dtype=np.float64)
+    n, k = x.shape
+    means = x.mean(axis=1)
+    msb = k * ((means - means.mean()) ** 2).sum() / (n - 1)
+    msw = ((x - means[:, None]) ** 2).sum() / (n * (k - 1))
+    icc = (msb - msw) / (msb + (k - 1) * msw)
+    between = max(msb - msw, 0.0) / k
+    return (
+        f"over seeds and configs: the seed moves a config's score by an sd of "
+        f"{msw**0.5:.4g}, the configs lie apart by an sd of {between**0.5:.4g} beyond it; "
+        f"the correlation to expect between two seeds, ICC(1): {icc:.3f}"
+    )
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:

@@ -160,6 +160,18 @@ def test_seed_agreement_reads_the_ranking_across_seeds() -> None:
     assert lines[4] == "  the top 4's lowest at 25.0% (seed 0) and 30.0% (seed 1) of the best"
 
 
+def test_reliability_splits_the_seed_s_move_from_the_configs_spread() -> None:
+    # configs at 10, 20, 30, each seed 1 off: MSW = 2, MSB = 2 * 200 / 2 = 200
+    line = tabular.reliability([[9.0, 11.0], [21.0, 19.0], [29.0, 31.0]])
+    assert "an sd of 1.414," in line  # sqrt(MSW)
+    assert "an sd of 9.95 beyond it" in line  # sqrt((MSB - MSW) / 2)
+    assert line.endswith("ICC(1): 0.980")  # (200 - 2) / (200 + 2)
+    # scores the seed alone decides: nothing beyond the seed's move, no correlation to expect
+    noise = tabular.reliability([[1.0, 2.0], [2.0, 1.0], [1.0, 2.0], [2.0, 1.0]])
+    assert "an sd of 0 beyond it" in noise
+    assert float(noise.rsplit(" ", 1)[1]) < 0
+
+
 def test_with_three_seeds_the_others_mean_is_valued_at_the_seed_left_out() -> None:
     finals = {0: [10.0, 40.0, 39.0], 1: [10.0, 30.0, 40.0], 2: [10.0, 38.0, 36.0]}
     curves = [
@@ -169,7 +181,7 @@ def test_with_three_seeds_the_others_mean_is_valued_at_the_seed_left_out() -> No
     ]
     lines = tabular.seed_agreement(tabular.RecordedTable(curves))
     assert sum(line.startswith("seeds ") for line in lines) == 3  # every pair
-    assert lines[-3:] == [
+    assert lines[-4:-1] == [
         "the best on the mean of seeds 1, 2 (v2, margin 0.1: 38.00) at seed 0: 39.00 = 97.5% "
         "of seed 0's best (NOT within 1%)",
         "the best on the mean of seeds 0, 2 (v1, margin 0.1: 39.00) at seed 1: 30.00 = 75.0% "
@@ -179,6 +191,7 @@ def test_with_three_seeds_the_others_mean_is_valued_at_the_seed_left_out() -> No
     ]
     two = tabular.seed_agreement(tabular.RecordedTable([c for c in curves if c.seed < 2]))
     assert not any("the mean" in line for line in two)
+    assert lines[-1].startswith("over seeds and configs:") and two[-1].startswith("over seeds")
 
 
 _PROBLEM = {"problem": "paper_margin", "images": 10, "scale": 32, "epochs": 1,
