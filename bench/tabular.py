@@ -30,7 +30,10 @@ by side interleave as they did. :mod:`bench_strategies` runs whole searches on i
 same problem at the mean of its training seeds (:func:`seed_mean`): a search of it finds
 the configs that are best on average, not one seed's luck. ``python bench/tabular.py join
 --table A --table B --out DIR`` joins recordings of one problem at other seeds (recorded
-on other machines, or later) into one table (:func:`join`).
+on other machines, or later) into one table (:func:`join`). ``python bench/tabular.py seeds
+--table DIR`` says how much of the ranking of configs survives a change of training seed,
+and why (:func:`seed_agreement`: how far the seed moves a config's score against how far
+the configs lie apart).
 """
 
 from __future__ import annotations
