@@ -326,7 +326,7 @@ def test_seeds_reads_any_recorded_metric_and_names_one_it_lacks(
         ("paper_margin_world3_2000", 8, 5, (0, 1)),  # the same at the main job's world size
         ("paper_margin_world4_4000", 8, 5, (0, 1)),  # and at twice that
         ("paper_margin_world4_dev1000", 8, 5, (0, 1, 2)),  # 1,600 training images, Flickr8k's dev
-        ("paper_margin_world4_train6000", 8, 5, (0, 1, 2)),  # Flickr8k's sizes: 6,000 / 1,000 / 1,000
+        ("paper_margin_world4_train6000", 8, 5, (0, 1, 2)),  # Flickr8k's sizes: 6,000/1,000/1,000
         ("lr_batch", 2 * 4 * 2 * 3, 1, (0, 1, 2)),  # 2 models x lr_max x lr_min x batch
         ("lr_batch_500", 2 * 4 * 2 * 3, 1, (0, 1)),  # the same on a 500-image world
     ],
