@@ -5,9 +5,11 @@ searches join."""
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,6 +38,49 @@ def cpp_recurrence() -> None:
     from trainables import prebuild_cpp_loop
 
     prebuild_cpp_loop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def migrated_mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """A new SQLite MLflow store in this process starts as a copy of the first one, which
+    MLflow created and migrated itself: it runs its 50-odd Alembic migrations for every
+    new store, 1.5 s of CPU each. The copy is SQLite's own backup of that result (schema,
+    indexes and Alembic's revision), so every store is the one MLflow would have made. The
+    CLIs that tests start as processes of their own still migrate theirs."""
+    import sqlite3
+    import threading
+
+    import mlflow.store.db.utils as db_utils
+    import mlflow.store.model_registry.sqlalchemy_store as registry_store
+
+    template = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    migrate = db_utils._initialize_tables
+    lock = threading.Lock()  # a driver's threads may open stores at once
+
+    def from_template(engine: Any) -> None:
+        if engine.url.get_backend_name() != "sqlite" or not engine.url.database:
+            return migrate(engine)
+        with lock:
+            _copy(engine)
+
+    def _copy(engine: Any) -> None:
+        first = not template.exists()
+        if first:
+            migrate(engine)
+        connection = engine.raw_connection()
+        try:
+            with contextlib.closing(sqlite3.connect(template)) as copy:
+                if first:  # every table of both stores (tracking, registry) is made at once
+                    connection.driver_connection.backup(copy)
+                else:
+                    copy.backup(connection.driver_connection)
+        finally:
+            connection.close()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(db_utils, "_initialize_tables", from_template)
+        patch.setattr(registry_store, "_initialize_tables", from_template)
+        yield
 
 
 @pytest.fixture(scope="session")
