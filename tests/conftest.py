@@ -69,10 +69,14 @@ def migrated_mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             migrate(engine)
         connection = engine.raw_connection()
         try:
-            with contextlib.closing(sqlite3.connect(template)) as copy:
-                if first:  # every table of both stores (tracking, registry) is made at once
+            if first:  # every table of both stores (tracking, registry) is made at once;
+                # kept whole or not at all (a backup cut short leaves no template)
+                part = template.with_suffix(".part")
+                with contextlib.closing(sqlite3.connect(part)) as copy:
                     connection.driver_connection.backup(copy)
-                else:
+                part.replace(template)
+            else:
+                with contextlib.closing(sqlite3.connect(template)) as copy:
                     copy.backup(connection.driver_connection)
         finally:
             connection.close()
