@@ -280,13 +280,17 @@ def record_problem(
     cycle_epochs: int,
     seeds: Sequence[int],
     scratch: Path,
-    write: Any = print,
+    write: Callable[[str], None] | None = None,
     address: str | None = None,
     concurrent: int = 2,
 ) -> list[Curve]:
     """Run the grid over ``variants`` x ``margins`` once per seed with the package's own
     driver (FIFO, ``concurrent`` trials at a time with 1 CPU each; ``address``: on that Ray
-    cluster) and keep every trial's epochs."""
+    cluster) and keep every trial's epochs; ``write`` (default: print) takes the lines."""
+    # no ``print`` as a default: this module travels to Ray by value, and a default is
+    # pickled with it; once Ray's driver shows a worker's death it replaces builtins.print
+    # (tqdm_ray), and the original then no longer pickles
+    write = write or print
     from bench.bench_search_efficiency import register_spaces
     from gridsearch.driver import run_search
     from gridsearch.settings import SearchSettings, parse_args

@@ -416,3 +416,24 @@ def test_the_stock_searcher_trains_every_draw_as_ray_s_does(tmp_path: Path) -> N
     assert len(trials) == 6 and search.reused == search.redrawn == 0
     assert len({c["rnn"] for c in drawn}) < len(drawn)  # repeats were trained
     assert [t.user_attrs["tune_trial_id"] for t in trials] == [f"t{k}" for k in range(6)]
+
+
+def test_what_tune_pickles_still_pickles_after_ray_replaces_print(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """bench travels to Ray's workers by value, every module of it whole; once the driver
+    has shown a worker's death, Ray's tqdm_ray has replaced builtins.print, and a module
+    holding the original (as a default argument) no longer pickles: every later search
+    of a comparison failed at its start."""
+    import builtins
+
+    from ray import cloudpickle
+
+    from bench._strategies.events import Budget, Recorder
+
+    original = builtins.print
+    monkeypatch.setattr(builtins, "print", lambda *a, **k: original(*a, **k))
+    # the run config's stopper and callback, and with them bench.tabular, whole
+    stopper = cloudpickle.loads(cloudpickle.dumps(Budget(4, Recorder(S))))
+    assert stopper.budget == 4 and stopper.recorder.required == {S}
+    cloudpickle.dumps(tabular.replay_trainable)  # the trainable
