@@ -61,25 +61,22 @@ def migrated_mlflow_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         if engine.url.get_backend_name() != "sqlite" or not engine.url.database:
             return migrate(engine)
         with lock:
-            _copy(engine)
-
-    def _copy(engine: Any) -> None:
-        first = not template.exists()
-        if first:
-            migrate(engine)
-        connection = engine.raw_connection()
-        try:
-            if first:  # every table of both stores (tracking, registry) is made at once;
-                # kept whole or not at all (a backup cut short leaves no template)
-                part = template.with_suffix(".part")
-                with contextlib.closing(sqlite3.connect(part)) as copy:
-                    connection.driver_connection.backup(copy)
-                part.replace(template)
-            else:
-                with contextlib.closing(sqlite3.connect(template)) as copy:
-                    copy.backup(connection.driver_connection)
-        finally:
-            connection.close()
+            first = not template.exists()
+            if first:
+                migrate(engine)
+            connection = engine.raw_connection()
+            try:
+                if first:  # every table of both stores (tracking, registry) is made at once;
+                    # kept whole or not at all (a backup cut short leaves no template)
+                    part = template.with_suffix(".part")
+                    with contextlib.closing(sqlite3.connect(part)) as copy:
+                        connection.driver_connection.backup(copy)
+                    part.replace(template)
+                else:
+                    with contextlib.closing(sqlite3.connect(template)) as copy:
+                        copy.backup(connection.driver_connection)
+            finally:
+                connection.close()
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(db_utils, "_initialize_tables", from_template)
