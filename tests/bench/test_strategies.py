@@ -429,11 +429,13 @@ def test_what_tune_pickles_still_pickles_after_ray_replaces_print(
 
     from ray import cloudpickle
 
-    from bench._strategies.events import Budget, Recorder
+    from bench._strategies import catalogue, curves, events, problem, pruning
 
     original = builtins.print
     monkeypatch.setattr(builtins, "print", lambda *a, **k: original(*a, **k))
     # the run config's stopper and callback, and with them bench.tabular, whole
-    stopper = cloudpickle.loads(cloudpickle.dumps(Budget(4, Recorder(S))))
+    stopper = cloudpickle.loads(cloudpickle.dumps(events.Budget(4, events.Recorder(S))))
     assert stopper.budget == 4 and stopper.recorder.required == {S}
     cloudpickle.dumps(tabular.replay_trainable)  # the trainable
+    for module in (catalogue, curves, events, problem, pruning, tabular):  # what else may go
+        cloudpickle.dumps(module)
