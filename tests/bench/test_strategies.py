@@ -433,9 +433,9 @@ def test_what_tune_pickles_still_pickles_after_ray_replaces_print(
 
     original = builtins.print
     monkeypatch.setattr(builtins, "print", lambda *a, **k: original(*a, **k))
-    # the run config's stopper and callback, and with them bench.tabular, whole
+    # what Tune saves of a replayed search: its stopper and callback (and with them
+    # bench.tabular, whole), and every module its searcher, scheduler and trainable come from
     stopper = cloudpickle.loads(cloudpickle.dumps(events.Budget(4, events.Recorder(S))))
     assert stopper.budget == 4 and stopper.recorder.required == {S}
-    cloudpickle.dumps(tabular.replay_trainable)  # the trainable
-    for module in (catalogue, curves, events, problem, pruning, tabular):  # what else may go
+    for module in (catalogue, curves, events, problem, pruning, tabular):
         cloudpickle.dumps(module)
