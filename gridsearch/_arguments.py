@@ -198,9 +198,9 @@ def _data(p: argparse.ArgumentParser) -> None:
         "--baselines",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="compare with the store's char n-gram baselines, computed once per store and "
-        "cached in STORE/baselines.json (about 40 s for the embedded world), in the summary "
-        "and the report; on unless --smoke-test",
+        help="compare with the store's char n-gram baselines, computed once per store "
+        "beside the first trials (about a minute of CPU for the embedded world) and cached in "
+        "STORE/baselines.json, in the summary and the report; on unless --smoke-test",
     )
     data.add_argument(
         "--data-via",

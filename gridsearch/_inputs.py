@@ -4,7 +4,6 @@ a ``SearchError`` naming the flag, raised before Ray starts or any trial runs.""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -12,19 +11,17 @@ from ray import tune
 
 from gridsearch import _damage, _runs_checks
 from gridsearch._lock import setup_lock
-from gridsearch._voice import Phase, Voice
+from gridsearch._voice import Voice
 from gridsearch.settings import SMOKE_WORLD_IMAGES, SearchError, SearchSettings
 from gridsearch.tracking import TrackingError, check_reachable
 from storage import FeatureStore, StoreError, build_synthetic
 from storage.senteval import SemanticBenchmark, load_senteval
 from storage.synthetic import GENERATOR_VERSION
-from trainables.baselines import BASELINES_FILE, store_baselines
 from trainables.data import TrainingData, default_senteval
 from trainables.semantic import DevSemanticEvaluator
 
 __all__ = [
     "check_experiment_path",
-    "load_baselines",
     "load_benchmark",
     "load_data",
     "prepare_runs_dir",
@@ -172,51 +169,3 @@ def load_benchmark(senteval: str | None, objective: str) -> SemanticBenchmark | 
             )
         )
     return benchmark
-
-
-# said before the baselines are computed (a minute or more: never a silent wait)
-COMPUTING = "baselines: computing the store's char n-gram baselines once"
-
-
-def load_baselines(
-    settings: SearchSettings,
-    store: str,
-    senteval: str | None,
-    data: TrainingData | str,
-    voice: Voice,
-) -> dict[str, dict[str, float]] | None:
-    """The store's char n-gram baselines (``trainables.baselines``), computed once per
-    store and cached beside it; None with ``--no-baselines``, or (with a line saying
-    why) when they cannot be computed: a search never fails for them."""
-    if not settings.baselines:
-        return None
-    started = time.perf_counter()
-    computing: list[Phase] = []  # the voice's phase, once they are being computed
-
-    def begin() -> None:
-        computing.append(voice.begin(
-            "computing the store's char n-gram baselines", f"baselines {store_size(store)}",
-            say=COMPUTING, note="cached beside the store; --no-baselines skips them",
-        ))  # fmt: skip
-
-    try:
-        loaded = data if isinstance(data, TrainingData) else None
-        table, cache = store_baselines(store, senteval, loaded, begin)
-    except (StoreError, OSError, ValueError) as err:
-        for phase in computing:
-            voice.end(phase, record=False)
-        voice(f"baselines: not computed ({err}); --no-baselines skips them")
-        return None
-    except BaseException:
-        for phase in computing:
-            voice.end(phase, record=False)
-        raise
-    for phase in computing:
-        voice.end(phase)
-    if cache != "read":
-        where = f"cached in its {BASELINES_FILE}" if cache == "written" else f"cache {cache}"
-        voice(
-            f"baselines: computed once for this store in {time.perf_counter() - started:.0f} s "
-            f"({where}; --no-baselines skips them)"
-        )
-    return table

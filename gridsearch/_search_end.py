@@ -132,7 +132,9 @@ def _closed(
     """The parent run closed with the ``outcomes`` and their summary (what was retried
     said in it, on the trials' runs and on the parent): the result."""
     run.tracker.mark_failures(outcomes)  # queued: a store that is away waited for already
-    summary = format_summary(outcomes, run.settings.objective, run.baselines)
+    # the baselines, if computed beside the trials: waited for unless a signal stopped it
+    baselines = run.log_baselines(wait=not interrupted)
+    summary = format_summary(outcomes, run.settings.objective, baselines)
     tracking = run.tracker.queue.said()
     if tracking is not None:
         summary += f"\n{tracking}"

@@ -14,6 +14,7 @@ from ray import tune
 from ray.tune import Callback
 
 from gridsearch import _extend, _optuna
+from gridsearch._baselines import StoreBaselines
 from gridsearch._groups import group_search
 from gridsearch._interrupt import DiskGuard, Interruption
 from gridsearch._layout import local_path, sqlite_file
@@ -44,7 +45,7 @@ class SearchInputs:
     senteval: str | None
     data: TrainingData | str
     benchmark: SemanticBenchmark | None
-    baselines: dict[str, dict[str, float]] | None  # trainables.baselines, by baseline
+    baselines: StoreBaselines | None  # the store's (trainables.baselines); None: off
     # a --resume's trials that finished though Tune's last save said running, with their
     # last results (_settle.settle_finished)
     settled: Mapping[str, dict[str, Any]] = field(default_factory=dict)
@@ -135,11 +136,10 @@ class SearchRun:
             labels=self.shown,
         )  # fmt: skip
         artifacts = {"space.json": space.to_dict(), "fixed.json": fixed}
-        if self.baselines is not None:  # the report draws them (strict JSON: NaN as null)
-            artifacts[BASELINES_FILE] = json.loads(json_text(self.baselines))
         self.parent = start_parent_run(
             client, experiment_id, settings.experiment, params, tags, artifacts
         )
+        self.log_baselines()  # where known already (read from the store's cache)
         self.tracker = TrialTracker(
             settings.tracking_uri,
             experiment_id,
@@ -147,6 +147,18 @@ class SearchRun:
             tags,
             wait_s=settings.tracking_wait_s,
         )
+
+    def log_baselines(self, *, wait: bool = False) -> dict[str, dict[str, float]] | None:
+        """The store's baselines (``gridsearch._baselines``): logged into the parent run
+        once known (the report draws them: strict JSON, NaN as null); ``wait``: waited for
+        if still being computed. None: off, not known yet, or not computed."""
+        if self.baselines is None:
+            return None
+        table = self.baselines.wait(voice_of(self.write)) if wait else self.baselines.known()
+        if table is not None and not self.baselines.logged:
+            self.client.log_dict(self.parent, json.loads(json_text(table)), BASELINES_FILE)
+            self.baselines.logged = True
+        return table
 
     def tuner(self, trainable: Any, interruption: Interruption, signals: Any) -> tune.Tuner:
         """The Tune tuner of the search (restored, for a ``--resume``); ``signals``: the

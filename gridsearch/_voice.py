@@ -3,11 +3,11 @@
 Every line a search writes goes through one ``Voice``, which stamps it ``[m:ss]`` with the
 time since the command began (the process's start, where ``/proc`` says when that was).
 The work is a sequence of phases (loading the libraries, building or reading the data, the
-baselines, the C++ recurrence, Ray's start, Tune's restore, the trials' workers starting,
-registering the models, stopping Ray): ``Voice.phase`` says what a phase does as it
-begins, with how long the same phase took the last time on this machine
-(``PhaseTimes``), and while it runs a thread makes sure the search is heard from at
-least every ``HEARD_EVERY_S``: after ``QUIET_S`` without a line it says how long the
+C++ recurrence, Ray's start, Tune's restore, the trials' workers starting, registering the
+models, waiting for the baselines if they are not done, stopping Ray): ``Voice.phase``
+says what a phase does as it begins, with how long the same phase took the last time on
+this machine (``PhaseTimes``), and while it runs a thread makes sure the search is heard
+from at least every ``HEARD_EVERY_S``: after ``QUIET_S`` without a line it says how long the
 phase has run and, from that measurement, about how long is left. The first time a phase
 runs on a machine there is nothing measured to estimate from, and the line says so.
 

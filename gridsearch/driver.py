@@ -20,9 +20,9 @@ import ray
 from ray import tune
 
 from gridsearch import _damage, _extend, _optuna, _relocate, _settle
+from gridsearch._baselines import StoreBaselines
 from gridsearch._inputs import (
     check_experiment_path,
-    load_baselines,
     load_benchmark,
     load_data,
     prepare_runs_dir,
@@ -114,15 +114,21 @@ def _run_search(settings: SearchSettings, write: Voice, space: SearchSpace | Non
                 write.phase("opening the MLflow tracking store", "tracking store"),
             ):
                 client = tracking_client(settings)
-            baselines = load_baselines(settings, store, senteval, data, write)
-            inputs = SearchInputs(
-                space, client, store, senteval, data, benchmark, baselines, settled
-            )
-            if settings.recurrence == "compiled":  # once per key: no trial ever compiles it
-                building = "building the C++ recurrence, or waiting for the process that does"
-                with write.phase(building, estimate_s=cpp_loop_build_seconds()):
-                    prebuild_cpp_loop(write)
-            return _with_ray(settings, inputs, write, started)
+            baselines = None  # computed beside the first trials, where not cached
+            if settings.baselines:
+                baselines = StoreBaselines.start(store, senteval, write)
+            try:
+                inputs = SearchInputs(
+                    space, client, store, senteval, data, benchmark, baselines, settled
+                )
+                if settings.recurrence == "compiled":  # once per key: no trial compiles it
+                    building = "building the C++ recurrence, or waiting for the process that does"
+                    with write.phase(building, estimate_s=cpp_loop_build_seconds()):
+                        prebuild_cpp_loop(write)
+                return _with_ray(settings, inputs, write, started)
+            finally:
+                if baselines is not None:  # a search that stopped does not wait for them
+                    baselines.stop()
     except LockHeld as err:
         raise SearchError(str(err)) from None
 

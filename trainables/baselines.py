@@ -41,6 +41,7 @@ __all__ = [
     "NGRAM_DIM",
     "NgramRidge",
     "baselines",
+    "cached_baselines",
     "char_ngram_features",
     "json_text",
     "main",
@@ -148,26 +149,17 @@ def store_baselines(
     computing: Callable[[], None] | None = None,
 ) -> tuple[dict[str, dict[str, float]], str]:
     """The store's baselines and what became of its cache (``"read"``, ``"written"``, or
-    ``"not written: REASON"``): ``baselines.json``
-    beside the store's manifest, valid while the manifest (every shard's sha256), the
-    semantic sets' contents and this code's version are what they were. Computed (about
-    40 s on the 2,000-image embedded world on 2 idle cores, 149 s on 2 busy ones:
-    SentEval's classifiers on 4,096-d n-gram features dominate; ``computing`` is called
-    first, so that a caller can say what it waits for) and written there otherwise; a
-    store that cannot be written to is left alone (the baselines are computed again next
-    time)."""
+    ``"not written: REASON"``): ``baselines.json`` beside the store's manifest
+    (``cached_baselines``) where it is valid, else computed (about 40 s on the 2,000-image
+    embedded world on 2 idle cores, 149 s on 2 busy ones: SentEval's classifiers on
+    4,096-d n-gram features dominate; ``computing`` is called first, so that a caller can
+    say what it waits for) and written there; a store that cannot be written to is left
+    alone (the baselines are computed again next time)."""
     opened = FeatureStore.open(store)
-    key = {
-        "version": BASELINES_VERSION,
-        "manifest_sha256": hashlib.sha256(opened.location.read_bytes("manifest.json")).hexdigest(),
-        "senteval_sha256": _senteval_digest(senteval),
-    }
-    try:
-        cached = json.loads(opened.location.read_bytes(BASELINES_FILE))
-        if isinstance(cached, dict) and cached.get("key") == key:
-            return _floats(cached["baselines"]), "read"
-    except (StoreError, ValueError, KeyError, TypeError) as err:  # absent, or not ours
-        logger.debug("no usable %s in %s (%s)", BASELINES_FILE, store, err)
+    key = _cache_key(opened, senteval)
+    cached = _read_cache(opened, key)
+    if cached is not None:
+        return cached, "read"
     if computing is not None:
         computing()
     results = baselines(data or TrainingData.from_store(store), senteval)
@@ -177,6 +169,33 @@ def store_baselines(
     except StoreError as err:
         return results, f"not written: {err}"
     return results, "written"
+
+
+def cached_baselines(store: str, senteval: str | None) -> dict[str, dict[str, float]] | None:
+    """The store's baselines as its ``baselines.json`` holds them, while that is valid:
+    while the manifest (every shard's sha256), the semantic sets' contents and this code's
+    version are what they were when it was written; None otherwise."""
+    opened = FeatureStore.open(store)
+    return _read_cache(opened, _cache_key(opened, senteval))
+
+
+def _read_cache(opened: FeatureStore, key: dict[str, object]) -> dict[str, dict[str, float]] | None:
+    try:
+        cached = json.loads(opened.location.read_bytes(BASELINES_FILE))
+        if isinstance(cached, dict) and cached.get("key") == key:
+            return _floats(cached["baselines"])
+    except (StoreError, ValueError, KeyError, TypeError) as err:  # absent, or not ours
+        logger.debug("no usable %s in %s (%s)", BASELINES_FILE, opened.location, err)
+    return None
+
+
+def _cache_key(opened: FeatureStore, senteval: str | None) -> dict[str, object]:
+    manifest = opened.location.read_bytes("manifest.json")
+    return {
+        "version": BASELINES_VERSION,
+        "manifest_sha256": hashlib.sha256(manifest).hexdigest(),
+        "senteval_sha256": _senteval_digest(senteval),
+    }
 
 
 def _senteval_digest(senteval: str | None) -> str | None:

@@ -104,13 +104,18 @@ def test_a_signal_is_an_interruption_everywhere(
     # the second not run, so the outcomes below are exact; a second trial running beside
     # the first would only be started to be cut short (at the start and at Ctrl+C twice:
     # the module's process tree measured 5-7 CPU-s less without them)
+    # SIGTERM at the start meets the store's baselines being computed beside the trials
+    baselines = ["--baselines"] if signals == ["SIGTERM"] else []
     args = [*SEARCH, "--num-samples", "2", "--max-concurrent", "1", "--runs-dir", str(runs),
-            "--experiment", "x", *joined]  # fmt: skip
+            "--experiment", "x", *baselines, *joined]  # fmt: skip
     driver = Driver(*args)
     driver.wait_for(when)
-    outcomes, stopped, resume, _ = stopped_by(driver, signals, mlflow_runs, runs, "x", joined)
+    outcomes, stopped, resume, out = stopped_by(driver, signals, mlflow_runs, runs, "x", joined)
     # the first of two trials cut short (at its start or mid-trial), the other not run
     assert outcomes == {"search_ended": 1} and "with 2 trial(s) not finished" in stopped
+    if baselines:  # not waited for: known by then, or their process ended with the search
+        assert "baselines: computing the store's char n-gram baselines once" in out
+        assert not [c for c in _command_lines() if "trainables.baselines" in c and str(runs) in c]
     if signals != ["SIGINT"]:
         return  # resumed below: Ctrl+C once
     # the command it printed, run in this process (nothing to signal): the trials left are
@@ -124,6 +129,17 @@ def test_a_signal_is_an_interruption_everywhere(
     check_runs(client, found, trials=2, epochs=2)  # each trial once, each epoch once
     study = optuna.load_study(study_name="x", storage=f"sqlite:///{runs / 'tune' / 'x.optuna.db'}")
     assert sorted(t.number for t in study.trials) == [0, 1]
+
+
+def _command_lines() -> list[str]:
+    """Every running process's command line (Linux's ``/proc``), its words joined."""
+    lines = []
+    for entry in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            lines.append(entry.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:  # ended meanwhile
+            continue
+    return lines
 
 
 def _summary_counts(line: str) -> dict[str, int]:
