@@ -20,7 +20,7 @@ import logging
 import math
 import sys
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -146,22 +146,18 @@ def store_baselines(
     store: str,
     senteval: str | None,
     data: TrainingData | None = None,
-    computing: Callable[[], None] | None = None,
 ) -> tuple[dict[str, dict[str, float]], str]:
     """The store's baselines and what became of its cache (``"read"``, ``"written"``, or
     ``"not written: REASON"``): ``baselines.json`` beside the store's manifest
-    (``cached_baselines``) where it is valid, else computed (about 40 s on the 2,000-image
-    embedded world on 2 idle cores, 149 s on 2 busy ones: SentEval's classifiers on
-    4,096-d n-gram features dominate; ``computing`` is called first, so that a caller can
-    say what it waits for) and written there; a store that cannot be written to is left
-    alone (the baselines are computed again next time)."""
+    (``cached_baselines``) where it is valid, else computed (about a minute of CPU for the
+    2,000-image embedded world, most of it on one core: SentEval's classifiers on 4,096-d
+    n-gram features and the pure-Python n-gram counts) and written there; a store that
+    cannot be written to is left alone (the baselines are computed again next time)."""
     opened = FeatureStore.open(store)
     key = _cache_key(opened, senteval)
     cached = _read_cache(opened, key)
     if cached is not None:
         return cached, "read"
-    if computing is not None:
-        computing()
     results = baselines(data or TrainingData.from_store(store), senteval)
     record = {"key": key, "baselines": results}
     try:
