@@ -73,13 +73,11 @@ class StoreBaselines:
             f"{COMPUTING}, beside the first trials ({voice.expected(voice.estimate(key))}; "
             f"cached beside the store; {SKIPS})"
         )
-        command = [sys.executable, "-m", "trainables.baselines", "--data", store, "--json"]
-        if senteval is not None:
-            command += ["--senteval", senteval]
+        sets = ["--senteval", senteval] if senteval is not None else []
         began = time.perf_counter()
         # its own session: a Ctrl+C at the terminal is the driver's to handle (``stop``)
         process = subprocess.Popen(
-            command,
+            [sys.executable, "-m", "trainables.baselines", "--data", store, "--json", *sets],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
