@@ -51,6 +51,7 @@ class StoreBaselines:
         self._table = table
         self._done = threading.Event()
         self._process: subprocess.Popen[str] | None = None
+        self._stopped = False  # ended by ``stop``
         self.logged = False  # in the parent run (set by whoever logs them there)
         if table is not None:
             self._done.set()
@@ -75,15 +76,18 @@ class StoreBaselines:
         )
         sets = ["--senteval", senteval] if senteval is not None else []
         began = time.perf_counter()
-        # its own session: a Ctrl+C at the terminal is the driver's to handle (``stop``)
-        process = subprocess.Popen(
-            [sys.executable, "-m", "trainables.baselines", "--data", store, "--json", *sets],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        try:  # its own session: a Ctrl+C at the terminal is the driver's to handle (``stop``)
+            process = subprocess.Popen(
+                [sys.executable, "-m", "trainables.baselines", "--data", store, "--json", *sets],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+        except OSError as err:
+            voice(f"baselines: not computed ({err}); {SKIPS}")
+            return None
         baselines._process = process
         threading.Thread(
             target=baselines._collect,
@@ -105,8 +109,10 @@ class StoreBaselines:
         """The process's answer, once it ends: the table, or the line that says why not."""
         try:
             out, err = process.communicate()
-            if process.returncode < 0:  # ended by ``stop``: nothing to say
+            if self._stopped:  # ended by ``stop``: nothing to say
                 return
+            if process.returncode < 0:  # killed by someone else (the kernel's OOM killer)
+                err += f"\nended by signal {-process.returncode}"
             if process.returncode != 0:
                 lines = err.strip().splitlines() or [f"exit status {process.returncode}"]
                 why = lines[-1].removeprefix("error: ")
@@ -145,5 +151,6 @@ class StoreBaselines:
         """The process ended if it still runs (a search that stops does not wait)."""
         process = self._process
         if process is not None and process.poll() is None:
+            self._stopped = True
             process.kill()
             process.wait()

@@ -7,7 +7,9 @@ tests/gridsearch/test_run.py, which spares a search of its own."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -72,4 +74,24 @@ def test_baselines_that_cannot_be_computed_are_said_and_left_out(store: Path) ->
     assert all("waiting for the store's char n-gram baselines" in line for line in said[1:-1])
     assert said[-1].startswith("baselines: not computed (") and str(missing) in said[-1]
     assert said[-1].endswith("; --no-baselines skips them") and "Traceback" not in said[-1]
+    assert not (store / names.BASELINES_FILE).exists()
+
+
+def test_baselines_whose_process_is_killed_are_said_and_left_out(store: Path) -> None:
+    # killed by someone else (the kernel's OOM killer): said; ended by the search: unsaid
+    lines: list[str] = []
+    voice = Voice(lines.append, times=None)
+    senteval = default_senteval(str(store))
+    killed = StoreBaselines.start(str(store), senteval, voice)
+    assert killed is not None and killed._process is not None
+    os.kill(killed._process.pid, signal.SIGKILL)
+    assert killed.wait(voice) is None
+    assert lines[-1].split("] ", 1)[1] == (
+        "baselines: not computed (ended by signal 9); --no-baselines skips them"
+    )
+    said = len(lines)
+    stopped = StoreBaselines.start(str(store), senteval, voice)
+    assert stopped is not None
+    stopped.stop()
+    assert stopped.known() is None and len(lines) == said + 1  # its COMPUTING line alone
     assert not (store / names.BASELINES_FILE).exists()
