@@ -22,7 +22,6 @@ OpenBLAS (the ridge's solve) hangs the driver in ``ray.init``.
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 import threading
@@ -31,7 +30,7 @@ import time
 from gridsearch._inputs import store_size
 from gridsearch._voice import Voice
 from storage import StoreError
-from trainables.baselines import BASELINES_FILE, cached_baselines
+from trainables.baselines import BASELINES_FILE, cached_baselines, from_json
 
 __all__ = ["COMPUTING", "StoreBaselines"]
 
@@ -118,10 +117,7 @@ class StoreBaselines:
                 why = lines[-1].removeprefix("error: ")
                 voice(f"baselines: not computed ({why}); {SKIPS}")
                 return
-            table = {
-                name: {k: math.nan if v is None else float(v) for k, v in metrics.items()}
-                for name, metrics in json.loads(out).items()
-            }
+            table = from_json(json.loads(out))
             seconds = time.perf_counter() - began
             if voice.times is not None:
                 voice.times.record(key, seconds)

@@ -43,6 +43,7 @@ __all__ = [
     "baselines",
     "cached_baselines",
     "char_ngram_features",
+    "from_json",
     "json_text",
     "main",
     "store_baselines",
@@ -179,7 +180,7 @@ def _read_cache(opened: FeatureStore, key: dict[str, object]) -> dict[str, dict[
     try:
         cached = json.loads(opened.location.read_bytes(BASELINES_FILE))
         if isinstance(cached, dict) and cached.get("key") == key:
-            return _floats(cached["baselines"])
+            return from_json(cached["baselines"])
     except (StoreError, ValueError, KeyError, TypeError) as err:  # absent, or not ours
         logger.debug("no usable %s in %s (%s)", BASELINES_FILE, opened.location, err)
     return None
@@ -220,7 +221,8 @@ def _nulls(value: object) -> object:
     return value
 
 
-def _floats(table: dict[str, dict[str, float | None]]) -> dict[str, dict[str, float]]:
+def from_json(table: dict[str, dict[str, float | None]]) -> dict[str, dict[str, float]]:
+    """A table as ``json_text`` wrote it, its nulls NaN again."""
     return {
         name: {k: math.nan if v is None else float(v) for k, v in metrics.items()}
         for name, metrics in table.items()
