@@ -51,7 +51,6 @@ class StoreBaselines:
         self._done = threading.Event()
         self._process: subprocess.Popen[str] | None = None
         self._stopped = False  # ended by ``stop``
-        self.logged = False  # in the parent run (set by whoever logs them there)
         if table is not None:
             self._done.set()
 

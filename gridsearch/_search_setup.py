@@ -93,6 +93,7 @@ class SearchRun:
         self.epochs = int(fixed["epochs"])
         self.cycle = cycle_epochs(space.fixed, fixed)
         self.baselines = inputs.baselines
+        self.baselines_logged = False  # into the parent run (``log_baselines``)
         self.settled = inputs.settled  # trials a hard stop left saved as running, finished
         self.ended = _Ended()  # trials Tune ended (ran out or stopped by the scheduler)
         self.results: Any = None  # Tune's, once it returned
@@ -155,9 +156,9 @@ class SearchRun:
         if self.baselines is None:
             return None
         table = self.baselines.wait(voice_of(self.write)) if wait else self.baselines.known()
-        if table is not None and not self.baselines.logged:
+        if table is not None and not self.baselines_logged:
             self.client.log_dict(self.parent, json.loads(json_text(table)), BASELINES_FILE)
-            self.baselines.logged = True
+            self.baselines_logged = True
         return table
 
     def tuner(self, trainable: Any, interruption: Interruption, signals: Any) -> tune.Tuner:
